@@ -1,0 +1,39 @@
+# populi: `make test` and `make demo` are the contract (see README.md).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo bench lint typecheck sysdeps clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,sim]'
+	touch $(STAMP)
+
+# Packages the network tests need (WireGuard, namespaces, firewall, a C compiler for the
+# fake NVML). Installed only when running as root on Debian/Ubuntu; elsewhere the tests
+# that need them skip with a reason.
+sysdeps:
+	@bash scripts/install-sysdeps.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: $(STAMP) sysdeps
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+demo: $(STAMP)
+	$(BIN)/python -m populi_p2p.demo
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Moving bytes between populi nodes: transports, overlay detection, discovery, authentication."""

@@ -1,0 +1,427 @@
+"""The authentication envelope every UDP packet and TCP frame travels in.
+
+Why every packet is signed: membership is decided by gossip, so one forged "X is dead"
+or one replayed "X left" could take a healthy node out of the mesh. The envelope proves
+who sent a packet (an Ed25519 signature by a key the cluster authority enrolled), that
+it was not changed, and that it is new (a timestamp and a per-sender counter). A
+receiver that has never heard of the sender can still verify the packet, because the
+envelope can carry the sender's enrollment certificate.
+
+Layout (all integers big-endian; byte by byte in docs/security.md)::
+
+    0    1   kind: 0x01 plain envelope v1, 0x02 SecretBox-wrapped envelope
+    1    1   flags: bit 0 CERT (certificate included), bit 1 ADDRESSED (see below)
+    2    32  sender Ed25519 public key
+    34   8   timestamp, microseconds since the Unix epoch (sender's realtime clock)
+    42   8   counter (see below)
+    50   2   certificate length L           } only with CERT
+    52   L   enrollment certificate bytes    }
+    ..   n   payload
+    -64  64  Ed25519 signature over b"populi/packet/v1" [+ recipient node id]
+             + every byte above
+
+Overhead: 114 bytes, plus 2 + len(certificate) (about 138) with CERT, plus 41
+(a kind byte, the 24-byte nonce and the 16-byte MAC) with a cluster secret, where the
+whole plain envelope is sealed in a `nacl.secret.SecretBox` behind kind 0x02.
+
+ADDRESSED: the signature also covers the recipient's node id (not sent: the recipient
+knows its own), so a packet captured on its way to one node cannot be replayed to
+another. Use it whenever the recipient's node id is known (every member); bootstrap
+pings to a bare address go without it.
+
+The counter is seeded from the sender's realtime clock in microseconds at its first
+packet and then counts up by one per packet. Dense counters keep the receiver's window
+meaningful (1024 counters = 1024 packets), and seeding from the clock makes a restarted
+sender's counters start above everything it sent before (it would have to have sent a
+million packets per second to catch up with the clock), with no state on disk. A sender
+whose clock stepped back across a restart is refused as `replayed` by receivers that
+remember it until its last packet's timestamp goes stale (`freshness`); a daemon that
+cares can persist `last_counter` and pass it back as `counter_floor`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from typing import Final, Literal
+
+import attrs
+import nacl.exceptions
+import nacl.secret
+
+from overlay.admission import DropCounters
+from overlay.replay import ReplayTable
+from populi_p2p.certificate import (
+    DEFAULT_CLOCK_SKEW,
+    DEFAULT_SCOPE,
+    CertificateError,
+    EnrollmentCertificate,
+)
+from populi_p2p.identity import (
+    NODE_ID_LENGTH,
+    SIGNATURE_BYTES,
+    NodeIdentity,
+    verify_signature,
+)
+from populi_p2p.revocation import RevocationList
+
+__all__ = [
+    "AUTH_REASONS",
+    "DEFAULT_MAX_PACKET_SIZE",
+    "AuthError",
+    "AuthReason",
+    "AuthStatistics",
+    "Opened",
+    "PacketAuthenticator",
+]
+
+#: Kind byte of a plain envelope, format version 1. ONLY APPEND new kinds.
+KIND_PLAIN_V1: Final = 0x01
+#: Kind byte of a SecretBox-wrapped plain envelope.
+KIND_SECRETBOX_V1: Final = 0x02
+#: Flag: the envelope carries the sender's enrollment certificate.
+FLAG_CERT: Final = 0x01
+#: Flag: the signature also covers the recipient's node id.
+FLAG_ADDRESSED: Final = 0x02
+_KNOWN_FLAGS: Final = FLAG_CERT | FLAG_ADDRESSED
+#: Signature context: see `populi_p2p.identity.verify_signature`.
+PACKET_CONTEXT: Final = b"populi/packet/v1"
+_HEADER: Final = struct.Struct(">BB32sQQ")
+_CERT_LENGTH: Final = struct.Struct(">H")
+#: Bytes added to every payload, without certificate and cluster secret.
+BASE_OVERHEAD: Final = _HEADER.size + SIGNATURE_BYTES
+#: Bytes a cluster secret adds: kind byte, nonce, MAC.
+SECRETBOX_OVERHEAD: Final = 1 + nacl.secret.SecretBox.NONCE_SIZE + nacl.secret.SecretBox.MACBYTES
+#: Largest datagram accepted by default; the swim packet budget is this minus overhead.
+DEFAULT_MAX_PACKET_SIZE: Final = 1400
+
+AuthReason = Literal[
+    "too_large",
+    "malformed",
+    "bad_version",
+    "unknown_sender",
+    "bad_signature",
+    "replayed",
+    "stale",
+    "bad_certificate",
+    "revoked",
+    "decrypt_failed",
+    "rate_limited",
+]
+#: Every reason a packet is dropped for, in a fixed order (for counters and status).
+#: `rate_limited` is never raised here: it is for the daemon's `SourceRateLimiter`
+#: drops, so one `DropCounters` holds all of them.
+AUTH_REASONS: Final[tuple[AuthReason, ...]] = (
+    "too_large",
+    "malformed",
+    "bad_version",
+    "unknown_sender",
+    "bad_signature",
+    "replayed",
+    "stale",
+    "bad_certificate",
+    "revoked",
+    "decrypt_failed",
+    "rate_limited",
+)
+
+
+class AuthError(Exception):
+    """A packet failed authentication. Drop it (it is already counted), never crash.
+
+    `reason` is one of `AUTH_REASONS`; `str()` adds a detail for debug logs.
+    """
+
+    def __init__(self, reason: AuthReason, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason: AuthReason = reason
+
+
+@attrs.frozen
+class Opened:
+    """An authenticated packet: who sent it, and what it says."""
+
+    sender_node_id: str
+    sender_public_key: bytes
+    payload: bytes
+    #: The sender's (verified) enrollment certificate: its scope, serial, expiry.
+    certificate: EnrollmentCertificate = attrs.field(repr=False)
+    #: The sender's signed timestamp, Unix seconds.
+    sent_at: float
+    #: The sender's packet counter.
+    counter: int
+    #: Whether the sender bound the packet to this node (see ADDRESSED in the module doc).
+    addressed: bool
+
+
+@attrs.frozen
+class AuthStatistics:
+    """A snapshot for `status`: table sizes and drops by reason."""
+
+    #: Senders whose replay windows are remembered.
+    senders: int
+    #: Verified certificates cached.
+    certificates: int
+    #: Packets refused by `open`, by reason.
+    drops: dict[str, int]
+
+
+def _recipient_context(recipient: str | None) -> bytes:
+    if recipient is None:
+        return PACKET_CONTEXT
+    return PACKET_CONTEXT + recipient.encode("ascii")
+
+
+class PacketAuthenticator:
+    """Seals outgoing packets and opens incoming ones for one node.
+
+    Pure: no I/O, no clock (realtime is passed in), state bounded by `max_senders` and
+    `max_certificates`. Open packets are counted by reason in `drops`.
+
+    Args:
+        identity: this node's key.
+        certificate: this node's enrollment certificate bytes (sent with CERT).
+        authority_public_key: the cluster authority; only its enrollees get through.
+        cluster_secret: 32 bytes to seal every packet in a SecretBox, or None.
+        revocations: revocations heard so far (replace with `update_revocations`).
+        required_scope: the certificate scope a sender needs (None: any scope).
+        max_packet_size: largest packet `open` accepts unless told otherwise.
+        freshness: seconds a packet's timestamp may differ from our clock.
+        replay_window: counters below a sender's highest that may still arrive.
+        max_senders: senders whose replay windows are remembered.
+        max_certificates: verified certificates cached (by sender key, exact bytes).
+        counter_floor: the first counter used is at least this (see module doc).
+        clock_skew: seconds a certificate's issue time may be ahead of our clock.
+
+    Raises:
+        ValueError: `certificate` is not for `identity`'s key, or a bad secret length.
+    """
+
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        certificate: bytes,
+        authority_public_key: bytes,
+        *,
+        cluster_secret: bytes | None = None,
+        revocations: RevocationList | None = None,
+        required_scope: str | None = DEFAULT_SCOPE,
+        max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
+        freshness: float = 120.0,
+        replay_window: int = 1024,
+        max_senders: int = 4096,
+        max_certificates: int = 4096,
+        counter_floor: int = 0,
+        clock_skew: float = DEFAULT_CLOCK_SKEW,
+    ) -> None:
+        own = EnrollmentCertificate.from_bytes(certificate, authority_public_key)
+        if own.node_public_key != identity.public_key:
+            raise ValueError(
+                f"the certificate is for node {own.node_id}, but this node is {identity.node_id}"
+            )
+        if len(certificate) > 0xFFFF:
+            raise ValueError("the certificate is too large for the envelope")
+        if cluster_secret is not None and len(cluster_secret) != nacl.secret.SecretBox.KEY_SIZE:
+            raise ValueError(f"a cluster secret is {nacl.secret.SecretBox.KEY_SIZE} bytes")
+        self._identity = identity
+        self._certificate = certificate
+        self._authority = authority_public_key
+        self._box = None if cluster_secret is None else nacl.secret.SecretBox(cluster_secret)
+        self._revocations = revocations if revocations is not None else RevocationList()
+        self._scope = required_scope
+        self.max_packet_size = max_packet_size
+        self._skew = clock_skew
+        self._replay = ReplayTable(
+            window=replay_window,
+            freshness_us=int(freshness * 1_000_000),
+            max_senders=max_senders,
+        )
+        self._certs: OrderedDict[bytes, EnrollmentCertificate] = OrderedDict()
+        self._max_certs = max_certificates
+        self._counter_floor = counter_floor
+        self._counter: int | None = None
+        #: Packets refused by `open`, by reason (see `AUTH_REASONS`).
+        self.drops = DropCounters(AUTH_REASONS)
+
+    ####################################################################################
+    # Sending
+    ####################################################################################
+
+    def overhead(self, *, include_certificate: bool = True) -> int:
+        """Exactly how many bytes `seal` adds to a payload with these options."""
+        size = BASE_OVERHEAD
+        if include_certificate:
+            size += _CERT_LENGTH.size + len(self._certificate)
+        if self._box is not None:
+            size += SECRETBOX_OVERHEAD
+        return size
+
+    def statistics(self) -> AuthStatistics:
+        return AuthStatistics(len(self._replay), len(self._certs), self.drops.as_dict())
+
+    @property
+    def last_counter(self) -> int | None:
+        """The counter of the last sealed packet (persist it to survive clock steps)."""
+        return self._counter
+
+    def seal(
+        self,
+        payload: bytes,
+        now_real: float,
+        *,
+        recipient: str | None = None,
+        include_certificate: bool = True,
+    ) -> bytes:
+        """Wrap `payload` in a signed (and, with a cluster secret, encrypted) envelope.
+
+        Args:
+            payload: the bytes to send (a swim packet or a TCP frame).
+            now_real: realtime, Unix seconds.
+            recipient: the recipient's node id, to bind the packet to it (ADDRESSED).
+            include_certificate: carry our certificate, so a receiver that does not
+                know us yet can verify the packet (CERT). Leave it on unless the
+                recipient is known to have our certificate: without it, a receiver
+                that never saw it refuses the packet as `unknown_sender`.
+
+        Returns:
+            The packet, `len(payload) + overhead(...)` bytes.
+        """
+        timestamp_us = int(now_real * 1_000_000)
+        if self._counter is None:
+            self._counter = max(self._counter_floor, timestamp_us)
+        else:
+            self._counter += 1
+        flags = 0
+        if include_certificate:
+            flags |= FLAG_CERT
+        if recipient is not None:
+            if len(recipient) != NODE_ID_LENGTH or not recipient.isascii():
+                raise ValueError(f"recipient must be a node id, got {recipient!r}")
+            flags |= FLAG_ADDRESSED
+        parts = [
+            _HEADER.pack(
+                KIND_PLAIN_V1, flags, self._identity.public_key, timestamp_us, self._counter
+            )
+        ]
+        if include_certificate:
+            parts += [_CERT_LENGTH.pack(len(self._certificate)), self._certificate]
+        parts.append(payload)
+        body = b"".join(parts)
+        envelope = body + self._identity.sign(_recipient_context(recipient), body)
+        if self._box is None:
+            return envelope
+        return bytes([KIND_SECRETBOX_V1]) + bytes(self._box.encrypt(envelope))
+
+    ####################################################################################
+    # Receiving
+    ####################################################################################
+
+    def update_revocations(self, revocations: RevocationList) -> None:
+        """Adopt a (merged) revocation list; cached certificates are re-checked per packet."""
+        self._revocations = revocations
+
+    def open(self, packet: bytes, now_real: float, *, max_size: int | None = None) -> Opened:
+        """Authenticate a received packet.
+
+        Checks run cheapest first (size, format, freshness, replay window, certificate
+        cache) so that junk costs no signature check; state (replay window, certificate
+        cache) changes only after the signature verified.
+
+        Args:
+            packet: the bytes as received.
+            now_real: realtime, Unix seconds.
+            max_size: overrides `max_packet_size` (for TCP frames).
+
+        Raises:
+            AuthError: the only exception, for any input; already counted in `drops`.
+        """
+        try:
+            return self._open(packet, now_real, max_size)
+        except AuthError as exc:
+            self.drops.add(exc.reason)
+            raise
+
+    def _unwrap(self, packet: bytes) -> bytes:
+        kind = packet[0]
+        if kind == KIND_SECRETBOX_V1:
+            if self._box is None:
+                raise AuthError("decrypt_failed", "encrypted packet, but no cluster secret here")
+            try:
+                envelope = bytes(self._box.decrypt(packet[1:]))
+            except (nacl.exceptions.CryptoError, ValueError, TypeError):
+                raise AuthError("decrypt_failed", "not sealed with our cluster secret") from None
+            if not envelope or envelope[0] != KIND_PLAIN_V1:
+                raise AuthError("bad_version", "unknown envelope inside the secret box")
+            return envelope
+        if kind == KIND_PLAIN_V1:
+            if self._box is not None:
+                raise AuthError("decrypt_failed", "plain packet, but this cluster needs the secret")
+            return packet
+        raise AuthError("bad_version", f"unknown packet kind {kind:#04x}")
+
+    def _open(self, packet: bytes, now_real: float, max_size: int | None) -> Opened:
+        limit = self.max_packet_size if max_size is None else max_size
+        if len(packet) > limit:
+            raise AuthError("too_large", f"{len(packet)} bytes, limit {limit}")
+        if not packet:
+            raise AuthError("malformed", "empty packet")
+        envelope = self._unwrap(packet)
+        if len(envelope) < BASE_OVERHEAD:
+            raise AuthError("malformed", f"{len(envelope)} bytes is shorter than any envelope")
+        _, flags, sender, timestamp_us, counter = _HEADER.unpack_from(envelope)
+        if flags & ~_KNOWN_FLAGS:
+            raise AuthError("malformed", f"unknown flags {flags:#04x}")
+        now_us = int(now_real * 1_000_000)
+        verdict = self._replay.check(sender, counter, timestamp_us, now_us)
+        if verdict is not None:
+            raise AuthError(verdict, f"counter {counter}, timestamp {timestamp_us}")
+
+        offset = _HEADER.size
+        cached = self._certs.get(sender)
+        if flags & FLAG_CERT:
+            if len(envelope) < offset + _CERT_LENGTH.size + SIGNATURE_BYTES:
+                raise AuthError("malformed", "truncated certificate length")
+            (cert_length,) = _CERT_LENGTH.unpack_from(envelope, offset)
+            offset += _CERT_LENGTH.size
+            if len(envelope) < offset + cert_length + SIGNATURE_BYTES:
+                raise AuthError("malformed", "truncated certificate")
+            cert_bytes = envelope[offset : offset + cert_length]
+            offset += cert_length
+            if cached is None or cached.raw != cert_bytes:
+                try:
+                    cached = EnrollmentCertificate.from_bytes(cert_bytes, self._authority)
+                except CertificateError as exc:
+                    raise AuthError("bad_certificate", str(exc)) from None
+        elif cached is None:
+            raise AuthError("unknown_sender", f"no certificate known for {sender.hex()}")
+        cert = cached
+        try:
+            cert.check(sender, now_real, self._scope, self._revocations, clock_skew=self._skew)
+        except CertificateError as exc:
+            reason: AuthReason = "revoked" if exc.reason == "revoked" else "bad_certificate"
+            raise AuthError(reason, str(exc)) from None
+
+        body, signature = envelope[:-SIGNATURE_BYTES], envelope[-SIGNATURE_BYTES:]
+        addressed = bool(flags & FLAG_ADDRESSED)
+        context = _recipient_context(self._identity.node_id if addressed else None)
+        if not verify_signature(sender, context, body, signature):
+            raise AuthError("bad_signature", f"from {sender.hex()}")
+
+        # Authenticated: only now may the packet change state.
+        self._replay.commit(sender, counter, timestamp_us, now_us)
+        self._remember(sender, cert)
+        return Opened(
+            sender_node_id=cert.node_id,
+            sender_public_key=sender,
+            payload=envelope[offset:-SIGNATURE_BYTES],
+            certificate=cert,
+            sent_at=timestamp_us / 1_000_000,
+            counter=counter,
+            addressed=addressed,
+        )
+
+    def _remember(self, sender: bytes, cert: EnrollmentCertificate) -> None:
+        self._certs[sender] = cert
+        self._certs.move_to_end(sender)
+        while len(self._certs) > self._max_certs:
+            self._certs.popitem(last=False)

@@ -1,0 +1,1 @@
+"""populi node: identity, signed NodeRecords, GPU truth, state on disk, local API, CLI."""

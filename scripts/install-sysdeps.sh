@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the system packages that the real-network tests use. Needs root and apt; if
+# either is missing it says so and returns 0, and those tests skip with a reason.
+set -u
+need=()
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
+command -v wg >/dev/null 2>&1 || need+=(wireguard-tools)
+command -v wireguard-go >/dev/null 2>&1 || need+=(wireguard-go)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "sysdeps: not root or no apt-get; tests needing ${need[*]} will skip" >&2
+  exit 0
+fi
+echo "sysdeps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null 2>&1 || true
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+  || echo "sysdeps: could not install ${need[*]}; tests needing them will skip" >&2
+exit 0

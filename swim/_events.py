@@ -1,0 +1,113 @@
+"""What the membership core hands back to its driver.
+
+The core never does I/O. Every call returns a list of `Output`: packets to put on the
+wire (`Send`) and membership events for the application. Both are small frozen attrs
+classes, so drivers and tests can compare them by value.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+#: Where a member can be reached: (host, port). The core treats it as an opaque,
+#: hashable, msgpack-encodable value; the Trio driver fills in real socket addresses and
+#: the simulator uses synthetic ones.
+Address = tuple[str, int]
+
+
+class MemberState(enum.IntEnum):
+    """A member's state as the local node believes it.
+
+    ONLY APPEND; values are part of the protocol.
+    """
+
+    ALIVE = 0
+    SUSPECT = 1
+    DEAD = 2
+    LEFT = 3
+
+
+@attrs.frozen
+class Member:
+    """A read-only snapshot of one member, as returned by `Membership.members()`."""
+
+    name: str
+    address: Address
+    state: MemberState
+    incarnation: int
+    meta: bytes = b""
+    #: The core's `now` when the member last changed state.
+    state_since: float = 0.0
+
+
+@attrs.frozen
+class Send:
+    """Put `payload` on the wire to `destination`.
+
+    `reliable` asks the driver for a stream (TCP) attempt instead of a datagram: the core
+    sets it for the fallback probe of memberlist's TCP ping and for push-pull state
+    exchange, which may be larger than one packet.
+    """
+
+    destination: Address
+    payload: bytes
+    reliable: bool = False
+
+
+@attrs.frozen
+class MemberJoined:
+    member: Member
+
+
+@attrs.frozen
+class MemberUpdated:
+    """A live member's metadata or address changed."""
+
+    member: Member
+
+
+@attrs.frozen
+class MemberSuspected:
+    member: Member
+
+
+@attrs.frozen
+class MemberFailed:
+    """The member was declared dead (its suspicion ran out, or a dead rumor arrived)."""
+
+    member: Member
+
+
+@attrs.frozen
+class MemberLeft:
+    """The member announced a graceful leave: not a failure."""
+
+    member: Member
+
+
+@attrs.frozen
+class MemberRecovered:
+    """A suspect or dead member was proven alive again (a refute or a rejoin)."""
+
+    member: Member
+
+
+@attrs.frozen
+class SelfRefuted:
+    """Somebody suspected or declared us dead; we bumped our incarnation to refute it."""
+
+    incarnation: int
+
+
+Event = (
+    MemberJoined
+    | MemberUpdated
+    | MemberSuspected
+    | MemberFailed
+    | MemberLeft
+    | MemberRecovered
+    | SelfRefuted
+)
+Output = Send | Event

@@ -1,0 +1,40 @@
+"""A small cluster for envelope tests: one authority, three enrolled nodes, a fixed clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from overlay.auth import PacketAuthenticator
+from populi_p2p.authority import ClusterAuthority
+from populi_p2p.identity import NodeIdentity
+
+#: Realtime used by these tests (Unix seconds).
+NOW = 1_700_000_000.0
+
+AUTHORITY = ClusterAuthority.from_seed(b"A" * 32)
+ALICE = NodeIdentity.from_seed(b"a" * 32)
+BOB = NodeIdentity.from_seed(b"b" * 32)
+CAROL = NodeIdentity.from_seed(b"c" * 32)
+CERTS = {
+    n.node_id: AUTHORITY.enroll(n.public_key, now=NOW - 60, serial=i).raw
+    for i, n in enumerate((ALICE, BOB, CAROL))
+}
+
+Factory = Callable[..., PacketAuthenticator]
+
+
+def make_authenticator(identity: NodeIdentity, **kwargs: Any) -> PacketAuthenticator:
+    return PacketAuthenticator(identity, CERTS[identity.node_id], AUTHORITY.public_key, **kwargs)
+
+
+@pytest.fixture
+def alice() -> PacketAuthenticator:
+    return make_authenticator(ALICE)
+
+
+@pytest.fixture
+def bob() -> PacketAuthenticator:
+    return make_authenticator(BOB)
