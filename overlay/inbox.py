@@ -1,0 +1,226 @@
+"""A bounded, two-lane receive queue: membership traffic first, bulk when there is time.
+
+Why not one Trio memory channel: a FIFO serves a flood of bulk packets before the ack
+that would stop a false suspicion. Why not two channels: Trio has no `select`, so a
+consumer cannot wait on both and still prefer one. So this is a small queue of its own:
+one bounded deque per lane, a `ParkingLot` for the consumer, and strict priority on
+receive (the lowest lane number that has something wins).
+
+The producers are the socket readers. They must never wait on the consumer, or a slow
+daemon would stop reading its socket and the kernel would drop packets blindly, urgent
+ones included. So `offer` never blocks: when a lane is full (by count or by bytes) the
+packet is dropped and counted for that lane. Memory is bounded by
+`sum(max_bytes)` plus one packet per lane, whatever the senders do.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import attrs
+import trio
+
+from overlay.base import Address
+
+#: Lane for membership-critical messages (acks, nacks, suspicions, refutations).
+URGENT = 0
+#: Lane for everything else (push-pull state, user payloads).
+BULK = 1
+
+
+@attrs.frozen
+class Incoming:
+    """One packet or frame handed to the daemon.
+
+    Attributes:
+        source: who sent it. For UDP the peer's bound (host, port); for TCP the connection's
+            remote address, whose port is usually ephemeral, not the peer's listening port.
+        payload: the bytes exactly as received, not yet authenticated or decoded.
+        reliable: True for a TCP frame, False for a UDP datagram (the core may treat a
+            reliable push-pull differently, and the daemon learns TCP reached this peer).
+        lane: the lane `classify` put it in (`URGENT` or `BULK`).
+    """
+
+    source: Address
+    payload: bytes
+    reliable: bool = False
+    lane: int = BULK
+
+
+@attrs.frozen
+class LaneLimit:
+    """How much one lane may hold before it drops.
+
+    Attributes:
+        max_items: packets queued at most; bounds per-packet overhead.
+        max_bytes: payload bytes queued at most; bounds memory when TCP frames are large.
+    """
+
+    max_items: int
+    max_bytes: int
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_items < 1 or self.max_bytes < 1:
+            raise ValueError(
+                f"lane limits must be positive, got {self.max_items}, {self.max_bytes}"
+            )
+
+
+@attrs.frozen
+class InboxStatistics:
+    """Counters of a `PriorityInbox`, one entry per lane (index = lane number).
+
+    Attributes:
+        queued: packets waiting now.
+        queued_bytes: payload bytes waiting now.
+        accepted: packets ever queued.
+        dropped_full: packets refused because the lane was full (count or bytes).
+        delivered: packets ever handed to a consumer.
+    """
+
+    queued: tuple[int, ...]
+    queued_bytes: tuple[int, ...]
+    accepted: tuple[int, ...]
+    dropped_full: tuple[int, ...]
+    delivered: tuple[int, ...]
+
+
+class PriorityInbox:
+    """Bounded multi-lane queue with strict priority on receive and drop-on-full on offer.
+
+    Meant for many producers (socket readers) and usually one consumer (the daemon's
+    driver loop); several consumers work too, each item goes to exactly one of them.
+
+    Args:
+        lanes: one `LaneLimit` per lane; lane 0 is served first.
+    """
+
+    def __init__(self, lanes: Sequence[LaneLimit]) -> None:
+        if not lanes:
+            raise ValueError("an inbox needs at least one lane")
+        self._limits = tuple(lanes)
+        self._queues: tuple[collections.deque[Incoming], ...] = tuple(
+            collections.deque() for _ in lanes
+        )
+        self._bytes = [0] * len(lanes)
+        self._accepted = [0] * len(lanes)
+        self._dropped = [0] * len(lanes)
+        self._delivered = [0] * len(lanes)
+        self._lot = trio.lowlevel.ParkingLot()
+        self._closed = False
+
+    @property
+    def lane_count(self) -> int:
+        """Number of lanes; valid lanes are `range(lane_count)`."""
+        return len(self._limits)
+
+    def offer(self, item: Incoming) -> bool:
+        """Queue `item` in its lane, or drop it if that lane is full. Never blocks.
+
+        Returns:
+            True if queued; False if dropped (counted in `dropped_full`) or closed.
+
+        Raises:
+            ValueError: `item.lane` is not a lane of this inbox (a bug in `classify`).
+        """
+        lane = item.lane
+        if not 0 <= lane < len(self._limits):
+            raise ValueError(f"lane {lane} out of range 0..{len(self._limits) - 1}")
+        if self._closed:
+            return False
+        limit = self._limits[lane]
+        queue = self._queues[lane]
+        size = len(item.payload)
+        if len(queue) >= limit.max_items or self._bytes[lane] + size > limit.max_bytes:
+            self._dropped[lane] += 1
+            return False
+        queue.append(item)
+        self._bytes[lane] += size
+        self._accepted[lane] += 1
+        self._lot.unpark()
+        return True
+
+    def receive_nowait(self) -> Incoming:
+        """Take the most urgent waiting item.
+
+        Raises:
+            trio.WouldBlock: nothing is waiting.
+            trio.EndOfChannel: closed and drained.
+        """
+        for lane, queue in enumerate(self._queues):
+            if queue:
+                item = queue.popleft()
+                self._bytes[lane] -= len(item.payload)
+                self._delivered[lane] += 1
+                return item
+        if self._closed:
+            raise trio.EndOfChannel
+        raise trio.WouldBlock
+
+    async def receive(self) -> Incoming:
+        """Wait for and take the most urgent item (lane 0 before lane 1, FIFO within a lane).
+
+        Raises:
+            trio.EndOfChannel: closed and drained.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            item = self.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return item
+        while True:
+            await self._lot.park()
+            try:
+                return self.receive_nowait()
+            except trio.WouldBlock:
+                # Another consumer took it first; wait for the next one.
+                continue
+
+    async def receive_batch(self, max_items: int = 64) -> list[Incoming]:
+        """Wait for at least one item, then take up to `max_items`, most urgent first.
+
+        A consumer that calls `receive()` per packet gets one packet per scheduling round
+        while the UDP reader drains up to 64; under load that is the difference between
+        keeping up and dropping. Urgent items still come first: the batch is taken in
+        priority order at the moment of the call.
+
+        Raises:
+            trio.EndOfChannel: closed and drained.
+        """
+        if max_items < 1:
+            raise ValueError(f"max_items must be at least 1, got {max_items}")
+        batch = [await self.receive()]
+        while len(batch) < max_items:
+            try:
+                batch.append(self.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        return batch
+
+    def close(self) -> None:
+        """Refuse new items; consumers drain what is queued, then get `EndOfChannel`."""
+        self._closed = True
+        self._lot.unpark_all()
+
+    def __aiter__(self) -> PriorityInbox:
+        return self
+
+    async def __anext__(self) -> Incoming:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def statistics(self) -> InboxStatistics:
+        """A snapshot of the per-lane counters."""
+        return InboxStatistics(
+            queued=tuple(len(q) for q in self._queues),
+            queued_bytes=tuple(self._bytes),
+            accepted=tuple(self._accepted),
+            dropped_full=tuple(self._dropped),
+            delivered=tuple(self._delivered),
+        )

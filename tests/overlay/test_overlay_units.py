@@ -1,0 +1,217 @@
+"""Pure pieces: AcceptPolicy, PriorityInbox, PathHealth, configs."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from overlay.base import format_address
+from overlay.inbox import BULK, URGENT, Incoming, LaneLimit, PriorityInbox
+from overlay.netfilter import LAN_CIDRS, AcceptPolicy, parse_cidr
+from overlay.peerpaths import PathHealth
+from overlay.tcp import TcpConfig
+from overlay.transport import TransportConfig
+
+################################################################################
+# AcceptPolicy
+################################################################################
+
+
+def test_policy_accepts_only_its_ranges_both_families() -> None:
+    p = AcceptPolicy.from_cidrs(["10.77.0.0/24", "fd77::/64"])
+    assert p.allows("10.77.0.200") and p.allows("fd77::abcd")
+    assert not p.allows("10.77.1.1") and not p.allows("fd78::1")
+    assert not p.allows("127.0.0.1") and not p.allows("::1")
+    assert p.allows("::ffff:10.77.0.5")  # IPv4-mapped is judged as IPv4
+    assert not p.allows("not-an-address") and not p.allows("")
+    assert p.describe() == "accepting 10.77.0.0/24, fd77::/64"
+
+
+def test_policy_link_local_scope_and_lan_defaults() -> None:
+    lan = AcceptPolicy.from_cidrs(LAN_CIDRS)
+    assert lan.allows("fe80::1%eth0") and lan.allows("192.168.1.9") and lan.allows("::1")
+    assert not lan.allows("8.8.8.8") and not lan.allows("2001:db8::1")
+    assert not lan.allows("100.64.0.1")  # Tailscale's range is not "the LAN"
+
+
+def test_policy_building() -> None:
+    assert AcceptPolicy.from_cidrs(["10.77.0.3/24"]).cidrs == ("10.77.0.0/24",)
+    assert AcceptPolicy.from_cidrs(["10.0.0.1"]).cidrs == ("10.0.0.1/32",)
+    assert AcceptPolicy.from_cidrs(["fd77::/64", "10.0.0.0/8", "10.0.0.0/8"]).cidrs == (
+        "10.0.0.0/8",
+        "fd77::/64",
+    )
+    assert AcceptPolicy.from_cidrs([]).describe() == "accepting nothing"
+    assert AcceptPolicy.allow_all().allows("203.0.113.7")
+    grown = AcceptPolicy.from_cidrs(["10.0.0.0/8"]).with_cidrs(["192.168.0.0/16"])
+    assert grown.allows("192.168.3.3") and grown.allows("10.1.1.1")
+    assert AcceptPolicy.from_cidrs(["10.0.0.0/8"]) == AcceptPolicy.from_cidrs(["10.0.0.0/8"])
+
+
+@pytest.mark.parametrize("bad", ["10.0.0.0/33", "fd77::/129", "ten.zero", "10.0.0.0/8/8", ""])
+def test_parse_cidr_rejects_with_one_line(bad) -> None:
+    with pytest.raises(ValueError, match="not a CIDR range") as info:
+        parse_cidr(bad)
+    assert "\n" not in str(info.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    net=st.one_of(
+        st.builds(
+            lambda a, n: ipaddress.ip_network(f"{a}/{n}", strict=False),
+            st.ip_addresses(v=4),
+            st.integers(0, 32),
+        ),
+        st.builds(
+            lambda a, n: ipaddress.ip_network(f"{a}/{n}", strict=False),
+            st.ip_addresses(v=6),
+            st.integers(0, 128),
+        ),
+    ),
+    addr=st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)),
+)
+def test_policy_agrees_with_ipaddress(net, addr) -> None:
+    policy = AcceptPolicy.from_cidrs([str(net)])
+    mapped = addr.ipv4_mapped if addr.version == 6 else None
+    addr_judged = mapped or addr  # ::ffff:a.b.c.d is judged as a.b.c.d, by design
+    expected = addr_judged.version == net.version and addr_judged in net
+    assert policy.allows(str(addr)) == expected
+    assert policy.allows(str(addr)) == expected  # cached answer is the same
+
+
+def test_policy_cache_is_bounded() -> None:
+    p = AcceptPolicy.from_cidrs(["10.0.0.0/8"])
+    for i in range(10_000):
+        p.allows(f"192.0.{i // 256 % 256}.{i % 256}")
+    assert len(p._cache) <= 4096
+
+
+################################################################################
+# PriorityInbox
+################################################################################
+
+
+def item(payload: bytes, lane: int = BULK) -> Incoming:
+    return Incoming(("10.0.0.1", 1), payload, False, lane)
+
+
+async def test_inbox_priority_fifo_and_close() -> None:
+    inbox = PriorityInbox([LaneLimit(10, 1000), LaneLimit(10, 1000)])
+    for p, lane in [(b"b1", BULK), (b"u1", URGENT), (b"b2", BULK), (b"u2", URGENT)]:
+        assert inbox.offer(item(p, lane))
+    assert [(await inbox.receive()).payload for _ in range(3)] == [b"u1", b"u2", b"b1"]
+    inbox.close()
+    assert not inbox.offer(item(b"late"))
+    assert (await inbox.receive()).payload == b"b2"  # drained after close
+    with pytest.raises(trio.EndOfChannel):
+        await inbox.receive()
+    assert [x async for x in inbox] == []
+    stats = inbox.statistics()
+    assert stats.accepted == (2, 2) and stats.delivered == (2, 2) and stats.queued == (0, 0)
+
+
+async def test_inbox_wakes_a_waiting_consumer_and_close_wakes_it_too() -> None:
+    inbox = PriorityInbox([LaneLimit(4, 100)])
+    got: list[bytes] = []
+
+    async def consume() -> None:
+        async for x in inbox:
+            got.append(x.payload)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        await trio.testing.wait_all_tasks_blocked()
+        inbox.offer(item(b"a", 0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [b"a"]
+        inbox.close()  # the consumer's loop ends; the nursery can exit
+    assert got == [b"a"]
+
+
+def test_inbox_limits_by_items_and_bytes() -> None:
+    inbox = PriorityInbox([LaneLimit(2, 1000), LaneLimit(100, 10)])
+    assert inbox.offer(item(b"x", 0)) and inbox.offer(item(b"y", 0))
+    assert not inbox.offer(item(b"z", 0))  # item bound
+    assert inbox.offer(item(b"12345", 1)) and inbox.offer(item(b"67890", 1))
+    assert not inbox.offer(item(b"!", 1))  # byte bound
+    stats = inbox.statistics()
+    assert stats.dropped_full == (1, 1) and stats.queued_bytes == (2, 10)
+    inbox.receive_nowait()
+    assert inbox.offer(item(b"z", 0))  # room again
+    with pytest.raises(ValueError, match="lane 2 out of range"):
+        inbox.offer(item(b"bad", 2))
+    with pytest.raises(ValueError):
+        LaneLimit(0, 10)
+    with pytest.raises(ValueError):
+        PriorityInbox([])
+
+
+################################################################################
+# PathHealth
+################################################################################
+
+
+def test_path_health_is_bounded_and_ignores_strangers() -> None:
+    h = PathHealth(max_peers=2)
+    h.record_udp_received(("10.0.0.9", 1))  # never sent to: not tracked
+    assert len(h) == 0 and h.get(("10.0.0.9", 1)) is None
+    for i in range(3):
+        h.record_udp_sent((f"10.0.0.{i}", 1))
+    assert len(h) == 2 and h.get(("10.0.0.0", 1)) is None  # least recent evicted
+
+
+def test_path_health_episode() -> None:
+    h = PathHealth(udp_silence_threshold=2)
+    peer = ("fd77::2", 7950)
+    h.record_udp_sent(peer)
+    h.record_tcp_sent(peer)
+    assert not h.udp_seems_blocked(peer)
+    h.record_udp_sent(peer)
+    assert h.udp_seems_blocked(peer) and h.warn_udp_blocked_once(peer)
+    assert not h.warn_udp_blocked_once(peer)
+    h.record_udp_received(peer)  # UDP works again: episode over, warning re-armed
+    assert not h.udp_seems_blocked(peer)
+    h.record_udp_sent(peer)
+    h.record_udp_sent(peer)
+    h.record_tcp_failed(peer)
+    assert not h.udp_seems_blocked(peer)  # TCP has not worked since
+    h.record_tcp_sent(peer)
+    assert h.warn_udp_blocked_once(peer)
+    stats = h.get(peer)
+    assert stats is not None and stats.tcp_failed == 1 and stats.udp_received == 1
+    assert h.blocked_peers() == [peer]
+
+
+################################################################################
+# Configs and helpers
+################################################################################
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: TcpConfig(max_frame_size=0), "max_frame_size"),
+        (lambda: TcpConfig(pool_size=0), "pool_size"),
+        (lambda: TcpConfig(connect_timeout=0), "connect_timeout"),
+        (lambda: TransportConfig(max_datagram_size=70000), "max_datagram_size"),
+        (lambda: TransportConfig(bulk_queue_items=0), "queue limits"),
+        (
+            lambda: TransportConfig(queue_bytes=1000, tcp=TcpConfig(max_frame_size=2000)),
+            "at least one frame",
+        ),
+    ],
+)
+def test_configs_validate(make, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_format_address() -> None:
+    assert format_address(("10.0.0.1", 7950)) == "10.0.0.1:7950"
+    assert format_address(("fd77::1", 7950)) == "[fd77::1]:7950"
