@@ -1,0 +1,1194 @@
+"""`Membership`: the SWIM + Lifeguard membership protocol as a sans-IO state machine.
+
+The core owns no socket, clock or global random generator. Its driver (the Trio daemon,
+the simulator, a test) feeds it received packets and the current time, and applies what
+comes back: `Send` outputs to put on the wire and membership events. After every call
+the driver asks `next_deadline()` when to call `tick()` next. Because packets are emitted
+as bytes, every driver exercises the real codec.
+
+Cost model (the simulator runs 10,000 of these in one process): handling a message or a
+tick is O(1) amortized in the cluster size. Counts of members per state are kept up to
+date; timers live in a heap with lazy invalidation plus a few scalar deadlines; random
+choices sample the member list instead of filtering it; the probe order is shuffled
+incrementally. Only push-pull, `members()` and `prime()` are O(n), and they are rare.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from ._events import (
+    Address,
+    Member,
+    MemberFailed,
+    MemberJoined,
+    MemberLeft,
+    MemberRecovered,
+    MemberState,
+    MemberSuspected,
+    MemberUpdated,
+    Output,
+    SelfRefuted,
+    Send,
+)
+from ._faults import FaultHooks
+from ._math import (
+    push_pull_interval_scaled,
+    suspicion_confirmations_expected,
+    suspicion_timeout_max,
+    suspicion_timeout_min,
+)
+from ._state import PRECEDENCE_FAST, Action, Rumor, Subject
+from ._stats import Counters, MembershipStatistics
+from .awareness import Awareness
+from .broadcast import TransmitLimitedQueue
+from .config import SwimConfig
+from .probe import ProbeOrder, ProbeRound
+from .suspicion import Suspicion
+from .wire import (
+    PACKET_OVERHEAD,
+    Ack,
+    Alive,
+    Dead,
+    DecodeError,
+    IndirectPing,
+    Left,
+    Nack,
+    Ping,
+    PushPull,
+    Suspect,
+    decode_packet,
+    encode_member_entry,
+    encode_message,
+    encode_packet,
+    encode_push_pull,
+)
+
+_ALIVE = MemberState.ALIVE
+_SUSPECT = MemberState.SUSPECT
+_DEAD = MemberState.DEAD
+_LEFT = MemberState.LEFT
+
+_RUMOR_ALIVE = Rumor.ALIVE.value
+_RUMOR_SUSPECT = Rumor.SUSPECT.value
+_RUMOR_DEAD = Rumor.DEAD.value
+_RUMOR_LEFT = Rumor.LEFT.value
+_SUBJECT_UNKNOWN = Subject.UNKNOWN.value
+_SUBJECT_SELF = Subject.SELF.value
+_SUBJECT_SELF_LEFT = Subject.SELF_LEFT.value
+_SUBJECT_OF_STATE = {
+    _ALIVE: Subject.ALIVE.value,
+    _SUSPECT: Subject.SUSPECT.value,
+    _DEAD: Subject.DEAD.value,
+    _LEFT: Subject.LEFT.value,
+}
+
+_TIMER_SUSPICION = 0
+_TIMER_RELAY = 1
+_TIMER_REAP = 2
+
+#: Below this many entries in the member list, random choices filter the whole list;
+#: above it they sample random indexes (memberlist's kRandomNodes).
+_SAMPLE_FILTER_MAX = 64
+
+_TimerEntry = tuple[float, int, int, Any]
+_Handler = Callable[[Any, float, bool, list[Output]], None]
+
+
+class _Node:
+    """One member as we hold it. Mutable and private; `Member` is the public snapshot."""
+
+    __slots__ = (
+        "address",
+        "entry",
+        "incarnation",
+        "meta",
+        "name",
+        "shared",
+        "state",
+        "state_since",
+        "suspicion",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        address: Address,
+        state: MemberState,
+        incarnation: int,
+        meta: bytes,
+        now: float,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.state = state
+        self.incarnation = incarnation
+        self.meta = meta
+        self.state_since = now
+        self.suspicion: Suspicion | None = None
+        #: Owned by a `SharedView`, read by many cores: copy before changing it.
+        self.shared = False
+        #: This member's push-pull entry, encoded; None after any change.
+        self.entry: bytes | None = None
+
+    def encoded_entry(self) -> bytes:
+        entry = self.entry
+        if entry is None:
+            entry = self.entry = encode_member_entry(
+                (self.name, self.address, self.incarnation, self.state, self.meta)
+            )
+        return entry
+
+    def snapshot(self) -> Member:
+        return Member(
+            self.name, self.address, self.state, self.incarnation, self.meta, self.state_since
+        )
+
+
+class _Names:
+    """Every member name we hold, indexable for O(1) random choice and probe order.
+
+    A base list shared with a `SharedView` (never modified) plus our own appended names,
+    so 10,000 primed cores share one 10,000-name list instead of copying it on the
+    first join. Reaped names linger until a compaction; lookups skip them.
+    """
+
+    __slots__ = ("base", "base_len", "extra")
+
+    def __init__(self, base: list[str], extra: list[str]) -> None:
+        self.base = base
+        self.base_len = len(base)
+        self.extra = extra
+
+    def __len__(self) -> int:
+        return self.base_len + len(self.extra)
+
+    def __getitem__(self, index: int) -> str:
+        base_len = self.base_len
+        return self.base[index] if index < base_len else self.extra[index - base_len]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.base
+        yield from self.extra
+
+    def append(self, name: str) -> None:
+        self.extra.append(name)
+
+
+class _Relay:
+    """An indirect probe we run for another member: forward the ack, or send a nack."""
+
+    __slots__ = ("deadline", "nack", "requester", "requester_seq")
+
+    def __init__(self, requester: Address, requester_seq: int, nack: bool, deadline: float):
+        self.requester = requester
+        self.requester_seq = requester_seq
+        self.nack = nack
+        self.deadline = deadline
+
+
+class SharedView:
+    """A converged membership view that many cores can be primed with at once.
+
+    A 10,000-member simulation holds 10,000 views of 10,000 members each. Priming every
+    core from one `SharedView` shares the member records between them, copy-on-write:
+    a core copies a record only when that member's state changes in its own view, so
+    100 million entries cost one dict per core instead of 100 million objects.
+    """
+
+    __slots__ = ("counts", "gone", "names", "nodes")
+
+    def __init__(self, members: Iterable[Member], now: float) -> None:
+        """Args:
+        members: the converged view; suspect members are loaded as alive.
+        now: the clock the records' `state_since` starts at.
+        """
+        self.nodes: dict[str, _Node] = {}
+        for member in members:
+            state = _ALIVE if member.state is _SUSPECT else member.state
+            node = _Node(member.name, member.address, state, member.incarnation, member.meta, now)
+            node.shared = True
+            self.nodes[member.name] = node
+        self.names = list(self.nodes)
+        self.counts = [0, 0, 0, 0]
+        for node in self.nodes.values():
+            self.counts[node.state] += 1
+        #: Dead and left members, which get reap timers.
+        self.gone = [name for name, node in self.nodes.items() if node.state in (_DEAD, _LEFT)]
+
+
+class Membership:
+    """One node's view of the cluster, and the protocol that keeps it current.
+
+    Every method that takes `now` may emit outputs and move deadlines: after each call
+    the driver sends the returned `Send`s, hands the events to the application, and
+    sleeps until `next_deadline()` or the next packet, whichever comes first.
+    """
+
+    def __init__(
+        self,
+        config: SwimConfig,
+        name: str,
+        address: Address,
+        rng: random.Random,
+        now: float,
+        *,
+        meta: bytes = b"",
+        incarnation: int = 0,
+        faults: object | None = None,
+        check_invariants: bool = False,
+    ) -> None:
+        """Args:
+        config: protocol settings.
+        name: this member's unique name in the cluster.
+        address: where other members reach us; carried in our messages so replies
+            reach us even when a message travelled over a stream from an ephemeral port.
+        rng: the only source of randomness; seed it to make a run reproducible.
+        now: the driver's monotonic clock, seconds.
+        meta: our metadata, at most `config.meta_size_max` bytes.
+        incarnation: start here; a restarted member passes a value above its last one
+            when it knows it (if not, it refutes up as soon as it hears of its past).
+        faults: simulator fault hooks (see `swim._faults.Faults`), or None.
+        check_invariants: run `_check_invariants()` after every call (also enabled by
+            `config.check_invariants`).
+
+        Raises:
+            ValueError: for metadata over the limit or a negative incarnation.
+        """
+        if len(meta) > config.meta_size_max:
+            raise ValueError(
+                f"meta is {len(meta)} bytes, over meta_size_max={config.meta_size_max}"
+            )
+        if incarnation < 0:
+            raise ValueError(f"incarnation must be >= 0, got {incarnation}")
+        self._config = config
+        self._name = name
+        self._address = address
+        self._rng = rng
+        self._faults = FaultHooks(faults)
+        self._check = check_invariants or config.check_invariants
+        self._counters = Counters()
+        self._awareness = Awareness(config.awareness_max_multiplier)
+        self._broadcasts = TransmitLimitedQueue(
+            config.retransmit_mult,
+            config.broadcast_queue_max,
+            config.packet_budget - PACKET_OVERHEAD,
+        )
+        self._self = _Node(name, address, _ALIVE, incarnation, meta, now)
+        self._members: dict[str, _Node] = {name: self._self}
+        # Every member name we hold, for O(1) random choice; reaped names linger until a
+        # compaction. Possibly shared with a `SharedView` until we first append to it.
+        self._names = _Names([], [name])
+        self._stale = 0
+        self._counts = [1, 0, 0, 0]
+        self._left = False
+        self._seq = 0
+        self._probe_order = ProbeOrder(self._names_len)
+        self._probe: ProbeRound[str] | None = None
+        # Start the periodic activities at random phases, as memberlist staggers its
+        # tickers, so that members started together do not probe in lockstep.
+        self._next_probe_at: float | None = now + rng.random() * config.probe_interval
+        self._gossip_phase = now + rng.random() * config.gossip_interval
+        self._gossip_at: float | None = None
+        self._push_pull_at: float | None = (
+            now + rng.random() * config.push_pull_interval
+            if config.push_pull_interval > 0
+            else None
+        )
+        self._timers: list[_TimerEntry] = []
+        self._timer_counter = 0
+        self._relays: dict[int, _Relay] = {}
+        self._handlers: dict[type[Any], _Handler] = {
+            Ping: self._on_ping,
+            IndirectPing: self._on_indirect_ping,
+            Ack: self._on_ack,
+            Nack: self._on_nack,
+            Alive: self._on_alive,
+            Suspect: self._on_suspect,
+            Dead: self._on_dead,
+            Left: self._on_left,
+            PushPull: self._on_push_pull,
+        }
+        # Announce ourselves: whoever we meet first spreads it.
+        self._broadcast_self(now)
+
+    ################################################################################
+    # Public API
+    ################################################################################
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def address(self) -> Address:
+        return self._address
+
+    @property
+    def incarnation(self) -> int:
+        """Our own incarnation: raised by refutes and metadata changes, never lowered."""
+        return self._self.incarnation
+
+    @property
+    def meta(self) -> bytes:
+        return self._self.meta
+
+    @property
+    def awareness(self) -> int:
+        """Lifeguard's health score, 0 (healthy) .. awareness_max_multiplier-1."""
+        return self._awareness.score
+
+    @property
+    def config(self) -> SwimConfig:
+        return self._config
+
+    @property
+    def has_left(self) -> bool:
+        return self._left
+
+    def join(self, seeds: Sequence[Address], now: float) -> list[Output]:
+        """Start a push-pull state exchange with each seed.
+
+        The replies (handled by `receive`) merge the seeds' views into ours, and ours
+        into theirs, so after one round trip we know the cluster and it knows us.
+        A driver retries with other seeds if nothing comes back.
+        """
+        out: list[Output] = []
+        for seed in seeds:
+            if seed != self._address:
+                self._send_push_pull(seed, join=True, reply=False, reliable=False, out=out)
+        if self._check:
+            self._check_invariants()
+        return out
+
+    def receive(
+        self, source: Address, payload: bytes, now: float, *, reliable: bool = False
+    ) -> list[Output]:
+        """Handle one packet.
+
+        Never raises on bad input: a packet that fails to decode is dropped and counted
+        in `statistics().dropped_malformed`, an invalid message in `dropped_invalid`.
+
+        Args:
+            source: where the packet came from. Only informative: replies go to the
+                address the sender advertises inside its message.
+            payload: the packet bytes.
+            now: the driver's clock.
+            reliable: the packet came over a stream (TCP); replies to it go the same way.
+        """
+        counters = self._counters
+        counters.packets_received += 1
+        counters.bytes_received += len(payload)
+        try:
+            messages = decode_packet(payload)
+        except DecodeError:
+            counters.dropped_malformed += 1
+            return []
+        counters.messages_received += len(messages)
+        out: list[Output] = []
+        handlers = self._handlers
+        for message in messages:
+            handlers[type(message)](message, now, reliable, out)
+        if self._check:
+            self._check_invariants()
+        return out
+
+    def tick(self, now: float) -> list[Output]:
+        """Fire everything due at `now`: probe phases, gossip, push-pull, timers."""
+        out: list[Output] = []
+        probe = self._probe
+        if probe is not None:
+            if not probe.indirect and now >= probe.timeout_at:
+                self._probe_indirect(probe, now, out)
+            if now >= probe.round_end:
+                self._probe = None
+                self._probe_failed(probe, now, out)
+        if self._next_probe_at is not None and now >= self._next_probe_at:
+            self._start_probe(now, out)
+        if self._gossip_at is not None and now >= self._gossip_at:
+            self._gossip(now, out)
+        if self._push_pull_at is not None and now >= self._push_pull_at:
+            self._push_pull(now, out)
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            entry = heapq.heappop(timers)
+            if self._timer_valid(entry):
+                self._fire_timer(entry, now, out)
+        if self._check:
+            self._check_invariants()
+        return out
+
+    def next_deadline(self) -> float | None:
+        """When `tick` must next be called, or None when nothing is scheduled.
+
+        May be earlier than necessary (never later); O(log n) amortized.
+        """
+        timers = self._timers
+        while timers and not self._timer_valid(timers[0]):
+            heapq.heappop(timers)
+        best = timers[0][0] if timers else None
+        probe = self._probe
+        for deadline in (
+            self._next_probe_at,
+            None if probe is None else probe.deadline(),
+            self._gossip_at,
+            self._push_pull_at,
+        ):
+            if deadline is not None and (best is None or deadline < best):
+                best = deadline
+        return best
+
+    def leave(self, now: float) -> list[Output]:
+        """Leave gracefully: gossip that we left (not failed), and stop probing.
+
+        The driver should keep calling `tick` for a few gossip intervals (until
+        `next_deadline()` returns None) so the news spreads, then shut down.
+        """
+        if self._left:
+            return []
+        self._left = True
+        self._set_state(self._self, _LEFT, now)
+        self._probe = None
+        self._next_probe_at = None
+        self._push_pull_at = None
+        self._broadcast(self._name, encode_message(Left(self._name, self._self.incarnation)), now)
+        out: list[Output] = []
+        self._gossip(now, out)
+        if self._check:
+            self._check_invariants()
+        return out
+
+    def set_meta(self, meta: bytes, now: float) -> list[Output]:
+        """Publish new metadata: a new incarnation carries it, so it wins everywhere.
+
+        Raises:
+            ValueError: metadata over `meta_size_max`, or after `leave`.
+        """
+        if self._left:
+            raise ValueError("cannot change metadata after leaving")
+        if len(meta) > self._config.meta_size_max:
+            raise ValueError(
+                f"meta is {len(meta)} bytes, over meta_size_max={self._config.meta_size_max}"
+            )
+        self._self.meta = meta
+        self._self.incarnation += 1
+        self._self.entry = None
+        self._broadcast_self(now)
+        if self._check:
+            self._check_invariants()
+        return []
+
+    def send_failed(self, destination: Address, payload: bytes, now: float) -> list[Output]:
+        """The driver could not deliver a reliable `Send` (e.g. TCP connection refused).
+
+        Counted only: a failed reliable probe simply does not produce the ack that would
+        have saved the target, a failed push-pull is retried at the next interval.
+        """
+        self._counters.send_failures += 1
+        return []
+
+    def prime(self, members: Iterable[Member] | SharedView, now: float) -> None:
+        """Load members into the view as if a push-pull had delivered them, silently.
+
+        For simulations and tests that start from an already converged cluster (10,000
+        members learning each other by gossip would take hours of simulated traffic).
+        No events, no broadcasts; members we already know are left as they are, and our
+        own entry is always ours. Our pending alive announcement is dropped: the primed
+        cluster knows us already. Suspect entries are loaded as alive. Pass a
+        `SharedView` to prime many cores cheaply (records are shared copy-on-write).
+        """
+        view = members if isinstance(members, SharedView) else SharedView(members, now)
+        known = self._members
+        if len(known) == 1:
+            merged = dict(view.nodes)  # C-speed copy: the common, big case
+            merged[self._name] = self._self
+            self._members = known = merged
+            if view.nodes.get(self._name) is None:
+                self._names = _Names(view.names, [self._name])
+            else:
+                self._names = _Names(view.names, [])
+            counts = list(view.counts)
+            ours = view.nodes.get(self._name)
+            if ours is not None:
+                counts[ours.state] -= 1
+            counts[self._self.state] += 1
+            self._counts = counts
+            gone = [name for name in view.gone if name != self._name]
+        else:
+            gone = []
+            for name, node in view.nodes.items():
+                if name not in known:
+                    known[name] = node
+                    self._names.append(name)
+                    self._counts[node.state] += 1
+                    if node.state is _DEAD or node.state is _LEFT:
+                        gone.append(name)
+        retention = self._config.dead_retention
+        for name in gone:
+            self._push_timer(now + retention, _TIMER_REAP, name)
+        self._probe_order.restart()
+        self._broadcasts.invalidate(self._name)
+        if self._push_pull_at is not None:
+            # Spread the first exchanges over the interval the primed size calls for.
+            interval = push_pull_interval_scaled(self._config.push_pull_interval, self.num_alive())
+            self._push_pull_at = now + self._rng.random() * interval
+        if len(self._broadcasts) and self._gossip_at is None:
+            self._gossip_at = self._gossip_time_after(now, strictly=False)
+        if self._check:
+            self._check_invariants()
+
+    def members(self) -> list[Member]:
+        """Snapshots of every member we hold, ourselves included, dead and left too."""
+        return [node.snapshot() for node in self._members.values()]
+
+    def member(self, name: str) -> Member | None:
+        node = self._members.get(name)
+        return None if node is None else node.snapshot()
+
+    def num_alive(self) -> int:
+        """Members alive or suspect (not dead, not left), ourselves included. O(1)."""
+        return self._counts[_ALIVE] + self._counts[_SUSPECT]
+
+    def num_members(self) -> int:
+        """Members held in any state, ourselves included. O(1)."""
+        return len(self._members)
+
+    def statistics(self) -> MembershipStatistics:
+        self._counters.broadcasts_evicted = self._broadcasts.evicted
+        return self._counters.snapshot()
+
+    ################################################################################
+    # Sending
+    ################################################################################
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _emit(
+        self, destination: Address, payload: bytes, reliable: bool, out: list[Output]
+    ) -> None:
+        counters = self._counters
+        counters.packets_sent += 1
+        counters.bytes_sent += len(payload)
+        out.append(Send(destination, payload, reliable))
+
+    def _send_packet(
+        self, destination: Address, first: bytes, out: list[Output], second: bytes | None = None
+    ) -> None:
+        """A datagram: `first` (and `second`), then as many queued updates as fit."""
+        if second is None:
+            parts = [first]
+            used = len(first)
+        else:
+            parts = [first, second]
+            used = len(first) + len(second)
+        broadcasts = self._broadcasts
+        if len(broadcasts):
+            parts.extend(
+                broadcasts.get_broadcasts(
+                    PACKET_OVERHEAD + used, self._config.packet_budget, self.num_alive()
+                )
+            )
+        self._emit(destination, encode_packet(parts), False, out)
+
+    def _broadcast(self, name: str, payload: bytes, now: float) -> None:
+        """Queue an update for piggybacking, and wake gossip up if it was idle."""
+        self._broadcasts.queue(name, payload)
+        if self._gossip_at is None:
+            self._gossip_at = self._gossip_time_after(now, strictly=False)
+
+    def _broadcast_self(self, now: float) -> None:
+        me = self._self
+        self._broadcast(
+            me.name, encode_message(Alive(me.name, me.incarnation, me.address, me.meta)), now
+        )
+
+    def _gossip_time_after(self, now: float, *, strictly: bool) -> float:
+        """The next point of this node's gossip grid (phase + k * interval) at/after now."""
+        phase = self._gossip_phase
+        interval = self._config.gossip_interval
+        if now < phase:
+            return phase
+        steps = math.floor((now - phase) / interval)
+        at = phase + steps * interval
+        if at < now or (strictly and at <= now):
+            at += interval
+        return at
+
+    def _random_nodes(self, k: int, exclude: str | None, gossip: bool) -> list[_Node]:
+        """Up to k distinct random members other than us and `exclude`.
+
+        `gossip=False` takes alive members only (indirect probes, push-pull);
+        `gossip=True` also takes suspect ones and the dead we still retain, since they
+        may be alive behind a partition and need to hear the news to refute it.
+        """
+        if k <= 0:
+            return []
+        names = self._names
+        members = self._members
+        me = self._name
+
+        def eligible(node: _Node | None) -> bool:
+            if node is None or node.name == me or node.name == exclude:
+                return False
+            state = node.state
+            return state is _ALIVE or (gossip and (state is _SUSPECT or state is _DEAD))
+
+        size = len(names)
+        if size <= _SAMPLE_FILTER_MAX:
+            candidates = []
+            for name in dict.fromkeys(names):
+                node = members.get(name)
+                if eligible(node):
+                    assert node is not None
+                    candidates.append(node)
+            if len(candidates) <= k:
+                self._rng.shuffle(candidates)
+                return candidates
+            return self._rng.sample(candidates, k)
+        picked: list[_Node] = []
+        rng_random = self._rng.random
+        for _ in range(3 * k + 16):
+            node = members.get(names[int(rng_random() * size)])
+            if eligible(node) and node not in picked:
+                assert node is not None
+                picked.append(node)
+                if len(picked) == k:
+                    break
+        return picked
+
+    ################################################################################
+    # Failure detection
+    ################################################################################
+
+    def _names_len(self) -> int:
+        return len(self._names)
+
+    def _probe_usable(self, index: int) -> bool:
+        node = self._members.get(self._names[index])
+        return (
+            node is not None
+            and (node.state is _ALIVE or node.state is _SUSPECT)
+            and node is not self._self
+        )
+
+    def _scale(self) -> int:
+        return self._awareness.score + 1 if self._config.awareness_enabled else 1
+
+    def _start_probe(self, now: float, out: list[Output]) -> None:
+        config = self._config
+        scale = self._scale()
+        interval = config.probe_interval * scale
+        self._next_probe_at = now + interval
+        index = self._probe_order.next(self._rng, self._probe_usable)
+        if index is None:
+            return
+        name = self._names[index]
+        node = self._members[name]
+        seq = self._next_seq()
+        self._probe = ProbeRound(name, seq, now, config.probe_timeout * scale, interval)
+        ping = encode_message(Ping(seq, node.name, self._name, self._address))
+        buddy = None
+        if node.state is _SUSPECT and config.buddy_enabled:
+            # Lifeguard's buddy system: tell the suspect first, so it can refute now.
+            buddy = encode_message(Suspect(node.name, node.incarnation, self._name))
+        self._counters.probes_sent += 1
+        self._send_packet(node.address, ping, out, buddy)
+
+    def _probe_indirect(self, probe: ProbeRound[str], now: float, out: list[Output]) -> None:
+        """The direct ping timed out: ask k members to try, and try a reliable ping."""
+        probe.indirect = True
+        config = self._config
+        target = self._members.get(probe.target)
+        if target is None:  # reaped meanwhile: nothing left to probe
+            return
+        helpers = self._random_nodes(config.indirect_checks, target.name, gossip=False)
+        if helpers:
+            request = encode_message(
+                IndirectPing(
+                    probe.seq,
+                    target.name,
+                    target.address,
+                    config.nack_enabled,
+                    self._name,
+                    self._address,
+                )
+            )
+            for helper in helpers:
+                self._send_packet(helper.address, request, out)
+            self._counters.indirect_probes_sent += len(helpers)
+            if config.nack_enabled:
+                probe.nacks_expected = len(helpers)
+        if config.reliable_probe_enabled:
+            ping = encode_message(Ping(probe.seq, target.name, self._name, self._address))
+            self._counters.reliable_probes_sent += 1
+            self._emit(target.address, encode_packet([ping]), True, out)
+
+    def _probe_failed(self, probe: ProbeRound[str], now: float, out: list[Output]) -> None:
+        """No ack by the end of the period: adjust awareness, suspect the target."""
+        self._counters.probes_failed += 1
+        if self._config.awareness_enabled:
+            # Nacks prove the helpers heard us: only the missing ones are our fault.
+            expected = probe.nacks_expected
+            delta = expected - probe.nacks_received if expected > 0 else 1
+            if delta > 0:
+                self._awareness.apply_delta(delta)
+        target = self._members.get(probe.target)
+        if target is not None and (target.state is _ALIVE or target.state is _SUSPECT):
+            self._apply(
+                _RUMOR_SUSPECT, target.name, target.incarnation, now, out, source=self._name
+            )
+
+    def _on_ping(self, message: Ping, now: float, reliable: bool, out: list[Output]) -> None:
+        if message.target != self._name:
+            self._counters.dropped_misdirected += 1
+            return
+        ack = encode_message(Ack(message.seq))
+        if reliable:
+            self._emit(message.source_address, encode_packet([ack]), True, out)
+        else:
+            self._send_packet(message.source_address, ack, out)
+
+    def _on_indirect_ping(
+        self, message: IndirectPing, now: float, reliable: bool, out: list[Output]
+    ) -> None:
+        if len(self._relays) >= self._config.indirect_pending_max:
+            self._counters.dropped_indirect_full += 1
+            return
+        seq = self._next_seq()
+        deadline = now + self._config.probe_timeout
+        self._relays[seq] = _Relay(message.source_address, message.seq, message.nack, deadline)
+        self._push_timer(deadline, _TIMER_RELAY, seq)
+        ping = encode_message(Ping(seq, message.target, self._name, self._address))
+        self._send_packet(message.target_address, ping, out)
+
+    def _on_ack(self, message: Ack, now: float, reliable: bool, out: list[Output]) -> None:
+        probe = self._probe
+        if probe is not None and message.seq == probe.seq:
+            self._probe = None
+            if probe.indirect:
+                self._counters.probes_acked_late += 1
+            if self._config.awareness_enabled:
+                self._awareness.apply_delta(-1)
+            return
+        relay = self._relays.pop(message.seq, None)
+        if relay is not None:
+            self._send_packet(relay.requester, encode_message(Ack(relay.requester_seq)), out)
+            return
+        self._counters.acks_unexpected += 1
+
+    def _on_nack(self, message: Nack, now: float, reliable: bool, out: list[Output]) -> None:
+        probe = self._probe
+        if (
+            probe is not None
+            and message.seq == probe.seq
+            and probe.nacks_received < probe.nacks_expected
+        ):
+            probe.nacks_received += 1
+            self._counters.nacks_received += 1
+            return
+        self._counters.acks_unexpected += 1
+
+    ################################################################################
+    # Rumors and the precedence table
+    ################################################################################
+
+    def _on_alive(self, message: Alive, now: float, reliable: bool, out: list[Output]) -> None:
+        if len(message.meta) > self._config.meta_size_max:
+            self._counters.dropped_invalid += 1
+            return
+        self._apply(
+            _RUMOR_ALIVE,
+            message.name,
+            message.incarnation,
+            now,
+            out,
+            address=message.address,
+            meta=message.meta,
+        )
+
+    def _on_suspect(self, message: Suspect, now: float, reliable: bool, out: list[Output]) -> None:
+        self._apply(
+            _RUMOR_SUSPECT, message.name, message.incarnation, now, out, source=message.source
+        )
+
+    def _on_dead(self, message: Dead, now: float, reliable: bool, out: list[Output]) -> None:
+        self._apply(_RUMOR_DEAD, message.name, message.incarnation, now, out, source=message.source)
+
+    def _on_left(self, message: Left, now: float, reliable: bool, out: list[Output]) -> None:
+        self._apply(_RUMOR_LEFT, message.name, message.incarnation, now, out)
+
+    def _apply(
+        self,
+        rumor: int,
+        name: str,
+        incarnation: int,
+        now: float,
+        out: list[Output],
+        *,
+        address: Address | None = None,
+        meta: bytes = b"",
+        source: str = "",
+    ) -> None:
+        """Apply one rumor through `swim._state.PRECEDENCE`: the only place state changes."""
+        node = self._members.get(name)
+        if node is None:
+            subject = _SUBJECT_UNKNOWN
+            held = 0
+        else:
+            if node is self._self:
+                subject = _SUBJECT_SELF_LEFT if self._left else _SUBJECT_SELF
+            else:
+                subject = _SUBJECT_OF_STATE[node.state]
+            held = node.incarnation
+        order = 0 if incarnation < held else 1 if incarnation == held else 2
+        action = PRECEDENCE_FAST[subject][rumor][order]
+        if action == Action.IGNORE:
+            return
+        if node is not None and node.shared:
+            node = self._own(node)
+        if action == Action.BECOME_ALIVE:
+            assert address is not None
+            self._become_alive(node, name, incarnation, address, meta, now, out)
+        elif action == Action.BECOME_SUSPECT:
+            assert node is not None
+            self._become_suspect(node, incarnation, source, now, out)
+        elif action == Action.CONFIRM:
+            assert node is not None
+            self._confirm(node, incarnation, source, now)
+        elif action == Action.BECOME_DEAD:
+            assert node is not None
+            self._become_dead(node, incarnation, source, now, out)
+        elif action == Action.BECOME_LEFT:
+            assert node is not None
+            self._become_left(node, incarnation, now, out)
+        elif action == Action.REFUTE:
+            self._refute(incarnation, now, out)
+        else:  # Action.REFUTE_IF_CHANGED
+            me = self._self
+            if address != me.address or meta != me.meta:
+                self._refute(incarnation, now, out)
+
+    def _own(self, node: _Node) -> _Node:
+        """Copy a record shared with a `SharedView` before changing it."""
+        copy = _Node(
+            node.name, node.address, node.state, node.incarnation, node.meta, node.state_since
+        )
+        self._members[node.name] = copy
+        return copy
+
+    def _set_state(self, node: _Node, state: MemberState, now: float) -> None:
+        node.entry = None
+        old = node.state
+        if old is state:
+            return
+        counts = self._counts
+        counts[old] -= 1
+        counts[state] += 1
+        node.state = state
+        node.state_since = now
+        if old is _SUSPECT:
+            node.suspicion = None
+
+    def _become_alive(
+        self,
+        node: _Node | None,
+        name: str,
+        incarnation: int,
+        address: Address,
+        meta: bytes,
+        now: float,
+        out: list[Output],
+    ) -> None:
+        if node is None:
+            node = _Node(name, address, _ALIVE, incarnation, meta, now)
+            self._members[name] = node
+            self._names.append(name)
+            self._counts[_ALIVE] += 1
+            self._probe_order.add(len(self._names) - 1)
+            out.append(MemberJoined(node.snapshot()))
+        else:
+            previous = node.state
+            changed = node.address != address or node.meta != meta
+            node.entry = None
+            node.incarnation = incarnation
+            node.address = address
+            node.meta = meta
+            if previous is _ALIVE:
+                if changed:
+                    out.append(MemberUpdated(node.snapshot()))
+            else:
+                # A dead or left member that returns keeps its slot in the name list,
+                # so the probe order reaches it again by the next round at the latest.
+                self._set_state(node, _ALIVE, now)
+                if previous is _LEFT:
+                    out.append(MemberJoined(node.snapshot()))
+                else:
+                    out.append(MemberRecovered(node.snapshot()))
+        self._broadcast(name, encode_message(Alive(name, incarnation, address, meta)), now)
+
+    def _become_suspect(
+        self, node: _Node, incarnation: int, source: str, now: float, out: list[Output]
+    ) -> None:
+        config = self._config
+        node.incarnation = incarnation
+        self._set_state(node, _SUSPECT, now)
+        n = self.num_alive()
+        timeout_min = suspicion_timeout_min(config.suspicion_mult, n, config.probe_interval)
+        if config.dynamic_suspicion_enabled:
+            k = suspicion_confirmations_expected(config.suspicion_mult, n)
+            timeout_max = suspicion_timeout_max(config.suspicion_max_mult, timeout_min)
+        else:
+            k = 0
+            timeout_max = timeout_min
+        suspicion = Suspicion(source, k, timeout_min, timeout_max, now)
+        node.suspicion = suspicion
+        self._push_timer(suspicion.deadline, _TIMER_SUSPICION, node.name)
+        self._counters.suspicions_started += 1
+        out.append(MemberSuspected(node.snapshot()))
+        self._broadcast(node.name, encode_message(Suspect(node.name, incarnation, source)), now)
+
+    def _confirm(self, node: _Node, incarnation: int, source: str, now: float) -> None:
+        if incarnation > node.incarnation:
+            node.incarnation = incarnation
+            node.entry = None
+        suspicion = node.suspicion
+        assert suspicion is not None
+        if suspicion.confirm(source, now):
+            self._push_timer(suspicion.deadline, _TIMER_SUSPICION, node.name)
+            self._broadcast(
+                node.name, encode_message(Suspect(node.name, node.incarnation, source)), now
+            )
+
+    def _become_dead(
+        self, node: _Node, incarnation: int, source: str, now: float, out: list[Output]
+    ) -> None:
+        node.incarnation = incarnation
+        self._set_state(node, _DEAD, now)
+        self._push_timer(now + self._config.dead_retention, _TIMER_REAP, node.name)
+        self._counters.members_failed += 1
+        out.append(MemberFailed(node.snapshot()))
+        self._broadcast(node.name, encode_message(Dead(node.name, incarnation, source)), now)
+
+    def _become_left(self, node: _Node, incarnation: int, now: float, out: list[Output]) -> None:
+        node.incarnation = incarnation
+        self._set_state(node, _LEFT, now)
+        self._push_timer(now + self._config.dead_retention, _TIMER_REAP, node.name)
+        out.append(MemberLeft(node.snapshot()))
+        self._broadcast(node.name, encode_message(Left(node.name, incarnation)), now)
+
+    def _refute(self, accused: int, now: float, out: list[Output]) -> None:
+        """Somebody holds an incarnation of ours at or above our own: outbid it."""
+        drop = self._faults.drop_refute
+        if drop is not None and drop():
+            return
+        me = self._self
+        me.incarnation = max(me.incarnation, accused) + 1
+        me.entry = None
+        if self._config.awareness_enabled:
+            self._awareness.apply_delta(1)
+        self._counters.refutes += 1
+        self._broadcast_self(now)
+        out.append(SelfRefuted(me.incarnation))
+
+    ################################################################################
+    # Gossip and anti-entropy
+    ################################################################################
+
+    def _gossip(self, now: float, out: list[Output]) -> None:
+        """Push queued updates to a few random members (only when there are any)."""
+        self._gossip_at = None
+        broadcasts = self._broadcasts
+        if not len(broadcasts):
+            return
+        fanout = self._config.gossip_nodes
+        hook = self._faults.gossip_fanout
+        if hook is not None:
+            fanout = hook(fanout)
+        targets = self._random_nodes(fanout, None, gossip=True)
+        if not targets:
+            # Nobody to tell; a new member arriving queues an update and wakes us.
+            return
+        n = self.num_alive()
+        budget = self._config.packet_budget
+        for node in targets:
+            parts = broadcasts.get_broadcasts(PACKET_OVERHEAD, budget, n)
+            if parts:
+                self._emit(node.address, encode_packet(parts), False, out)
+            oversize = broadcasts.get_oversize(n)
+            for payload in oversize:
+                self._emit(node.address, encode_packet([payload]), True, out)
+            if not parts and not oversize:
+                break
+        if len(broadcasts):
+            self._gossip_at = self._gossip_time_after(now, strictly=True)
+
+    def _push_pull(self, now: float, out: list[Output]) -> None:
+        if self._left:
+            self._push_pull_at = None
+            return
+        n = self.num_alive()
+        self._push_pull_at = now + push_pull_interval_scaled(self._config.push_pull_interval, n)
+        # Unlike memberlist, the partner may be a retained dead member: after a
+        # partition heals, this is how the two sides find each other again without the
+        # driver re-joining (they refute each other's death notices).
+        targets = self._random_nodes(1, None, gossip=True)
+        if targets:
+            self._send_push_pull(
+                targets[0].address, join=False, reply=False, reliable=False, out=out
+            )
+
+    def _send_push_pull(
+        self, destination: Address, *, join: bool, reply: bool, reliable: bool, out: list[Output]
+    ) -> None:
+        entries = [node.encoded_entry() for node in self._members.values()]
+        message = encode_push_pull(join, reply, self._name, self._address, entries)
+        payload = encode_packet([message])
+        self._counters.push_pulls_sent += 1
+        self._emit(destination, payload, reliable or len(payload) > self._config.packet_budget, out)
+
+    def _on_push_pull(
+        self, message: PushPull, now: float, reliable: bool, out: list[Output]
+    ) -> None:
+        """Merge a full view, as memberlist's mergeState, and answer with ours."""
+        self._counters.push_pulls_received += 1
+        members = self._members
+        me = self._self
+        meta_max = self._config.meta_size_max
+        source = message.source
+        for name, address, incarnation, state, meta in message.members:
+            if len(meta) > meta_max:
+                self._counters.dropped_invalid += 1
+                continue
+            if state == 0:  # alive
+                node = members.get(name)
+                if (
+                    node is not None
+                    and node.state is _ALIVE
+                    and incarnation <= node.incarnation
+                    and node is not me
+                ):
+                    continue  # the common case: nothing new
+                self._apply(_RUMOR_ALIVE, name, incarnation, now, out, address=address, meta=meta)
+            elif state == 3:  # left
+                self._apply(_RUMOR_LEFT, name, incarnation, now, out)
+            else:
+                # Suspect, or dead: memberlist prefers to suspect a member another node
+                # believes dead, rather than declare it dead on second-hand news.
+                self._apply(_RUMOR_SUSPECT, name, incarnation, now, out, source=source)
+        if not message.reply:
+            self._send_push_pull(
+                message.source_address, join=False, reply=True, reliable=reliable, out=out
+            )
+
+    ################################################################################
+    # Timers
+    ################################################################################
+
+    def _push_timer(self, deadline: float, kind: int, key: Any) -> None:
+        self._timer_counter += 1
+        heapq.heappush(self._timers, (deadline, self._timer_counter, kind, key))
+
+    def _timer_valid(self, entry: _TimerEntry) -> bool:
+        """Timers are never removed from the heap; stale ones are recognised here."""
+        deadline, _, kind, key = entry
+        if kind == _TIMER_RELAY:
+            relay = self._relays.get(key)
+            return relay is not None and relay.deadline == deadline
+        node = self._members.get(key)
+        if node is None:
+            return False
+        if kind == _TIMER_SUSPICION:
+            suspicion = node.suspicion
+            return suspicion is not None and suspicion.deadline == deadline
+        return (node.state is _DEAD or node.state is _LEFT) and (
+            node.state_since + self._config.dead_retention == deadline
+        )
+
+    def _fire_timer(self, entry: _TimerEntry, now: float, out: list[Output]) -> None:
+        _, _, kind, key = entry
+        if kind == _TIMER_RELAY:
+            relay = self._relays.pop(key)
+            if relay.nack:
+                self._counters.nacks_sent += 1
+                self._send_packet(relay.requester, encode_message(Nack(relay.requester_seq)), out)
+            return
+        node = self._members[key]
+        if kind == _TIMER_SUSPICION:
+            # Suspicion ran out without a refute: declare the member dead.
+            self._become_dead(node, node.incarnation, self._name, now, out)
+        else:
+            self._reap(node)
+
+    def _reap(self, node: _Node) -> None:
+        """Forget a member that has been dead or left for `dead_retention`."""
+        del self._members[node.name]
+        self._counts[node.state] -= 1
+        self._counters.members_reaped += 1
+        self._broadcasts.invalidate(node.name)
+        self._stale += 1
+        if self._stale > 32 and 2 * self._stale > len(self._names):
+            members = self._members
+            self._names = _Names([], list(dict.fromkeys(n for n in self._names if n in members)))
+            self._probe_order.restart()
+            self._stale = 0
+
+    ################################################################################
+    # Invariants
+    ################################################################################
+
+    def _check_invariants(self) -> None:
+        """Assert the core's internal consistency (O(n): tests and simulation only).
+
+        Raises:
+            AssertionError: a bug in this module, never bad input.
+        """
+
+        def require(condition: bool, what: str) -> None:
+            if not condition:
+                raise AssertionError(f"swim invariant violated on {self._name!r}: {what}")
+
+        counts = [0, 0, 0, 0]
+        in_list = set(self._names)
+        for name, node in self._members.items():
+            require(node.name == name, f"member {name!r} filed under another name")
+            counts[node.state] += 1
+            require(
+                (node.suspicion is not None) == (node.state is _SUSPECT),
+                f"{name!r} suspicion timer does not match state {node.state.name}",
+            )
+            require(node.incarnation >= 0, f"{name!r} has a negative incarnation")
+            fresh = encode_member_entry(
+                (node.name, node.address, node.incarnation, node.state, node.meta)
+            )
+            require(node.entry in (None, fresh), f"{name!r} has a stale push-pull entry")
+            require(name in in_list, f"{name!r} missing from the sampling list")
+            require(not node.suspicion or not node.shared, f"{name!r} shared yet suspected")
+        require(counts == self._counts, f"state counts {self._counts} != actual {counts}")
+        require(self._members.get(self._name) is self._self, "our own entry is missing")
+        require(
+            self._self.state is (_LEFT if self._left else _ALIVE),
+            f"our own state is {self._self.state.name}",
+        )
+        require(len(self._relays) <= self._config.indirect_pending_max, "too many relays")
+        require(len(self._broadcasts) <= self._config.broadcast_queue_max, "queue over bound")
+        score = self._awareness.score
+        require(0 <= score < self._config.awareness_max_multiplier, "awareness out of range")
+        require(self._config.awareness_enabled or score == 0, "awareness moved while disabled")
+        probe = self._probe
+        if probe is not None:
+            require(probe.timeout_at <= probe.round_end, "probe timeout after its round end")
+            require(probe.nacks_received <= probe.nacks_expected, "more nacks than asked for")
+        if len(self._broadcasts) and self._gossip_at is None and not self._left:
+            require(
+                not any(
+                    node is not self._self and node.state is not _LEFT
+                    for node in self._members.values()
+                ),
+                "updates queued, gossip targets exist, but gossip is idle",
+            )

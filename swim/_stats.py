@@ -1,0 +1,88 @@
+"""`MembershipStatistics`: what one core has done, for metrics and tests.
+
+A frozen snapshot (as Trio's `statistics()` methods return), built from plain mutable
+counters that the hot path increments without allocating.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class MembershipStatistics:
+    """Counters since the core was created. Sizes are payload bytes."""
+
+    packets_received: int = 0
+    bytes_received: int = 0
+    messages_received: int = 0
+    packets_sent: int = 0
+    bytes_sent: int = 0
+    #: Packets that failed to decode (`DecodeError`): dropped.
+    dropped_malformed: int = 0
+    #: Messages that decoded but broke a rule (metadata too large, bad state): dropped.
+    dropped_invalid: int = 0
+    #: Pings for a member name that is not ours (an old address reused): dropped.
+    dropped_misdirected: int = 0
+    #: Indirect-probe requests refused because `indirect_pending_max` were running.
+    dropped_indirect_full: int = 0
+    #: Queued updates evicted because `broadcast_queue_max` was reached.
+    broadcasts_evicted: int = 0
+    #: Acks and nacks matching no probe in flight (too late, or duplicates).
+    acks_unexpected: int = 0
+    probes_sent: int = 0
+    #: Probes answered after `probe_timeout`, before the period ended (Lifeguard's
+    #: "late ack counts").
+    probes_acked_late: int = 0
+    probes_failed: int = 0
+    indirect_probes_sent: int = 0
+    reliable_probes_sent: int = 0
+    nacks_sent: int = 0
+    nacks_received: int = 0
+    suspicions_started: int = 0
+    members_failed: int = 0
+    members_reaped: int = 0
+    refutes: int = 0
+    push_pulls_sent: int = 0
+    push_pulls_received: int = 0
+    #: Reliable sends the driver reported as undeliverable (`send_failed`).
+    send_failures: int = 0
+
+
+class Counters:
+    """The mutable twin of `MembershipStatistics`, one int attribute per field."""
+
+    __slots__ = tuple(f.name for f in attrs.fields(MembershipStatistics))
+
+    packets_received: int
+    bytes_received: int
+    messages_received: int
+    packets_sent: int
+    bytes_sent: int
+    dropped_malformed: int
+    dropped_invalid: int
+    dropped_misdirected: int
+    dropped_indirect_full: int
+    broadcasts_evicted: int
+    acks_unexpected: int
+    probes_sent: int
+    probes_acked_late: int
+    probes_failed: int
+    indirect_probes_sent: int
+    reliable_probes_sent: int
+    nacks_sent: int
+    nacks_received: int
+    suspicions_started: int
+    members_failed: int
+    members_reaped: int
+    refutes: int
+    push_pulls_sent: int
+    push_pulls_received: int
+    send_failures: int
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def snapshot(self) -> MembershipStatistics:
+        return MembershipStatistics(**{name: getattr(self, name) for name in self.__slots__})

@@ -1,0 +1,400 @@
+"""The wire codec: protocol messages to bytes and back, and nothing else.
+
+A packet is one version byte followed by one msgpack array of messages; each message is
+a msgpack array whose first element is its `MessageType` and whose other elements are
+the fields of the matching NamedTuple below, in order. A packet with several messages is
+a compound packet: that is how gossip rides on pings and acks. Messages are tuples, not
+maps, so field names never travel (an alive message with no metadata is ~30 bytes).
+
+Decoding is strict about types and bounds, and every way malformed input can fail ends
+in one `DecodeError`, which callers count and drop. Trailing fields a newer peer appends
+to a message are ignored, so fields, like message types, may only ever be appended.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import msgpack
+
+from ._events import Address
+
+#: First byte of every packet. Bump it only for a change older peers cannot ignore.
+PROTOCOL_VERSION = 1
+_VERSION_PREFIX = bytes([PROTOCOL_VERSION])
+
+#: Bytes a packet adds around its messages: the version byte and the array header.
+PACKET_OVERHEAD = 4
+#: Longest member name or host string accepted.
+NAME_LENGTH_MAX = 255
+#: Most messages in one packet, and members in one push-pull.
+MESSAGES_MAX = 4096
+MEMBERS_MAX = 1 << 20
+_UINT64_LIMIT = 1 << 64
+
+
+class MessageType(enum.IntEnum):
+    """Message type tags.
+
+    ONLY APPEND; values are part of the protocol.
+    """
+
+    PING = 0
+    INDIRECT_PING = 1
+    ACK = 2
+    NACK = 3
+    ALIVE = 4
+    SUSPECT = 5
+    DEAD = 6
+    LEFT = 7
+    PUSH_PULL = 8
+
+
+class DecodeError(ValueError):
+    """A packet could not be decoded: truncated, garbled, wrong version or bad fields.
+
+    The only exception `decode_packet` raises. It is an operating error (a remote
+    problem), never a bug of ours: the core counts it and drops the packet.
+    """
+
+
+####################################################################################
+# Messages
+####################################################################################
+
+
+class Ping(NamedTuple):
+    """Are you alive? Answered with `Ack(seq)` sent to `source_address`."""
+
+    seq: int
+    #: The name we expect to answer, so a new process on a reused address does not ack
+    #: on behalf of the member that used to live there.
+    target: str
+    source: str
+    #: Where to reply: the sender's advertised address, not the packet's source, which
+    #: is an ephemeral port when the ping came over a stream.
+    source_address: Address
+
+
+class IndirectPing(NamedTuple):
+    """Ping `target` for me and forward its ack (SWIM's ping-req)."""
+
+    seq: int
+    target: str
+    target_address: Address
+    #: Send `Nack(seq)` if the target does not answer within our probe timeout.
+    nack: bool
+    source: str
+    source_address: Address
+
+
+class Ack(NamedTuple):
+    seq: int
+
+
+class Nack(NamedTuple):
+    """Lifeguard: "I asked, the target did not answer": proof the requester is healthy."""
+
+    seq: int
+
+
+class Alive(NamedTuple):
+    """`name` is alive at `incarnation`, at `address`, with metadata `meta`."""
+
+    name: str
+    incarnation: int
+    address: Address
+    meta: bytes
+
+
+class Suspect(NamedTuple):
+    """`source` suspects `name` at `incarnation`."""
+
+    name: str
+    incarnation: int
+    source: str
+
+
+class Dead(NamedTuple):
+    """`source` declares `name` dead at `incarnation`."""
+
+    name: str
+    incarnation: int
+    source: str
+
+
+class Left(NamedTuple):
+    """`name` left the cluster gracefully at `incarnation` (not a failure)."""
+
+    name: str
+    incarnation: int
+
+
+#: One member in a push-pull: (name, address, incarnation, MemberState value, meta).
+MemberEntry = tuple[str, Address, int, int, bytes]
+
+
+class PushPull(NamedTuple):
+    """Full-state anti-entropy: the sender's whole view. Answered in kind unless `reply`."""
+
+    join: bool
+    reply: bool
+    source: str
+    source_address: Address
+    members: tuple[MemberEntry, ...]
+
+
+Message = Ping | IndirectPing | Ack | Nack | Alive | Suspect | Dead | Left | PushPull
+
+_TYPE_OF: dict[type[Any], int] = {
+    Ping: MessageType.PING.value,
+    IndirectPing: MessageType.INDIRECT_PING.value,
+    Ack: MessageType.ACK.value,
+    Nack: MessageType.NACK.value,
+    Alive: MessageType.ALIVE.value,
+    Suspect: MessageType.SUSPECT.value,
+    Dead: MessageType.DEAD.value,
+    Left: MessageType.LEFT.value,
+    PushPull: MessageType.PUSH_PULL.value,
+}
+
+####################################################################################
+# Encoding
+####################################################################################
+
+_packer = msgpack.Packer(use_bin_type=True)
+_pack: Callable[[object], bytes] = _packer.pack
+_pack_array_header: Callable[[int], bytes] = _packer.pack_array_header
+_ARRAY_HEADERS = [_pack_array_header(i) for i in range(16)]
+
+
+def encode_message(message: Message) -> bytes:
+    """One message as msgpack bytes, ready to be joined into a packet."""
+    return _pack((_TYPE_OF[type(message)], *message))
+
+
+def encode_member_entry(entry: MemberEntry) -> bytes:
+    """One push-pull member entry as msgpack bytes, for `encode_push_pull`."""
+    return _pack(entry)
+
+
+def encode_push_pull(
+    join: bool, reply: bool, source: str, source_address: Address, entries: Sequence[bytes]
+) -> bytes:
+    """A `PushPull` message from pre-encoded member entries.
+
+    Byte for byte what `encode_message(PushPull(...))` gives, but a member whose state
+    did not change since the last exchange is not re-encoded: at 10,000 members that is
+    most of the cost of an exchange.
+    """
+    return b"".join(
+        (
+            _ARRAY_HEADERS[6],
+            _pack(MessageType.PUSH_PULL.value),
+            _pack(join),
+            _pack(reply),
+            _pack(source),
+            _pack(source_address),
+            _pack_array_header(len(entries)),
+            *entries,
+        )
+    )
+
+
+def encode_packet(parts: Sequence[bytes]) -> bytes:
+    """A packet from already-encoded messages (`encode_message` outputs).
+
+    Messages are encoded once and concatenated under one array header, so a broadcast
+    piggybacked on many packets is never re-encoded.
+    """
+    n = len(parts)
+    header = _ARRAY_HEADERS[n] if n < 16 else _pack_array_header(n)
+    return _VERSION_PREFIX + header + b"".join(parts)
+
+
+def encode(*messages: Message) -> bytes:
+    """A packet of the given messages (convenience for tests and drivers)."""
+    return encode_packet([encode_message(m) for m in messages])
+
+
+def packet_size(parts_size: int, count: int) -> int:
+    """Exact size of a packet holding `count` messages totalling `parts_size` bytes."""
+    header = 1 if count < 16 else 3
+    return 1 + header + parts_size
+
+
+####################################################################################
+# Decoding
+####################################################################################
+
+
+def _name(value: Any) -> str:
+    if type(value) is not str or len(value) > NAME_LENGTH_MAX:
+        raise DecodeError("bad name")
+    return value
+
+
+def _uint(value: Any) -> int:
+    if type(value) is not int or not 0 <= value < _UINT64_LIMIT:
+        raise DecodeError("bad unsigned integer")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if type(value) is not bool:
+        raise DecodeError("bad boolean")
+    return value
+
+
+def _address(value: Any) -> Address:
+    if (
+        type(value) is not tuple
+        or len(value) != 2
+        or type(value[0]) is not str
+        or len(value[0]) > NAME_LENGTH_MAX
+        or type(value[1]) is not int
+        or not 0 <= value[1] <= 0xFFFF
+    ):
+        raise DecodeError("bad address")
+    return value
+
+
+def _bytes(value: Any) -> bytes:
+    if type(value) is not bytes:
+        raise DecodeError("bad bytes")
+    return value
+
+
+def _need(raw: tuple[Any, ...], n: int) -> None:
+    if len(raw) < n:
+        raise DecodeError(f"message type {raw[0]} needs {n - 1} fields, got {len(raw) - 1}")
+
+
+def _ping(raw: tuple[Any, ...]) -> Ping:
+    _need(raw, 5)
+    return Ping(_uint(raw[1]), _name(raw[2]), _name(raw[3]), _address(raw[4]))
+
+
+def _indirect_ping(raw: tuple[Any, ...]) -> IndirectPing:
+    _need(raw, 7)
+    return IndirectPing(
+        _uint(raw[1]),
+        _name(raw[2]),
+        _address(raw[3]),
+        _bool(raw[4]),
+        _name(raw[5]),
+        _address(raw[6]),
+    )
+
+
+def _ack(raw: tuple[Any, ...]) -> Ack:
+    _need(raw, 2)
+    return Ack(_uint(raw[1]))
+
+
+def _nack(raw: tuple[Any, ...]) -> Nack:
+    _need(raw, 2)
+    return Nack(_uint(raw[1]))
+
+
+def _alive(raw: tuple[Any, ...]) -> Alive:
+    _need(raw, 5)
+    return Alive(_name(raw[1]), _uint(raw[2]), _address(raw[3]), _bytes(raw[4]))
+
+
+def _suspect(raw: tuple[Any, ...]) -> Suspect:
+    _need(raw, 4)
+    return Suspect(_name(raw[1]), _uint(raw[2]), _name(raw[3]))
+
+
+def _dead(raw: tuple[Any, ...]) -> Dead:
+    _need(raw, 4)
+    return Dead(_name(raw[1]), _uint(raw[2]), _name(raw[3]))
+
+
+def _left(raw: tuple[Any, ...]) -> Left:
+    _need(raw, 3)
+    return Left(_name(raw[1]), _uint(raw[2]))
+
+
+def _member_entries(value: Any) -> tuple[MemberEntry, ...]:
+    """Validate a push-pull member list; inlined checks, since it can be 10,000 long."""
+    if type(value) is not tuple or len(value) > MEMBERS_MAX:
+        raise DecodeError("bad push-pull member list")
+    trimmed = False
+    for entry in value:
+        if type(entry) is not tuple or len(entry) < 5:
+            raise DecodeError("bad push-pull member entry")
+        name, address, incarnation, state, meta = entry[0], entry[1], entry[2], entry[3], entry[4]
+        if (
+            type(name) is not str
+            or len(name) > NAME_LENGTH_MAX
+            or type(address) is not tuple
+            or len(address) != 2
+            or type(address[0]) is not str
+            or len(address[0]) > NAME_LENGTH_MAX
+            or type(address[1]) is not int
+            or not 0 <= address[1] <= 0xFFFF
+            or type(incarnation) is not int
+            or not 0 <= incarnation < _UINT64_LIMIT
+            or type(state) is not int
+            or not 0 <= state <= 3
+            or type(meta) is not bytes
+        ):
+            raise DecodeError("bad push-pull member entry")
+        if len(entry) > 5:
+            trimmed = True
+    if trimmed:  # a newer peer appended fields: keep the ones we know
+        return tuple([entry[:5] for entry in value])
+    return value
+
+
+def _push_pull(raw: tuple[Any, ...]) -> PushPull:
+    _need(raw, 6)
+    return PushPull(
+        _bool(raw[1]), _bool(raw[2]), _name(raw[3]), _address(raw[4]), _member_entries(raw[5])
+    )
+
+
+_DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
+    MessageType.PING.value: _ping,
+    MessageType.INDIRECT_PING.value: _indirect_ping,
+    MessageType.ACK.value: _ack,
+    MessageType.NACK.value: _nack,
+    MessageType.ALIVE.value: _alive,
+    MessageType.SUSPECT.value: _suspect,
+    MessageType.DEAD.value: _dead,
+    MessageType.LEFT.value: _left,
+    MessageType.PUSH_PULL.value: _push_pull,
+}
+
+
+def decode_packet(packet: bytes) -> list[Message]:
+    """The messages in one packet.
+
+    Raises:
+        DecodeError: for anything but a well-formed packet of this protocol version.
+    """
+    if not packet:
+        raise DecodeError("empty packet")
+    if packet[0] != PROTOCOL_VERSION:
+        raise DecodeError(f"unsupported protocol version {packet[0]}")
+    try:
+        raw = msgpack.unpackb(
+            memoryview(packet)[1:], raw=False, use_list=False, strict_map_key=True
+        )
+    except Exception as exc:  # msgpack raises a zoo of types; all mean "malformed"
+        raise DecodeError(f"malformed msgpack: {type(exc).__name__}") from None
+    if type(raw) is not tuple or not raw or len(raw) > MESSAGES_MAX:
+        raise DecodeError("a packet is a non-empty array of messages")
+    messages: list[Message] = []
+    for item in raw:
+        if type(item) is not tuple or not item:
+            raise DecodeError("a message is a non-empty array")
+        decoder = _DECODERS.get(item[0]) if type(item[0]) is int else None
+        if decoder is None:
+            raise DecodeError(f"unknown message type {item[0]!r}")
+        messages.append(decoder(item))
+    return messages

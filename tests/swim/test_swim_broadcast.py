@@ -1,0 +1,94 @@
+"""`TransmitLimitedQueue`: ordering, limits, replacement and bounds."""
+
+from __future__ import annotations
+
+from swim import TransmitLimitedQueue
+
+
+def payload(tag: str, size: int = 10) -> bytes:
+    return tag.encode().ljust(size, b".")
+
+
+def test_least_sent_first_then_newest() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=4, max_items=100, oversize_size=1000)
+    queue.queue("a", payload("a"))
+    queue.queue("b", payload("b"))
+    # Room for one: the newest of the never-sent.
+    assert queue.get_broadcasts(0, 10, n=9) == [payload("b")]
+    queue.queue("c", payload("c"))
+    # a and c were never sent; b once. c is newer than a.
+    assert queue.get_broadcasts(0, 20, n=9) == [payload("c"), payload("a")]
+    # All sent once now; the most recently promoted, newest first: c, a, then b.
+    assert queue.get_broadcasts(0, 30, n=9) == [payload("c"), payload("a"), payload("b")]
+
+
+def test_each_update_is_sent_exactly_the_transmit_limit() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=2, max_items=100, oversize_size=1000)
+    queue.queue("a", payload("a"))
+    n = 99  # limit = 2 * ceil(log10(100)) = 4
+    assert queue.transmit_limit(n) == 4
+    sent = sum(len(queue.get_broadcasts(0, 100, n)) for _ in range(10))
+    assert sent == 4
+    assert len(queue) == 0
+
+
+def test_newer_update_about_a_member_replaces_the_older() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=4, max_items=100, oversize_size=1000)
+    queue.queue("a", payload("suspect-a"))
+    queue.get_broadcasts(0, 100, n=9)  # sent once
+    queue.queue("a", payload("alive-a"))
+    assert len(queue) == 1
+    assert queue.pending("a") == payload("alive-a")
+    # The replacement starts fresh: it gets the full transmit budget.
+    assert sum(len(queue.get_broadcasts(0, 100, n=9)) for _ in range(10)) == 4
+
+
+def test_packet_budget_is_respected() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=4, max_items=1000, oversize_size=1000)
+    for i in range(100):
+        queue.queue(f"m{i}", payload(f"m{i}", 37))
+    picked = queue.get_broadcasts(overhead=50, limit=1400, n=99)
+    assert sum(map(len, picked)) <= 1350
+    assert len(picked) == 1350 // 37
+
+
+def test_bound_evicts_most_sent_then_oldest() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=4, max_items=3, oversize_size=1000)
+    queue.queue("a", payload("a"))
+    queue.queue("b", payload("b"))
+    queue.get_broadcasts(0, 10, n=9)  # b sent once
+    queue.queue("c", payload("c"))
+    queue.queue("d", payload("d"))  # over the bound: b (most sent) goes
+    assert len(queue) == 3
+    assert queue.pending("b") is None
+    queue.queue("e", payload("e"))  # all unsent now: the oldest, a, goes
+    assert queue.pending("a") is None
+    assert queue.evicted == 2
+
+
+def test_oversize_updates_are_kept_apart() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=1, max_items=10, oversize_size=100)
+    queue.queue("big", payload("big", 500))
+    queue.queue("small", payload("small"))
+    assert queue.get_broadcasts(0, 1400, n=9) == [payload("small")]
+    assert queue.get_oversize(n=9) == [payload("big", 500)]
+    assert queue.get_oversize(n=9) == []  # limit 1 * ceil(log10(10)) = 1
+
+
+def test_invalidate() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=4, max_items=10, oversize_size=100)
+    queue.queue("a", payload("a"))
+    assert queue.invalidate("a") is True
+    assert queue.invalidate("a") is False
+    assert queue.get_broadcasts(0, 100, n=9) == []
+
+
+def test_shrinking_cluster_drops_updates_already_sent_enough() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=4, max_items=10, oversize_size=100)
+    queue.queue("a", payload("a"))
+    for _ in range(5):
+        queue.get_broadcasts(0, 100, n=99)  # limit 8: sent 5 times
+    queue.queue("b", payload("b"))
+    # Now n=9: limit 4, a has had its share and is dropped, b goes out.
+    assert queue.get_broadcasts(0, 100, n=9) == [payload("b")]
+    assert queue.pending("a") is None

@@ -1,0 +1,208 @@
+"""The codec: round trips, exact framing, and "malformed input only ever raises DecodeError"."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swim import PROTOCOL_VERSION, DecodeError, MessageType
+from swim.wire import (
+    NAME_LENGTH_MAX,
+    Ack,
+    Alive,
+    Dead,
+    IndirectPing,
+    Left,
+    MemberEntry,
+    Message,
+    Nack,
+    Ping,
+    PushPull,
+    Suspect,
+    decode_packet,
+    encode,
+    encode_member_entry,
+    encode_message,
+    encode_packet,
+    encode_push_pull,
+    packet_size,
+)
+
+names = st.text(max_size=40)
+uints = st.integers(min_value=0, max_value=2**64 - 1)
+addresses = st.tuples(st.text(max_size=40), st.integers(min_value=0, max_value=0xFFFF))
+metas = st.binary(max_size=64)
+entries = st.tuples(names, addresses, uints, st.integers(min_value=0, max_value=3), metas)
+
+messages = st.one_of(
+    st.builds(Ping, uints, names, names, addresses),
+    st.builds(IndirectPing, uints, names, addresses, st.booleans(), names, addresses),
+    st.builds(Ack, uints),
+    st.builds(Nack, uints),
+    st.builds(Alive, names, uints, addresses, metas),
+    st.builds(Suspect, names, uints, names),
+    st.builds(Dead, names, uints, names),
+    st.builds(Left, names, uints),
+    st.builds(
+        PushPull,
+        st.booleans(),
+        st.booleans(),
+        names,
+        addresses,
+        st.lists(entries, max_size=5).map(tuple),
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=10))
+def test_round_trip(batch: list[Message]) -> None:
+    packet = encode(*batch)
+    assert packet[0] == PROTOCOL_VERSION
+    decoded = decode_packet(packet)
+    assert decoded == batch
+    assert [type(m) for m in decoded] == [type(m) for m in batch]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_only_raise_decode_error(data: bytes) -> None:
+    try:
+        decode_packet(data)
+    except DecodeError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=100))
+def test_random_bytes_after_the_version_byte(data: bytes) -> None:
+    try:
+        decode_packet(bytes([PROTOCOL_VERSION]) + data)
+    except DecodeError:
+        pass
+
+
+# Structurally plausible garbage: msgpack values of every type where messages belong.
+msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
+    | st.binary(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=7) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10), st.lists(msgpack_values, max_size=7)), max_size=4))
+def test_wrong_field_types_only_raise_decode_error(raw: list[tuple[int, list[object]]]) -> None:
+    packet = bytes([PROTOCOL_VERSION]) + msgpack.packb([[t, *fields] for t, fields in raw])
+    try:
+        decode_packet(packet)
+    except DecodeError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=5), st.data())
+def test_truncation_and_bit_flips_only_raise_decode_error(
+    batch: list[Message], data: st.DataObject
+) -> None:
+    packet = bytearray(encode(*batch))
+    cut = data.draw(st.integers(0, len(packet)))
+    flip = data.draw(st.integers(0, len(packet) - 1))
+    mutated = bytearray(packet[:cut]) if data.draw(st.booleans()) else packet
+    if mutated and flip < len(mutated):
+        mutated[flip] ^= data.draw(st.integers(1, 255))
+    try:
+        decode_packet(bytes(mutated))
+    except DecodeError:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("packet", "reason"),
+    [
+        (b"", "empty"),
+        (bytes([PROTOCOL_VERSION + 1]) + msgpack.packb([[2, 1]]), "version"),
+        (bytes([PROTOCOL_VERSION]) + b"\xc1", "malformed"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([]), "non-empty array of messages"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[99, 1]]), "unknown message type"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[True, 1]]), "unknown message type"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2]]), "needs 1 fields"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, -1]]), "unsigned"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, True]]), "unsigned"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, 1.0]]), "unsigned"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[4, "a", 1, ["h", 70000], b""]]), "address"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[4, "a", 1, ["h", 1], "meta"]]), "bytes"),
+        (
+            bytes([PROTOCOL_VERSION]) + msgpack.packb([[7, "x" * (NAME_LENGTH_MAX + 1), 1]]),
+            "bad name",
+        ),
+        (
+            bytes([PROTOCOL_VERSION])
+            + msgpack.packb([[8, False, False, "a", ["h", 1], [["b", ["h", 2], 1, 4, b""]]]]),
+            "member entry",
+        ),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, 1]]) + b"\x00", "malformed"),
+    ],
+)
+def test_malformed_packets(packet: bytes, reason: str) -> None:
+    with pytest.raises(DecodeError, match=reason):
+        decode_packet(packet)
+
+
+def test_message_types_are_append_only() -> None:
+    # Values are part of the protocol: changing one breaks every deployed peer.
+    assert {t.name: t.value for t in MessageType} == {
+        "PING": 0,
+        "INDIRECT_PING": 1,
+        "ACK": 2,
+        "NACK": 3,
+        "ALIVE": 4,
+        "SUSPECT": 5,
+        "DEAD": 6,
+        "LEFT": 7,
+        "PUSH_PULL": 8,
+    }
+
+
+def test_framing_byte_by_byte() -> None:
+    # Version byte, array header, then each message as [type, fields...].
+    assert encode(Ack(5)) == bytes([PROTOCOL_VERSION, 0x91, 0x92, 0x02, 0x05])
+    ping = encode_message(Ping(7, "b", "a", ("10.0.0.1", 7946)))
+    assert ping == msgpack.packb([0, 7, "b", "a", ["10.0.0.1", 7946]])
+    assert encode_packet([ping, encode_message(Ack(1))]) == (
+        bytes([PROTOCOL_VERSION, 0x92]) + ping + msgpack.packb([2, 1])
+    )
+
+
+def test_trailing_fields_from_newer_peers_are_ignored() -> None:
+    packet = bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, 9, "future"]])
+    assert decode_packet(packet) == [Ack(9)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 300])
+def test_packet_size_is_exact(count: int) -> None:
+    parts = [encode_message(Ack(i)) for i in range(count)]
+    assert len(encode_packet(parts)) == packet_size(sum(map(len, parts)), count)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.booleans(), st.booleans(), names, addresses, st.lists(entries, max_size=20))
+def test_encode_push_pull_matches_generic_encoding(
+    join: bool,
+    reply: bool,
+    source: str,
+    address: tuple[str, int],
+    members: list[MemberEntry],
+) -> None:
+    pre = [encode_member_entry(entry) for entry in members]
+    expected = encode_message(PushPull(join, reply, source, address, tuple(members)))
+    assert encode_push_pull(join, reply, source, address, pre) == expected
