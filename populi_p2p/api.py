@@ -1,0 +1,258 @@
+"""The local control API: JSON over HTTP on a unix socket in the state directory.
+
+Why a unix socket: only processes on this machine that can open the file may talk to
+the daemon, and the file mode (0600, inside a 0700 directory) says exactly who: the
+user that runs the daemon. No port to firewall, no token to leak. HTTP (served by
+hypercorn with its Trio worker, inside the daemon's own nursery) because every language
+and ``curl --unix-socket`` can speak it; the `populi-node` CLI uses httpx.
+
+Endpoints (all JSON):
+
+=======================  ===============================================================
+``GET  /v1/status``      this node, its overlay and what it accepts, a cluster summary
+``GET  /v1/members``     every member: name, node id, address, state, incarnation, RTT,
+                         capabilities, labels
+``GET  /v1/gpus``        this node's GPU report (the GPU monitor's view)
+``POST /v1/leave``       announce a graceful leave, then the daemon exits
+=======================  ===============================================================
+
+The app only translates: it asks an `ApiBackend` (the node) for plain dicts and encodes
+them, so it is tested without a daemon. Unknown paths are 404, wrong methods 405, and a
+backend bug is a 500 with a one-line message, never a crashed daemon.
+
+`ApiClient` is the other end, shared by the CLI, the demo, tests and benchmarks. Every
+failure is an `ApiError` whose message is one line saying what is wrong and how to fix
+it (daemon not running, no permission, ...).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import httpx
+import trio
+
+from ._log import get_logger
+
+__all__ = [
+    "API_SOCKET_MODE",
+    "ApiBackend",
+    "ApiClient",
+    "ApiError",
+    "make_app",
+    "serve_api",
+]
+
+#: The API socket's mode: only the daemon's user may connect.
+API_SOCKET_MODE: Final = 0o600
+#: The longest the CLI waits for the daemon to answer.
+CLIENT_TIMEOUT: Final = 10.0
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_log = get_logger("api")
+
+
+class ApiBackend(Protocol):
+    """What the API asks of the daemon. Each method returns JSON-ready plain data."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def members(self) -> list[dict[str, Any]]: ...
+
+    def gpus(self) -> dict[str, Any]: ...
+
+    def request_leave(self) -> None:
+        """Start a graceful leave and shutdown; return at once."""
+
+
+async def _respond(send: Send, status: int, body: object) -> None:
+    data = json.dumps(body, sort_keys=True).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def _leave(backend: ApiBackend) -> dict[str, bool]:
+    backend.request_leave()
+    return {"leaving": True}
+
+
+def make_app(backend: ApiBackend) -> AsgiApp:
+    """The ASGI application serving `backend` (see the module docstring for routes)."""
+    routes: dict[str, tuple[str, Callable[[], object]]] = {
+        "/v1/status": ("GET", backend.status),
+        "/v1/members": ("GET", backend.members),
+        "/v1/gpus": ("GET", backend.gpus),
+        "/v1/leave": ("POST", lambda: _leave(backend)),
+    }
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return  # websockets are not offered; hypercorn closes the connection
+        route = routes.get(scope["path"].rstrip("/") or "/")
+        if route is None:
+            await _respond(send, 404, {"error": f"no such endpoint {scope['path']}"})
+            return
+        method, handler = route
+        if scope["method"] != method:
+            await _respond(send, 405, {"error": f"{scope['path']} takes {method}"})
+            return
+        try:
+            body = handler()
+        except Exception as exc:  # a backend bug must not take the daemon down
+            _log.exception("api.error path=%s", scope["path"])
+            await _respond(send, 500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+            return
+        await _respond(send, 200, body)
+
+    return app
+
+
+async def serve_api(
+    app: AsgiApp,
+    socket_path: Path,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `app` on the unix socket `socket_path` (mode 0600) until cancelled.
+
+    Reports started (with the path) once the socket accepts connections. A stale socket
+    file from a crashed daemon is replaced; the caller makes sure no live daemon owns it
+    (see `ApiClient.is_running`). When `shutdown_trigger` returns, the server stops
+    accepting and returns once in-flight responses are sent (at most about 1 s), so the
+    answer to ``POST /v1/leave`` is delivered before the daemon exits.
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"unix:{socket_path}"]
+    # The socket is created under this umask, so it is never connectable by others even
+    # for an instant; the chmod below is belt and braces for odd filesystems.
+    config.umask = 0o177
+    config.accesslog = None
+    server_log = logging.getLogger("populi.api.server")
+    server_log.setLevel(logging.WARNING)  # not hypercorn's "Running on ..." banner
+    config.errorlog = server_log
+    config.graceful_timeout = 1.0
+    config.include_server_header = False
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            functools.partial(
+                serve,
+                app,  # type: ignore[arg-type]  # hypercorn's TypedDict scopes; ours is generic
+                config,
+                shutdown_trigger=shutdown_trigger,
+            )
+        )
+        os.chmod(socket_path, API_SOCKET_MODE)
+        task_status.started(socket_path)
+
+
+class ApiError(Exception):
+    """Talking to the daemon failed; the message is one line with the cause and the fix."""
+
+
+class ApiClient:
+    """A synchronous client of a daemon's control API (the CLI, tests, the demo)."""
+
+    def __init__(self, socket_path: Path, timeout: float = CLIENT_TIMEOUT) -> None:
+        self.socket_path = socket_path
+        self._timeout = timeout
+
+    def get(self, path: str) -> Any:
+        """GET `path` and return its decoded JSON. Raises `ApiError`."""
+        return self._request("GET", path)
+
+    def post(self, path: str) -> Any:
+        """POST to `path` and return its decoded JSON. Raises `ApiError`."""
+        return self._request("POST", path)
+
+    def is_running(self) -> bool:
+        """Whether a daemon answers on the socket."""
+        try:
+            self.get("/v1/status")
+        except ApiError:
+            return False
+        return True
+
+    def _not_running(self) -> ApiError:
+        state_dir = self.socket_path.parent
+        return ApiError(
+            f"the populi daemon is not running for state dir {state_dir}"
+            f" (start it with: populi-node up --state-dir {state_dir})"
+        )
+
+    def _request(self, method: str, path: str) -> Any:
+        if not self.socket_path.parent.exists():
+            raise ApiError(
+                f"state dir {self.socket_path.parent} does not exist"
+                " (check --state-dir, or start a node with populi-node up)"
+            )
+        if not os.path.exists(self.socket_path):
+            raise self._not_running()
+        transport = httpx.HTTPTransport(uds=str(self.socket_path))
+        try:
+            with httpx.Client(
+                transport=transport, base_url="http://populi", timeout=self._timeout
+            ) as client:
+                response = client.request(method, path)
+        except httpx.ConnectError as exc:
+            cause = exc.__cause__ or exc.__context__
+            while cause is not None and not isinstance(cause, OSError):
+                cause = cause.__cause__ or cause.__context__
+            if isinstance(cause, PermissionError) or (
+                isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM)
+            ):
+                raise ApiError(
+                    f"no permission to open {self.socket_path}"
+                    " (run as the user that started the daemon, or use sudo)"
+                ) from None
+            raise self._not_running() from None
+        except httpx.TimeoutException:
+            raise ApiError(
+                f"the daemon at {self.socket_path} did not answer within {self._timeout:.0f} s"
+                " (it may be overloaded or stuck; check its log)"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ApiError(f"talking to the daemon at {self.socket_path} failed: {exc}") from None
+        try:
+            body = response.json()
+        except ValueError:
+            raise ApiError(
+                f"the daemon answered {response.status_code} with something that is not JSON"
+            ) from None
+        if response.status_code != 200:
+            detail = body.get("error") if isinstance(body, dict) else None
+            raise ApiError(f"the daemon refused {method} {path}: {detail or response.status_code}")
+        return body

@@ -1,0 +1,425 @@
+"""`populi-node`: run a node (`up`), ask it questions, and manage the cluster authority.
+
+Every command either succeeds or prints exactly ONE line on stderr that says what is
+wrong and how to fix it, and exits non-zero (2 for a bad command line, 1 for everything
+else). A traceback reaching an operator is a bug. The commands that talk to a running
+daemon use its control API over the unix socket in the state directory (see `api`).
+
+Commands::
+
+    populi-node up [flags]                 run the daemon in the foreground
+    populi-node status [--json]            this node, overlay, cluster summary
+    populi-node members [--json]           the member table
+    populi-node gpus [--json]              this node's GPUs
+    populi-node leave                      graceful leave, then the daemon exits
+    populi-node key                        print this node's public key (to enroll it)
+    populi-node cluster init               create a cluster authority
+    populi-node cluster enroll KEY         issue an enrollment certificate
+    populi-node cluster revoke             sign a revocation (by serial or node key)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import platformdirs
+
+from ._keyfiles import KeyFileError, decode_public_key, encode_public_key
+from .api import ApiClient, ApiError
+from .config import OVERLAYS, PRESETS, ConfigError, NodeConfig, default_state_dir
+
+__all__ = ["main", "parse_duration"]
+
+_PROG = "populi-node"
+
+
+class CliError(Exception):
+    """A one-line failure to print on stderr (exit 1)."""
+
+
+class _UsageError(Exception):
+    """A bad command line (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line instead of usage text plus the error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (see {self.prog} --help)")
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdwy]?)")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Parse ``90``, ``45s``, ``30m``, ``12h``, ``30d``, ``2w``, ``1y`` or ``1d12h``, in seconds.
+
+    Raises:
+        ValueError: one line naming the input.
+    """
+    text = text.strip().lower()
+    pos, total = 0, 0.0
+    while pos < len(text):
+        match = _DURATION_RE.match(text, pos)
+        if match is None or match.end() == pos:
+            break
+        total += float(match[1]) * _DURATION_UNITS[match[2]]
+        pos = match.end()
+    if not text or pos != len(text) or total <= 0:
+        raise ValueError(
+            f"invalid duration {text!r}: expected a positive number with a unit,"
+            " like 90d, 12h or 1y"
+        )
+    return total
+
+
+def _default_authority_dir() -> Path:
+    return Path(platformdirs.user_data_dir("populi", appauthor=False)) / "authority"
+
+
+########################################################################################
+# The parser
+
+
+def _add_state_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help=f"the node's state directory (default {default_state_dir()})",
+    )
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog=_PROG, description="A peer-to-peer mesh of GPU machines.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    up = sub.add_parser("up", help="run the daemon in the foreground")
+    _add_state_dir(up)
+    up.add_argument("--config", type=Path, help="a TOML config file (flags override it)")
+    up.add_argument("--name", help="name shown in tables (default: the host name)")
+    up.add_argument("--bind", help="address to listen on (default: overlay address, or all)")
+    up.add_argument("--port", type=int, help="UDP and TCP port (default 7950; 0 picks one)")
+    up.add_argument("--advertise", help="address other nodes use to reach this one")
+    up.add_argument(
+        "--bootstrap", action="append", metavar="HOST:PORT", help="a node to join through"
+    )
+    up.add_argument("--overlay", choices=OVERLAYS, help="which overlay to use (default auto)")
+    up.add_argument(
+        "--allow-cidr", action="append", metavar="CIDR", help="also accept packets from CIDR"
+    )
+    up.add_argument(
+        "--mdns", action="store_true", default=None, help="find peers on the LAN with mDNS"
+    )
+    up.add_argument("--cert", type=Path, help="enrollment certificate (default STATE/node.cert)")
+    up.add_argument(
+        "--authority-pubkey",
+        type=Path,
+        help="cluster authority public key (default STATE/authority.pub)",
+    )
+    up.add_argument("--cluster-secret", type=Path, help="file with a secret to encrypt packets")
+    up.add_argument("--label", action="append", metavar="K=V", help="an operator label")
+    up.add_argument(
+        "--advertise-gpu",
+        action="append",
+        metavar="[NxMODEL[:MEM]]",
+        help="declare a GPU no probe can see (a claim, never capacity)",
+    )
+    up.add_argument("--reserve-vram", metavar="SIZE", help="VRAM kept for the owner, e.g. 2GiB")
+    up.add_argument("--preset", choices=PRESETS, help="membership timing (default lan)")
+    up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+    for name, text in (
+        ("status", "this node, overlay, cluster summary"),
+        ("members", "the member table"),
+        ("gpus", "this node's GPUs"),
+    ):
+        p = sub.add_parser(name, help=text)
+        _add_state_dir(p)
+        p.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    leave = sub.add_parser("leave", help="leave the mesh gracefully; the daemon exits")
+    _add_state_dir(leave)
+
+    key = sub.add_parser("key", help="print this node's public key (creates it if missing)")
+    _add_state_dir(key)
+    key.add_argument("--json", action="store_true", help="print node id and key as JSON")
+
+    cluster = sub.add_parser("cluster", help="manage the cluster authority")
+    csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", parser_class=_Parser)
+    csub.required = True
+    init = csub.add_parser("init", help="create a cluster authority key")
+    enroll = csub.add_parser("enroll", help="issue an enrollment certificate for a node key")
+    enroll.add_argument("node_public_key", metavar="NODE_PUBLIC_KEY")
+    enroll.add_argument("--scope", default="member", help="what the node may do (default member)")
+    enroll.add_argument("--expires", metavar="DURATION", help="validity, e.g. 90d (default never)")
+    enroll.add_argument("--out", type=Path, help="certificate file (default NODEID.cert)")
+    revoke = csub.add_parser("revoke", help="sign a revocation of a certificate or a node key")
+    group = revoke.add_mutually_exclusive_group(required=True)
+    group.add_argument("--serial", type=int, help="revoke the certificate with this serial")
+    group.add_argument("--key", metavar="NODE_PUBLIC_KEY", help="revoke every cert of a key")
+    revoke.add_argument("--out", type=Path, help="revocation file (default revoke-*.rev)")
+    for p in (init, enroll, revoke):
+        p.add_argument(
+            "--authority-dir",
+            type=Path,
+            default=None,
+            help=f"where the authority key lives (default {_default_authority_dir()})",
+        )
+    return parser
+
+
+########################################################################################
+# Commands that talk to a running daemon
+
+
+def _client(args: argparse.Namespace) -> ApiClient:
+    state_dir = args.state_dir if args.state_dir is not None else default_state_dir()
+    return ApiClient(state_dir / "api.sock")
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+             for r in [header, *rows]]  # fmt: skip
+    return "\n".join(lines)
+
+
+def format_members(members: list[dict[str, Any]]) -> str:
+    """The `members` table (also used by the demo)."""
+    header = ["NAME", "NODE ID", "ADDRESS", "STATE", "INC", "RTT", "CAPABILITIES", "LABELS"]
+    rows = []
+    for m in sorted(members, key=lambda m: (m.get("name", ""), m.get("node_id", ""))):
+        rtt = m.get("rtt_ms")
+        labels = m.get("labels") or {}
+        rows.append(
+            [
+                m.get("name", "?") + (" *" if m.get("self") else ""),
+                m.get("node_id", "?"),
+                m.get("address", "?"),
+                m.get("state", "?"),
+                str(m.get("incarnation", "?")),
+                "-" if rtt is None else f"{rtt:.1f}ms",
+                m.get("capabilities") or "-",
+                ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-",
+            ]
+        )
+    return _table(rows, header)
+
+
+def _cmd_status(args: argparse.Namespace) -> None:
+    status = _client(args).get("/v1/status")
+    if args.json:
+        _print_json(status)
+        return
+    node = status.get("node", {})
+    overlay = status.get("overlay", {})
+    cluster = status.get("cluster", {})
+    print(f"node      {node.get('name')} ({node.get('node_id')})")
+    print(f"address   {node.get('address')}  incarnation {node.get('incarnation')}")
+    print(f"cluster   {cluster.get('fingerprint')}  {cluster.get('summary')}")
+    print(f"overlay   {overlay.get('kind')}  accepting {', '.join(overlay.get('accept', []))}")
+    for warning in status.get("warnings", []):
+        print(f"warning   {warning}")
+
+
+def _cmd_members(args: argparse.Namespace) -> None:
+    members = _client(args).get("/v1/members")
+    if args.json:
+        _print_json(members)
+    else:
+        print(format_members(members))
+
+
+def _cmd_gpus(args: argparse.Namespace) -> None:
+    gpus = _client(args).get("/v1/gpus")
+    if args.json:
+        _print_json(gpus)
+    else:
+        print(gpus.get("table") or "no GPUs found")
+
+
+def _cmd_leave(args: argparse.Namespace) -> None:
+    _client(args).post("/v1/leave")
+    print("leaving: the daemon announces its departure and exits")
+
+
+########################################################################################
+# Local commands
+
+
+def _cmd_key(args: argparse.Namespace) -> None:
+    from .identity import NodeIdentity
+
+    state_dir = args.state_dir if args.state_dir is not None else default_state_dir()
+    try:
+        identity = NodeIdentity.load_or_create(state_dir)
+    except PermissionError:
+        raise CliError(f"no permission to use state dir {state_dir} (check --state-dir)") from None
+    if args.json:
+        _print_json(
+            {"node_id": identity.node_id, "public_key": encode_public_key(identity.public_key)}
+        )
+    else:
+        print(encode_public_key(identity.public_key))
+
+
+def _authority_dir(args: argparse.Namespace) -> Path:
+    return args.authority_dir if args.authority_dir is not None else _default_authority_dir()
+
+
+def _load_authority(args: argparse.Namespace) -> Any:
+    from .authority import ClusterAuthority
+
+    directory = _authority_dir(args)
+    if not (directory / "authority.key").exists():
+        raise CliError(
+            f"no cluster authority in {directory} (create one with: populi-node cluster init"
+            f" --authority-dir {directory})"
+        )
+    return ClusterAuthority.load(directory)
+
+
+def _cmd_cluster_init(args: argparse.Namespace) -> None:
+    from .authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
+
+    directory = _authority_dir(args)
+    try:
+        authority = ClusterAuthority.create(directory)
+    except FileExistsError:
+        raise CliError(
+            f"{directory} already holds a cluster authority (use another --authority-dir)"
+        ) from None
+    print(f"cluster {authority.fingerprint}: authority key created in {directory}")
+    print(f"copy {directory / AUTHORITY_PUBLIC_FILE} to every node's state dir")
+
+
+def _cmd_cluster_enroll(args: argparse.Namespace) -> None:
+    from .certificate import write_certificate
+
+    try:
+        node_key = decode_public_key(args.node_public_key)
+    except ValueError as exc:
+        raise _UsageError(f"NODE_PUBLIC_KEY: {exc} (print it with: populi-node key)") from None
+    try:
+        expires = parse_duration(args.expires) if args.expires is not None else None
+    except ValueError as exc:
+        raise _UsageError(f"--expires: {exc}") from None
+    authority = _load_authority(args)
+    try:
+        cert = authority.enroll(node_key, args.scope, expires, now=time.time())
+    except ValueError as exc:
+        raise _UsageError(f"--scope: {exc}") from None
+    out = args.out if args.out is not None else Path(f"{cert.node_id}.cert")
+    try:
+        write_certificate(out, cert)
+    except FileExistsError:
+        raise CliError(f"{out} exists already (remove it or pass --out)") from None
+    print(f"certificate for node {cert.node_id} (serial {cert.serial}) written to {out}")
+    print("copy it to the node as STATE_DIR/node.cert, or pass it with --cert")
+
+
+def _cmd_cluster_revoke(args: argparse.Namespace) -> None:
+    from .revocation import write_revocation
+
+    node_key = None
+    if args.key is not None:
+        try:
+            node_key = decode_public_key(args.key)
+        except ValueError as exc:
+            raise _UsageError(f"--key: {exc}") from None
+    authority = _load_authority(args)
+    revocation = authority.revoke(now=time.time(), serial=args.serial, node_public_key=node_key)
+    name = str(args.serial) if args.serial is not None else args.key[:16]
+    out = args.out if args.out is not None else Path(f"revoke-{name}.rev")
+    try:
+        write_revocation(out, revocation)
+    except FileExistsError:
+        raise CliError(f"{out} exists already (remove it or pass --out)") from None
+    print(f"{revocation.describe()}: written to {out}")
+    print("copy it into STATE_DIR/revocations/ of any node; nodes gossip it to the rest")
+
+
+def _cmd_up(args: argparse.Namespace) -> None:
+    flags = {
+        "state_dir": args.state_dir,
+        "name": args.name,
+        "bind": args.bind,
+        "port": args.port,
+        "advertise": args.advertise,
+        "bootstrap": args.bootstrap,
+        "overlay": args.overlay,
+        "allow_cidr": args.allow_cidr,
+        "mdns": args.mdns,
+        "cert": args.cert,
+        "authority_pubkey": args.authority_pubkey,
+        "cluster_secret": args.cluster_secret,
+        "labels": args.label,
+        "advertise_gpu": args.advertise_gpu,
+        "reserve_vram": args.reserve_vram,
+        "preset": args.preset,
+        "log_level": args.log_level,
+    }
+    config = NodeConfig.load(args.config, flags)
+    from .node import NodeStartError, run_node
+
+    try:
+        run_node(config)
+    except NodeStartError as exc:
+        raise CliError(str(exc)) from None
+
+
+_COMMANDS = {
+    "up": _cmd_up,
+    "status": _cmd_status,
+    "members": _cmd_members,
+    "gpus": _cmd_gpus,
+    "leave": _cmd_leave,
+    "key": _cmd_key,
+}
+_CLUSTER_COMMANDS = {
+    "init": _cmd_cluster_init,
+    "enroll": _cmd_cluster_enroll,
+    "revoke": _cmd_cluster_revoke,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `populi-node` console script; returns the exit code."""
+    try:
+        args = _build_parser().parse_args(argv)
+        if args.command == "cluster":
+            _CLUSTER_COMMANDS[args.cluster_command](args)
+        else:
+            _COMMANDS[args.command](args)
+    except _UsageError as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except (CliError, ApiError, ConfigError, KeyFileError) as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except PermissionError as exc:
+        print(f"{_PROG}: error: no permission: {exc.filename or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

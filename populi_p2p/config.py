@@ -1,0 +1,358 @@
+"""The node's configuration: one frozen object built from a TOML file and flags (flags win).
+
+Why one object: every part of the daemon (transports, bootstrap, mDNS, records, API)
+reads the same `NodeConfig`, built and validated once before anything starts, so a typo
+in a config file is a one-line error at start-up rather than a surprise an hour later.
+
+Sources, lowest precedence first:
+
+1. built-in defaults (below);
+2. the TOML file given with ``--config FILE`` (keys are the long flag names, with ``-``
+   or ``_``: ``bootstrap = ["10.0.0.1:7950"]``, ``allow-cidr = [...]``,
+   ``[labels] zone = "a"``);
+3. command-line flags, for every flag actually given.
+
+Lists from flags replace lists from the file (they do not append), the way most tools
+behave, so an operator can always override the file from the command line.
+
+The ``preset`` picks the membership timing (`swim.SwimConfig.lan()`, ``wan()`` or
+``local()``); see `NodeConfig.swim_config`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import attrs
+import platformdirs
+
+from overlay.base import DEFAULT_PORT as _TRANSPORT_DEFAULT_PORT
+
+from ._log import LOG_LEVELS
+
+if TYPE_CHECKING:
+    from swim import SwimConfig
+
+__all__ = [
+    "DEFAULT_PORT",
+    "OVERLAYS",
+    "PRESETS",
+    "ConfigError",
+    "NodeConfig",
+    "default_state_dir",
+    "parse_host_port",
+]
+
+#: UDP and TCP port a node listens on unless told otherwise (both protocols, one
+#: number). Defined by the transport (`overlay.base.DEFAULT_PORT`, not memberlist's 7946,
+#: which Consul and Serf agents on GPU hosts already hold).
+DEFAULT_PORT: Final = _TRANSPORT_DEFAULT_PORT
+#: `--overlay` choices.
+OVERLAYS: Final = ("auto", "wireguard", "tailscale", "none")
+#: `--preset` choices: names of `swim.SwimConfig` constructors.
+PRESETS: Final = ("lan", "wan", "local")
+#: Default file names inside the state directory.
+CERT_FILE_NAME: Final = "node.cert"
+AUTHORITY_PUBKEY_FILE_NAME: Final = "authority.pub"
+
+Overlay = Literal["auto", "wireguard", "tailscale", "none"]
+Preset = Literal["lan", "wan", "local"]
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line that names the key and the fix."""
+
+
+def default_state_dir() -> Path:
+    """The platform's per-user state directory for populi (``~/.local/state/populi``)."""
+    return Path(platformdirs.user_state_dir("populi", appauthor=False))
+
+
+def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """Parse ``HOST``, ``HOST:PORT``, ``[V6]:PORT`` or a bare IPv6 address.
+
+    Raises:
+        ConfigError: the port is not a number in 1..65535 or the host is empty.
+    """
+    text = text.strip()
+    host: str
+    port_text: str | None
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ConfigError(f"bad address {text!r}: expected [IPV6]:PORT")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, None  # a hostname, IPv4, or bare IPv6 without a port
+    if not host:
+        raise ConfigError(f"bad address {text!r}: the host is empty (expected HOST:PORT)")
+    if port_text is None:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"bad address {text!r}: the port must be a number from 1 to 65535")
+    return host, int(port_text)
+
+
+def _port(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if not 0 <= value < 65536:
+        raise ConfigError(f"{attribute.name}: {value} is not a port (0 to 65535; 0 picks one)")
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise ConfigError(
+                f"{attribute.name.replace('_', '-')}: {value!r} is not one of {', '.join(choices)}"
+            )
+
+    return check
+
+
+def _ip_or_none(
+    instance: object, attribute: attrs.Attribute[str | None], value: str | None
+) -> None:
+    if value is None:
+        return
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ConfigError(
+            f"{attribute.name}: {value!r} is not an IP address (give an IPv4 or IPv6 address)"
+        ) from None
+
+
+def _cidrs(
+    instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]
+) -> None:
+    for cidr in value:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"allow-cidr: {cidr!r} is not a network (expected e.g. 10.0.0.0/8 or fd00::/8)"
+            ) from None
+
+
+def _bootstraps(
+    instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]
+) -> None:
+    for item in value:
+        parse_host_port(item)
+
+
+def _name(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not (0 < len(value) <= 64 and value.isprintable() and " " not in value):
+        raise ConfigError(f"name: {value!r} must be 1 to 64 printable characters without spaces")
+
+
+@attrs.frozen
+class NodeConfig:
+    """Everything `populi-node up` needs, validated. Build with `NodeConfig.load`."""
+
+    #: Where the key, certificate, SQLite store, API socket and logs live (mode 0700).
+    state_dir: Path = attrs.field(factory=default_state_dir, converter=Path)
+    #: Human name shown in tables. Not an identity: two nodes may clash (reported).
+    name: str = attrs.field(factory=lambda: socket.gethostname()[:64] or "node", validator=_name)
+    #: Address to bind UDP and TCP on; None means the overlay's address, or all.
+    bind: str | None = attrs.field(default=None, validator=_ip_or_none)
+    #: UDP and TCP port (one number for both). 0 lets the kernel pick (tests).
+    port: int = attrs.field(default=DEFAULT_PORT, validator=_port)
+    #: Address other nodes should use to reach this one; None means the bind address
+    #: (or the overlay's address when bound to all).
+    advertise: str | None = attrs.field(default=None, validator=_ip_or_none)
+    #: ``HOST:PORT`` of nodes to join through, tried with exponential backoff.
+    bootstrap: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_bootstraps)
+    #: Which overlay to look for and bind to.
+    overlay: Overlay = attrs.field(default="auto", validator=_choice(OVERLAYS))
+    #: Extra source networks accepted besides the overlay's ranges.
+    allow_cidr: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_cidrs)
+    #: Advertise and browse ``_populi._udp`` on the LAN (trusted LANs only).
+    mdns: bool = False
+    #: The enrollment certificate this node presents; default ``state_dir/node.cert``.
+    cert: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    #: The cluster authority's public key; default ``state_dir/authority.pub``.
+    authority_pubkey: Path | None = attrs.field(
+        default=None, converter=attrs.converters.optional(Path)
+    )
+    #: File holding a shared cluster secret: packets are then encrypted too.
+    cluster_secret: Path | None = attrs.field(
+        default=None, converter=attrs.converters.optional(Path)
+    )
+    #: Operator labels carried in the NodeRecord, sorted by key.
+    labels: tuple[tuple[str, str], ...] = ()
+    #: Operator-declared GPUs (``[COUNTx]MODEL[:MEMORY]``), shown as claims only.
+    advertise_gpu: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: VRAM kept back for the owner on every GPU, in bytes.
+    reserve_vram: int = 0
+    #: Membership timing preset: ``lan``, ``wan`` or ``local`` (one machine, fast).
+    preset: Preset = attrs.field(default="lan", validator=_choice(PRESETS))
+    #: Log verbosity.
+    log_level: str = attrs.field(default="info", validator=_choice(LOG_LEVELS))
+
+    @property
+    def cert_path(self) -> Path:
+        """The certificate file to present (the flag, or ``state_dir/node.cert``)."""
+        return self.cert if self.cert is not None else self.state_dir / CERT_FILE_NAME
+
+    @property
+    def authority_pubkey_path(self) -> Path:
+        """The authority public key file (the flag, or ``state_dir/authority.pub``)."""
+        if self.authority_pubkey is not None:
+            return self.authority_pubkey
+        return self.state_dir / AUTHORITY_PUBKEY_FILE_NAME
+
+    @property
+    def api_socket(self) -> Path:
+        """The local control API's unix socket."""
+        return self.state_dir / "api.sock"
+
+    @property
+    def store_path(self) -> Path:
+        """The SQLite file of known members."""
+        return self.state_dir / "members.sqlite3"
+
+    def bootstrap_addresses(self) -> list[tuple[str, int]]:
+        """`bootstrap` parsed into (host, port) pairs."""
+        return [parse_host_port(b) for b in self.bootstrap]
+
+    def swim_config(self) -> SwimConfig:
+        """The `swim.SwimConfig` preset this node runs with."""
+        from swim import SwimConfig
+
+        factory = {"lan": SwimConfig.lan, "wan": SwimConfig.wan, "local": SwimConfig.local}
+        return factory[self.preset]()
+
+    @classmethod
+    def load(
+        cls, config_file: Path | None = None, flags: Mapping[str, object] | None = None
+    ) -> NodeConfig:
+        """Build a config from defaults, then `config_file` (TOML), then `flags`.
+
+        Args:
+            config_file: a TOML file whose keys are long flag names.
+            flags: values given on the command line; None values mean "not given".
+
+        Raises:
+            ConfigError: an unreadable file, an unknown key, or a bad value (one line).
+        """
+        values: dict[str, object] = {}
+        if config_file is not None:
+            values.update(_read_toml(config_file))
+        for key, value in (flags or {}).items():
+            if value is None or (isinstance(value, list | tuple) and not value):
+                continue
+            values[_key(key, "flag")] = value
+        return cls._from_values(values)
+
+    @classmethod
+    def _from_values(cls, values: dict[str, object]) -> NodeConfig:
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            kwargs[key] = _coerce(key, value)
+        try:
+            return cls(**kwargs)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc).splitlines()[0]) from None
+
+
+_FIELDS: Final = {f.name for f in attrs.fields(NodeConfig)}
+_LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu"}
+_BOOL_FIELDS: Final = {"mdns"}
+_PATH_FIELDS: Final = {"state_dir", "cert", "authority_pubkey", "cluster_secret"}
+_STR_FIELDS: Final = {"name", "bind", "advertise", "overlay", "preset", "log_level"}
+
+
+def _key(key: str, where: str) -> str:
+    name = key.replace("-", "_")
+    if name == "reserve_vram" or name in _FIELDS:
+        return name
+    raise ConfigError(f"{where} {key!r} is not a populi-node setting (see populi-node up --help)")
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist (check --config)") from None
+    except PermissionError:
+        raise ConfigError(f"config file {path} is not readable by this user") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        name = _key(key, f"{path}: key")
+        if name in _PATH_FIELDS and isinstance(value, str):
+            # Relative paths in a config file are relative to the file, not the cwd.
+            value = str((path.parent / Path(value).expanduser()).resolve())
+        values[name] = value
+    return values
+
+
+def _coerce(key: str, value: object) -> object:
+    """Check one raw value's type and turn it into the field's type."""
+    from .gpu._labels import parse_declared, parse_labels, parse_size
+
+    where = key.replace("_", "-")
+    if key in _LIST_FIELDS:
+        if isinstance(value, str):
+            value = [value]
+        if not (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}: expected a list of strings")
+        if key == "advertise_gpu":
+            try:
+                parse_declared(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        return tuple(value)
+    if key in _BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false")
+        return value
+    if key == "port":
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"port: {value!r} is not a number (0 to 65535)")
+        return value
+    if key == "labels":
+        items: list[str]
+        if isinstance(value, Mapping):
+            items = [f"{k}={v}" for k, v in value.items()]
+        elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            items = list(value)
+        else:
+            raise ConfigError("labels: expected a table of key = value or a list of k=v")
+        try:
+            return tuple(parse_labels(items).items())
+        except ValueError as exc:
+            raise ConfigError(f"label: {exc}") from None
+    if key == "reserve_vram":
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        if isinstance(value, str):
+            try:
+                return parse_size(value)
+            except ValueError as exc:
+                raise ConfigError(f"reserve-vram: {exc}") from None
+        raise ConfigError(f"reserve-vram: {value!r} is not a size like 2GiB")
+    if key in _PATH_FIELDS:
+        if not isinstance(value, str | Path):
+            raise ConfigError(f"{where}: expected a path")
+        return Path(value).expanduser()
+    if key in _STR_FIELDS:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string")
+        return value.lower() if key in {"overlay", "preset", "log_level"} else value
+    raise AssertionError(f"unhandled config key {key}")  # pragma: no cover

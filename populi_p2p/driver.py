@@ -1,0 +1,263 @@
+"""The Trio driver of the sans-IO swim core: it moves bytes and time, nothing else.
+
+The core (`swim.Membership`) decides everything about membership; this module only
+translates between it and the world, as h11's users do:
+
+* wait for a packet with ``trio.move_on_at(core.next_deadline())``;
+* a packet arrived: open it (authentication, via the injected `PacketCodec`) and hand
+  the payload to ``core.receive``; junk is dropped and counted by the codec;
+* the deadline passed: ``core.tick(now)``;
+* apply every output: a `Send` goes out over UDP, or over TCP when ``reliable``; an
+  event goes to the node's ``on_event`` callback; a send that fails is reported back
+  with ``core.send_failed`` so the core can fall back (and never retried here).
+
+Why TCP sends go through a small pool of sender tasks and a bounded queue: a TCP
+connect to a dead peer may take seconds, and the receive loop must never wait on it or
+every other member's acks would time out behind it. UDP ``sendto`` does not block on a
+peer, so datagrams are sent inline. When the TCP queue is full the send is reported as
+failed at once (counted): memory stays bounded whatever the core asks for. No task or
+thread is spawned per packet.
+
+`now` handed to the core is ``trio.current_time()`` (monotonic, so tests can use Trio's
+mock clocks); realtime (for packet timestamps and records) is the codec's business.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final, Protocol
+
+import attrs
+import trio
+
+from overlay.base import Address, TransportError
+
+from ._log import event, get_logger
+
+if TYPE_CHECKING:
+    from overlay.inbox import Incoming
+    from swim import Membership, Output
+    from swim._events import Event
+
+__all__ = ["Driver", "DriverStatistics", "PacketCodec", "PacketTransport"]
+
+#: TCP sends waiting for a sender task; beyond this they fail at once.
+RELIABLE_QUEUE_MAX: Final = 256
+#: Concurrent TCP sends (connects to dead peers may each take `connect_timeout`).
+RELIABLE_SENDERS: Final = 4
+#: Packets handled per wake-up before the deadline is checked again, so a flood cannot
+#: starve the core's timers.
+RECEIVE_BATCH_MAX: Final = 64
+
+_log = get_logger("driver")
+
+
+class PacketTransport(Protocol):
+    """What the driver needs from `overlay.transport.Transport` (a fake in tests)."""
+
+    async def receive(self) -> Incoming: ...
+
+    def receive_nowait(self) -> Incoming: ...
+
+    async def send_datagram(self, address: Address, payload: bytes) -> None: ...
+
+    async def send_frame(self, address: Address, payload: bytes) -> None: ...
+
+
+class PacketCodec(Protocol):
+    """Wraps core payloads for the wire and unwraps what arrives (authentication).
+
+    `open` returns None for a packet that must be dropped; it counts the drop itself.
+    """
+
+    def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes: ...
+
+    def open(self, incoming: Incoming) -> bytes | None: ...
+
+
+@attrs.frozen
+class DriverStatistics:
+    """What the driver itself counted (the core, codec and transport count the rest)."""
+
+    packets_in: int
+    packets_dropped: int
+    datagrams_out: int
+    frames_out: int
+    send_failures: int
+    reliable_queue_full: int
+    oversize_datagrams: int
+
+
+@attrs.define
+class _Counters:
+    packets_in: int = 0
+    packets_dropped: int = 0
+    datagrams_out: int = 0
+    frames_out: int = 0
+    send_failures: int = 0
+    reliable_queue_full: int = 0
+    oversize_datagrams: int = 0
+
+
+class Driver:
+    """Runs one `swim.Membership` over one transport until cancelled.
+
+    All calls into the core go through this object (in the Trio thread), so their
+    outputs are always applied. Read-only queries (``core.members()``) may be made on
+    `core` directly.
+
+    Args:
+        core: the membership state machine.
+        transport: UDP+TCP; see `PacketTransport`.
+        codec: authentication; see `PacketCodec`.
+        on_event: called (synchronously) with every membership event, in order.
+        max_datagram_size: sealed payloads above this go over TCP instead of UDP.
+    """
+
+    def __init__(
+        self,
+        core: Membership,
+        transport: PacketTransport,
+        codec: PacketCodec,
+        on_event: Callable[[Event], None],
+        *,
+        max_datagram_size: int,
+    ) -> None:
+        self.core = core
+        self._transport = transport
+        self._codec = codec
+        self._on_event = on_event
+        self._max_datagram = max_datagram_size
+        self._c = _Counters()
+        send, receive = trio.open_memory_channel[tuple[Address, bytes, bytes]](
+            RELIABLE_QUEUE_MAX
+        )
+        self._reliable_send = send
+        self._reliable_receive = receive
+        self._wait_scope: trio.CancelScope | None = None
+
+    ####################################################################################
+    # Running
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled: receive, tick, apply outputs."""
+        async with trio.open_nursery() as nursery:
+            for _ in range(RELIABLE_SENDERS):
+                nursery.start_soon(self._reliable_sender)
+            task_status.started()
+            await self._loop()
+
+    async def _loop(self) -> None:
+        core = self.core
+        while True:
+            deadline = core.next_deadline()
+            incoming: Incoming | None = None
+            with trio.move_on_at(math.inf if deadline is None else deadline) as scope:
+                self._wait_scope = scope
+                incoming = await self._transport.receive()
+            self._wait_scope = None
+            if incoming is not None:
+                await self._handle(incoming)
+                # Drain what is already queued, bounded, before checking timers again.
+                for _ in range(RECEIVE_BATCH_MAX - 1):
+                    try:
+                        incoming = self._transport.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    await self._handle(incoming)
+            now = trio.current_time()
+            deadline = core.next_deadline()
+            if deadline is not None and deadline <= now:
+                await self.apply(core.tick(now))
+
+    def wake(self) -> None:
+        """Make the loop re-read `next_deadline` (after a call that may have moved it).
+
+        Cancels the current wait (a cancelled receive loses no packet); no task is
+        spawned for it.
+        """
+        if self._wait_scope is not None:
+            self._wait_scope.cancel()
+
+    async def _handle(self, incoming: Incoming) -> None:
+        self._c.packets_in += 1
+        payload = self._codec.open(incoming)
+        if payload is None:
+            self._c.packets_dropped += 1
+            return
+        now = trio.current_time()
+        await self.apply(
+            self.core.receive(incoming.source, payload, now, reliable=incoming.reliable)
+        )
+
+    ####################################################################################
+    # Calls into the core from the node
+
+    async def call(self, method: Callable[[float], Sequence[Output]]) -> None:
+        """Run ``method(now)`` (a bound core method such as ``core.leave``), apply its outputs.
+
+        Example: ``await driver.call(lambda now: core.set_meta(meta, now))``.
+        """
+        await self.apply(method(trio.current_time()))
+        self.wake()
+
+    ####################################################################################
+    # Outputs
+
+    async def apply(self, outputs: Sequence[Output]) -> None:
+        """Send every `Send` and report every event, in the order the core gave them."""
+        from swim import Send
+
+        for output in outputs:
+            if isinstance(output, Send):
+                await self._send(output.destination, output.payload, output.reliable)
+            else:
+                self._on_event(output)
+
+    async def _send(self, destination: Address, payload: bytes, reliable: bool) -> None:
+        sealed = self._codec.seal(destination, payload, reliable)
+        if not reliable and len(sealed) > self._max_datagram:
+            # Too big for one datagram (a large record): the core sized it for its budget,
+            # so this is rare; TCP carries it instead of the kernel fragmenting or refusing.
+            self._c.oversize_datagrams += 1
+            reliable = True
+        if reliable:
+            try:
+                self._reliable_send.send_nowait((destination, payload, sealed))
+            except trio.WouldBlock:
+                self._c.reliable_queue_full += 1
+                await self._failed(destination, payload)
+            return
+        try:
+            await self._transport.send_datagram(destination, sealed)
+        except TransportError as exc:
+            event(_log, 10, "send.failed", to=_fmt(destination), proto="udp", reason=str(exc))
+            await self._failed(destination, payload)
+            return
+        self._c.datagrams_out += 1
+
+    async def _reliable_sender(self) -> None:
+        async for destination, payload, sealed in self._reliable_receive:
+            try:
+                await self._transport.send_frame(destination, sealed)
+            except TransportError as exc:
+                event(_log, 10, "send.failed", to=_fmt(destination), proto="tcp", reason=str(exc))
+                await self._failed(destination, payload)
+                continue
+            self._c.frames_out += 1
+
+    async def _failed(self, destination: Address, payload: bytes) -> None:
+        self._c.send_failures += 1
+        now = trio.current_time()
+        await self.apply(self.core.send_failed(destination, payload, now))
+        self.wake()
+
+    def statistics(self) -> DriverStatistics:
+        """A snapshot of the driver's counters."""
+        return DriverStatistics(**attrs.asdict(self._c))
+
+
+def _fmt(address: Address) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,190 @@
+"""Admission over real sockets: only enrolled nodes get in, and forged, replayed or
+mis-signed data changes nothing and is counted."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from overlay.auth import PacketAuthenticator
+from populi_p2p.authority import ClusterAuthority
+from populi_p2p.identity import NodeIdentity
+from populi_p2p.record import RECORD_CONTEXT, Capabilities, NodeRecord, NodeStatus
+from swim import wire
+
+from .harness import Daemon, Mesh, wait_until
+
+
+def drops(daemon: Daemon, kind: str, reason: str) -> int:
+    return int(daemon.status()["drops"][kind][reason])
+
+
+def test_start_refused_without_valid_certificate(tmp_path: Path) -> None:
+    mesh = Mesh(tmp_path)
+    try:
+        # A certificate from another cluster's authority: refused before any socket opens.
+        state = mesh.prepare("stranger", authority=ClusterAuthority.generate())
+        d = mesh.spawn("stranger", state=state)
+        assert d.wait_exit(timeout=30) == 1
+        lines = d.log().strip().splitlines()
+        assert len(lines) == 1, lines
+        assert "wrong_authority" in lines[0] and "populi-node cluster enroll" in lines[0]
+        # No certificate at all: says how to get one.
+        state = mesh.prepare("nocert")
+        (state / "node.cert").unlink()
+        d = mesh.spawn("nocert", state=state)
+        assert d.wait_exit(timeout=30) == 1
+        line = d.log().strip()
+        assert "no enrollment certificate" in line and "\n" not in line
+    finally:
+        mesh.stop_all()
+
+
+@pytest.mark.slow
+def test_rogue_cluster_cannot_join(tmp_path: Path) -> None:
+    mesh = Mesh(tmp_path)
+    try:
+        a = mesh.start("a")
+        # The rogue runs fine under its own authority (it trusts it), but a's authority
+        # never enrolled it: every packet it sends a is refused.
+        rogue_authority = ClusterAuthority.create(tmp_path / "rogue-authority")
+        state = tmp_path / "rogue"
+        identity = NodeIdentity.load_or_create(state)
+        from populi_p2p.certificate import write_certificate
+
+        write_certificate(
+            state / "node.cert", rogue_authority.enroll(identity.public_key, now=time.time())
+        )
+        pub = (tmp_path / "rogue-authority" / "authority.pub").read_bytes()
+        (state / "authority.pub").write_bytes(pub)
+        rogue = mesh.start("rogue", "--bootstrap", a.address, state=state)
+        wait_until(lambda: drops(a, "auth", "bad_certificate") >= 2, 20, "a to refuse the rogue")
+        assert rogue.node_id not in a.view()
+        assert a.view() == {}
+        assert a.status()["cluster"]["members"]["alive"] == 1
+    finally:
+        mesh.stop_all()
+
+
+@pytest.mark.slow
+def test_forged_replayed_and_missigned(tmp_path: Path) -> None:
+    mesh = Mesh(tmp_path)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        a = mesh.start("a")
+        b = mesh.start("b", "--bootstrap", a.address)
+        wait_until(
+            lambda: mesh.converged([a, b], {a.node_id: "alive", b.node_id: "alive"}),
+            20, "a and b to converge",
+        )  # fmt: skip
+        # An insider key, enrolled by the real authority, speaking from the test.
+        insider = NodeIdentity.generate()
+        cert = mesh.authority.enroll(insider.public_key, now=time.time())
+        auth = PacketAuthenticator(insider, cert.raw, mesh.authority.public_key)
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(5.0)
+        me = sock.getsockname()
+        host, port = a.address.rsplit(":", 1)
+        target = (host, int(port))
+
+        # 1. A sealed ping is answered: the envelope is right ...
+        ping = wire.encode(wire.Ping(7, a.node_id, insider.node_id, me))
+        packet = auth.seal(ping, time.time(), recipient=a.node_id)
+        sock.sendto(packet, target)
+        reply, _ = sock.recvfrom(4096)
+        assert auth.open(reply, time.time()).sender_node_id == a.node_id
+        # ... and the very same bytes again are a replay: dropped and counted.
+        before = drops(a, "auth", "replayed")
+        sock.sendto(packet, target)
+        wait_until(lambda: drops(a, "auth", "replayed") == before + 1, 10, "replay counted")
+
+        # 2. A forged packet (a signed "b is dead", one byte changed) changes nothing.
+        b_before = {m["node_id"]: m for m in a.members()}[b.node_id]
+        dead = wire.encode(wire.Dead(b.node_id, b_before["incarnation"] + 5, insider.node_id))
+        forged = bytearray(auth.seal(dead, time.time(), recipient=a.node_id))
+        forged[-80] ^= 0x01  # inside the payload, before the signature
+        before = drops(a, "auth", "bad_signature")
+        sock.sendto(bytes(forged), target)
+        wait_until(lambda: drops(a, "auth", "bad_signature") == before + 1, 10, "forgery counted")
+        garbage_before = drops(a, "auth", "malformed") + drops(a, "auth", "bad_version")
+        sock.sendto(b"\x01\x00garbage", target)
+        sock.sendto(b"\x7fnot a packet at all", target)
+        wait_until(
+            lambda: drops(a, "auth", "malformed") + drops(a, "auth", "bad_version")
+            == garbage_before + 2,
+            10, "garbage counted",
+        )  # fmt: skip
+        b_after = {m["node_id"]: m for m in a.members()}[b.node_id]
+        assert b_after["state"] == "alive"
+        assert b_after["incarnation"] == b_before["incarnation"]
+
+        # 3. A record for b signed by the insider's key: the core may relay it, but the
+        # record book drops it and a keeps b's own record.
+        b_status = b.status()["node"]
+        fake = NodeRecord(
+            node_id=b.node_id,
+            public_key=bytes.fromhex(b_status["public_key"]),
+            name="evil",
+            address="127.0.0.1",
+            port=1,
+            software_version="x",
+            protocol_version=1,
+            started_at=time.time(),
+            sequence=int(time.time() * 1000) + 10**9,
+            status=NodeStatus.DRAINING,
+            capabilities=Capabilities(1, 1),
+            labels={"owned": "yes"},
+            certificate=cert.raw,
+        )
+        body = fake.encode_body()
+        missigned = body + insider.sign(RECORD_CONTEXT, body)
+        b_host, b_port = b_before["address"].rsplit(":", 1)
+        alive = wire.encode(
+            wire.Alive(b.node_id, b_before["incarnation"] + 1, (b_host, int(b_port)), missigned)
+        )
+        before = drops(a, "records", "bad_signature")
+        sock.sendto(auth.seal(alive, time.time(), recipient=a.node_id), target)
+        wait_until(
+            lambda: drops(a, "records", "bad_signature") > before, 10, "bad record counted"
+        )
+        row = {m["node_id"]: m for m in a.members()}[b.node_id]
+        assert row["name"] == "b" and row["verified"] and row["labels"] == {}
+        assert row["status"] == "available"
+    finally:
+        sock.close()
+        mesh.stop_all()
+
+
+@pytest.mark.slow
+def test_revocation_gossips_and_removes(tmp_path: Path) -> None:
+    """A revocation handed to one node reaches the others, which then refuse the node."""
+    from populi_p2p.revocation import write_revocation
+
+    mesh = Mesh(tmp_path)
+    try:
+        a = mesh.start("a")
+        b = mesh.start("b", "--bootstrap", a.address)
+        c = mesh.start("c", "--bootstrap", a.address)
+        everyone = {d.node_id: "alive" for d in (a, b, c)}
+        wait_until(lambda: mesh.converged([a, b, c], everyone), 30, "converge")
+        c_key = bytes.fromhex(c.status()["node"]["public_key"])
+        revocation = mesh.authority.revoke(now=time.time(), node_public_key=c_key)
+        (a.state_dir / "revocations").mkdir()
+        write_revocation(a.state_dir / "revocations" / "c.rev", revocation)
+        # b never got the file: it learns the revocation from a, and keeps it.
+        wait_until(
+            lambda: list((b.state_dir / "revocations").glob("gossip-*.rev")),
+            20, "b to receive the revocation by gossip",
+        )  # fmt: skip
+        wait_until(
+            lambda: a.view().get(c.node_id) in ("dead", None)
+            and b.view().get(c.node_id) in ("dead", None),
+            40, "a and b to drop the revoked node",
+        )  # fmt: skip
+        assert drops(a, "auth", "revoked") > 0
+        assert "revocation.adopted" in b.log() and "source=gossip" in b.log()
+    finally:
+        mesh.stop_all()

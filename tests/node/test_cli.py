@@ -1,0 +1,193 @@
+"""The CLI: cluster init/enroll/revoke, key, and one-line errors with non-zero exits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from populi_p2p.cli import main, parse_duration
+from populi_p2p.identity import NodeIdentity
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {err!r}"
+    assert lines[0].startswith("populi-node: error: ")
+    return lines[0]
+
+
+def test_cluster_init_enroll_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    authority = tmp_path / "authority"
+    state = tmp_path / "state"
+    code, out, _ = run(capsys, "cluster", "init", "--authority-dir", str(authority))
+    assert code == 0 and "authority key created" in out
+    assert (authority / "authority.key").stat().st_mode & 0o077 == 0
+
+    code, _, err = run(capsys, "cluster", "init", "--authority-dir", str(authority))
+    assert code == 1 and "already holds" in one_line_error(err)
+
+    code, out, _ = run(capsys, "key", "--state-dir", str(state))
+    assert code == 0
+    public_key = out.strip()
+    identity = NodeIdentity.load(state / "node.key")
+    assert public_key == identity.public_key.hex()
+
+    cert = tmp_path / "n.cert"
+    code, out, _ = run(
+        capsys, "cluster", "enroll", public_key, "--expires", "30d",
+        "--authority-dir", str(authority), "--out", str(cert),
+    )  # fmt: skip
+    assert code == 0 and identity.node_id in out
+    from populi_p2p.authority import read_authority_public_key
+    from populi_p2p.certificate import read_certificate, verify_certificate
+
+    verified = verify_certificate(
+        read_certificate(cert),
+        read_authority_public_key(authority / "authority.pub"),
+        identity.public_key,
+        now=__import__("time").time(),
+    )
+    assert verified.expires_at is not None
+
+    rev = tmp_path / "r.rev"
+    code, out, _ = run(
+        capsys, "cluster", "revoke", "--serial", str(verified.serial),
+        "--authority-dir", str(authority), "--out", str(rev),
+    )  # fmt: skip
+    assert code == 0 and rev.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "needle"),
+    [
+        (["frobnicate"], 2, "invalid choice"),
+        (["cluster", "enroll", "zz"], 2, "NODE_PUBLIC_KEY"),
+        (["cluster", "enroll", "ab" * 32, "--expires", "soon"], 2, "--expires"),
+        (["cluster", "enroll", "ab" * 32], 1, "no cluster authority"),
+        (["cluster", "revoke"], 2, "one of the arguments"),
+        (["status"], 1, "does not exist"),
+        (["members", "--json"], 1, "does not exist"),
+        (["gpus"], 1, "does not exist"),
+        (["leave"], 1, "does not exist"),
+        (["up", "--port", "notanumber"], 2, "--port"),
+        (["up", "--bootstrap", "host:99999"], 1, "port must be"),
+        (["up", "--label", "=x"], 1, "label"),
+        (["up", "--config", "/nonexistent/populi.toml"], 1, "does not exist"),
+    ],
+)
+def test_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, needle: str
+) -> None:
+    # Every command gets a state dir that does not exist, so nothing touches the user's.
+    extra: list[str] = []
+    if argv[0] in {"status", "members", "gpus", "leave", "up"}:
+        extra = ["--state-dir", str(tmp_path / "missing")]
+    if argv[0] == "cluster" and argv[1] in {"enroll", "revoke"} and len(argv) > 2:
+        extra = ["--authority-dir", str(tmp_path / "no-authority")]
+    got, _, err = run(capsys, *argv, *extra)
+    assert got == code
+    assert needle in one_line_error(err)
+
+
+def test_daemon_not_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "status", "--state-dir", str(tmp_path))
+    line = one_line_error(err)
+    assert code == 1 and "not running" in line and "populi-node up" in line
+
+
+def test_no_permission(capsys: pytest.CaptureFixture[str]) -> None:
+    """A socket owned by another user (mode 0600) gives the permission line."""
+    import shutil
+    import socket
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    state = Path(tempfile.mkdtemp(prefix="populi-perm-"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        state.chmod(0o755)
+        server.bind(str(state / "api.sock"))
+        os.chmod(state / "api.sock", 0o600)
+        server.listen(1)
+        run(capsys, "status", "--state-dir", str(state / "warm-up"))  # import everything first
+        os.seteuid(65534)  # nobody: the socket is root's, 0600
+        try:
+            code, _, err = run(capsys, "status", "--state-dir", str(state))
+        finally:
+            os.seteuid(0)
+    finally:
+        server.close()
+        shutil.rmtree(state)
+    assert code == 1
+    assert "no permission" in one_line_error(err)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("45s", 45), ("30m", 1800), ("1d12h", 129600), ("1y", 31536000)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "x", "5q", "-1d", "1d x"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_console_entry_point_runs(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "populi_p2p.cli", "status", "--state-dir", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "not running" in proc.stderr
+
+
+@pytest.mark.slow
+def test_commands_against_a_running_daemon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from .harness import Mesh
+
+    mesh = Mesh(tmp_path)
+    try:
+        d = mesh.start("solo", "--label", "zone=attic")
+        state = str(d.state_dir)
+        code, out, _ = run(capsys, "status", "--state-dir", state)
+        assert code == 0 and d.node_id in out and "overlay" in out
+        code, out, _ = run(capsys, "members", "--json", "--state-dir", state)
+        rows = json.loads(out)
+        assert code == 0 and rows[0]["node_id"] == d.node_id and rows[0]["self"]
+        assert rows[0]["labels"] == {"zone": "attic"}
+        code, out, _ = run(capsys, "members", "--state-dir", state)
+        assert code == 0 and out.splitlines()[0].split()[:3] == ["NAME", "NODE", "ID"]
+        assert "zone=attic" in out
+        code, out, _ = run(capsys, "gpus", "--json", "--state-dir", state)
+        assert code == 0 and "table" in json.loads(out)
+        code, out, _ = run(capsys, "leave", "--state-dir", state)
+        assert code == 0 and "leaving" in out
+        assert d.wait_exit(timeout=10) == 0
+        assert not (d.state_dir / "api.sock").exists()
+        code, _, err = run(capsys, "status", "--state-dir", state)
+        assert code == 1 and "not running" in one_line_error(err)
+    finally:
+        mesh.stop_all()

@@ -1,0 +1,128 @@
+"""The driver only translates: packets in -> core.receive, deadlines -> core.tick, Sends
+out over UDP or TCP, failures -> core.send_failed. Run under Trio's mock clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from overlay.base import TransportError
+from overlay.inbox import URGENT, Incoming
+from populi_p2p.driver import RELIABLE_QUEUE_MAX, Driver
+from swim import Member, MemberJoined, MemberState, Send
+
+PEER = ("127.0.0.1", 9)
+DEAD_PEER = ("127.0.0.1", 10)
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.send_in, self.receive_out = trio.open_memory_channel[Incoming](100)
+        self.datagrams: list[tuple[tuple[str, int], bytes]] = []
+        self.frames: list[tuple[tuple[str, int], bytes]] = []
+
+    async def receive(self) -> Incoming:
+        return await self.receive_out.receive()
+
+    def receive_nowait(self) -> Incoming:
+        return self.receive_out.receive_nowait()
+
+    async def send_datagram(self, address: tuple[str, int], payload: bytes) -> None:
+        if address == DEAD_PEER:
+            raise TransportError("unreachable", address)
+        self.datagrams.append((address, payload))
+
+    async def send_frame(self, address: tuple[str, int], payload: bytes) -> None:
+        await trio.sleep(1.0)  # a slow connect must not hold up the receive loop
+        if address == DEAD_PEER:
+            raise TransportError("refused", address)
+        self.frames.append((address, payload))
+
+
+class FakeCodec:
+    def seal(self, destination: tuple[str, int], payload: bytes, reliable: bool) -> bytes:
+        return b"S" + payload
+
+    def open(self, incoming: Incoming) -> bytes | None:
+        return None if incoming.payload.startswith(b"bad") else incoming.payload[1:]
+
+
+class FakeCore:
+    """Records calls; answers each packet with a UDP reply and a TCP send."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.deadline: float | None = 5.0
+
+    def next_deadline(self) -> float | None:
+        return self.deadline
+
+    def tick(self, now: float) -> list[Any]:
+        self.calls.append(("tick", now))
+        self.deadline = None
+        member = Member("m", PEER, MemberState.ALIVE, 1)
+        return [MemberJoined(member), Send(DEAD_PEER, b"probe")]
+
+    def receive(self, source: Any, payload: bytes, now: float, *, reliable: bool) -> list[Any]:
+        self.calls.append(("receive", source, payload, reliable))
+        return [Send(PEER, b"ack"), Send(DEAD_PEER, b"state", reliable=True)]
+
+    def send_failed(self, destination: Any, payload: bytes, now: float) -> list[Any]:
+        self.calls.append(("failed", destination, payload))
+        return []
+
+
+async def test_driver_translates(autojump_clock: trio.testing.MockClock) -> None:
+    core, transport = FakeCore(), FakeTransport()
+    events: list[object] = []
+    driver = Driver(core, transport, FakeCodec(), events.append, max_datagram_size=1400)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await transport.send_in.send(Incoming(PEER, b"Shello", False, URGENT))
+        await transport.send_in.send(Incoming(PEER, b"bad packet", False, URGENT))
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert ("receive", PEER, b"hello", False) in core.calls  # opened, then handed over
+    assert not any(c[0] == "receive" and c[2].startswith(b"ad") for c in core.calls)
+    assert transport.datagrams == [(PEER, b"Sack")]  # sealed, over UDP
+    # The failed UDP probe and the failed TCP send are both reported back.
+    assert ("failed", DEAD_PEER, b"probe") in core.calls
+    assert ("failed", DEAD_PEER, b"state") in core.calls
+    # The deadline fired exactly once, at 5.0 (virtual time).
+    ticks = [c for c in core.calls if c[0] == "tick"]
+    assert len(ticks) == 1 and ticks[0][1] >= 5.0
+    assert [type(e) for e in events] == [MemberJoined]
+    stats = driver.statistics()
+    assert stats.packets_in == 2 and stats.packets_dropped == 1
+    assert stats.send_failures == 2
+
+
+async def test_reliable_queue_is_bounded(autojump_clock: trio.testing.MockClock) -> None:
+    core, transport = FakeCore(), FakeTransport()
+    core.deadline = None
+    driver = Driver(core, transport, FakeCodec(), lambda e: None, max_datagram_size=1400)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        sends = [Send(PEER, b"x%d" % i, reliable=True) for i in range(RELIABLE_QUEUE_MAX + 50)]
+        await driver.apply(sends)  # must not block, whatever the senders are doing
+        stats = driver.statistics()
+        assert stats.reliable_queue_full >= 40
+        failed = [c for c in core.calls if c[0] == "failed"]
+        assert len(failed) == stats.reliable_queue_full
+        nursery.cancel_scope.cancel()
+
+
+async def test_oversize_datagram_goes_over_tcp(autojump_clock: trio.testing.MockClock) -> None:
+    core, transport = FakeCore(), FakeTransport()
+    core.deadline = None
+    driver = Driver(core, transport, FakeCodec(), lambda e: None, max_datagram_size=10)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await driver.apply([Send(PEER, b"a big record that does not fit")])
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert transport.datagrams == []
+    assert transport.frames == [(PEER, b"Sa big record that does not fit")]
+    assert driver.statistics().oversize_datagrams == 1
