@@ -1,0 +1,193 @@
+"""How fast the simulator runs big clusters (issue 2's speed targets), on one core.
+
+    python benchmarks/sim_speed.py                 # engine, 1,000 x 300 s, 10,000 x 60 s
+    python benchmarks/sim_speed.py --only small --profile
+
+Targets: 1,000 members for 300 simulated seconds in under 60 s of wall time, and
+10,000 members for 60 simulated seconds in under 5 minutes. The real `swim.Membership`
+runs every member (LAN preset, Lifeguard on, push-pull on); the cluster starts primed
+(`formation.mode = "prime"`), safety checks off, metrics on. "engine" runs the same
+1,000 x 300 s with a trivial ping/ack core, to show what the engine itself costs.
+
+Every member of an n-member cluster holds n entries, so memory grows as n^2; the
+10,000-member run is skipped (with the projection printed) when it would not fit in
+the memory this machine has available, unless --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import random
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simulations import (
+    Network,
+    NetworkConfig,
+    RunResult,
+    Scenario,
+    Simulator,
+    child_rng,
+    parse_scenario,
+    run_once,
+)
+from swim import Address, Output, Send
+
+TARGETS = {"small": (1000, 300.0, 60.0), "large": (10000, 60.0, 300.0)}
+
+
+class _PingCore:
+    """A trivial core: one ping a second to a random member, which acks it."""
+
+    def __init__(self, address: Address, rng: random.Random, now: float, peers: list[Address]):
+        self.incarnation = 0
+        self._rng = rng
+        self._next = now + rng.random()
+        self._peers = peers
+        self._address = address
+
+    def receive(
+        self, source: Address, payload: bytes, now: float, *, reliable: bool = False
+    ) -> list[Output]:
+        return [Send(source, b"\x02" + payload[1:])] if payload[0] == 1 else []
+
+    def tick(self, now: float) -> list[Output]:
+        if now < self._next:
+            return []
+        self._next += 1.0
+        peer = self._peers[self._rng.randrange(len(self._peers))]
+        return [Send(peer, b"\x01" + b"x" * 60)]
+
+    def next_deadline(self) -> float:
+        return self._next
+
+    def join(self, seeds: Sequence[Address], now: float) -> list[Output]:
+        return []
+
+    def leave(self, now: float) -> list[Output]:
+        return []
+
+    def set_meta(self, meta: bytes, now: float) -> list[Output]:
+        return []
+
+    def send_failed(self, destination: Address, payload: bytes, now: float) -> list[Output]:
+        return []
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _available_mb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("inf")
+
+
+def bench_engine(members: int = 1000, duration: float = 300.0) -> None:
+    peers: list[Address] = []
+    network = Network(NetworkConfig(), child_rng(1, "network"))
+    sim = Simulator(
+        seed=1,
+        network=network,
+        core_factory=lambda name, address, rng, now, inc: _PingCore(address, rng, now, peers),
+    )
+    for _ in range(members):
+        sim.add_node()
+    peers.extend(sim.addresses)
+    for node in range(members):
+        sim.start(node)
+    start = time.perf_counter()
+    sim.run_until(duration)
+    wall = time.perf_counter() - start
+    stats = sim.statistics()
+    print(
+        f"engine only: {members} members x {duration:g} s with a ping/ack core: {wall:.1f} s wall, "
+        f"{stats.messages_sent:,} messages, {stats.events:,} events, "
+        f"{wall / stats.messages_sent * 1e6:.2f} us per message (engine + trivial core)"
+    )
+
+
+def _scenario(members: int, duration: float) -> Scenario:
+    return parse_scenario(
+        {
+            "name": f"bench-{members}",
+            "members": members,
+            "duration": duration,
+            "seed": 1,
+            "preset": "lan",
+            "formation": {"mode": "prime", "settle": 0.0},
+            "check": {"safety": False, "liveness": False},
+            "driver": {"reconnect_interval": 0.0},
+        }
+    )
+
+
+def bench_swim(label: str, *, profile: bool) -> RunResult:
+    members, duration, target = TARGETS[label]
+    scenario = _scenario(members, duration)
+    profiler = cProfile.Profile() if profile else None
+    start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
+    result = run_once(scenario)
+    if profiler is not None:
+        profiler.disable()
+    wall = time.perf_counter() - start
+    messages = result.engine["messages_sent"]
+    verdict = "MEETS" if wall < target else "MISSES"
+    print(
+        f"swim core: {members:,} members x {duration:g} s: {wall:.1f} s wall "
+        f"({verdict} the {target:g} s target), {messages:,} messages "
+        f"({result.measures['messages_per_member_second']:.2f} per member per second), "
+        f"{wall / max(messages, 1) * 1e6:.0f} us per message all in, peak RSS {_rss_mb():,.0f} MB"
+    )
+    if profiler is not None:
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("tottime").print_stats(25)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", choices=("engine", "small", "large"))
+    parser.add_argument("--profile", action="store_true", help="cProfile the swim runs")
+    parser.add_argument("--force", action="store_true", help="run 10,000 even if short of memory")
+    args = parser.parse_args(argv)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
+    print(f"python {sys.version.split()[0]}, pinned to one core, {os.cpu_count()} cores here")
+    if args.only in (None, "engine"):
+        bench_engine()
+    if args.only in (None, "small"):
+        bench_swim("small", profile=args.profile)
+    if args.only in (None, "large"):
+        members = TARGETS["large"][0]
+        # Each member holds every other: about 270 bytes per (member, member) pair.
+        need_mb = 270e-6 * members * members
+        have_mb = _available_mb()
+        if need_mb > 0.8 * have_mb and not args.force:
+            print(
+                f"swim core: {members:,} members x 60 s: SKIPPED: needs about "
+                f"{need_mb / 1024:.0f} GiB (n^2 member entries), {have_mb / 1024:.0f} GiB "
+                "available; --force to try anyway"
+            )
+        else:
+            bench_swim("large", profile=args.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

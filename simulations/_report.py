@@ -1,0 +1,135 @@
+"""Short human-readable reports of simulation results (the CLI and the demo print these)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._engine import name_for
+from ._runner import RunResult
+
+__all__ = ["format_report", "format_sweep"]
+
+
+def _s(value: float | None, unit: str = "s") -> str:
+    return "-" if value is None else f"{value:.2f} {unit}".rstrip()
+
+
+def format_report(result: RunResult) -> str:
+    """A few lines on one run: detections, false positives, traffic, convergence."""
+    m = result.measures
+    period = result.probe_interval
+    lines = [
+        f"{result.scenario}: {result.members} members, Lifeguard "
+        f"{'on' if result.lifeguard else 'off'}, loss {result.loss:g}, seed {result.seed}",
+    ]
+    formed = (
+        "did not form"
+        if result.formation_seconds is None
+        else f"formed at t={result.formation_seconds:.1f} s"
+    )
+    lines.append(
+        f"  {formed}; timeline {result.duration:g} s of virtual time in "
+        f"{result.wall_seconds:.1f} s wall; digest {result.digest[:16]}"
+    )
+    for d in m["detections"]:
+        who = name_for(d["node"])
+        if d["kind"] == "crash":
+            lines.append(
+                f"  crash of {who} at t={d['at'] - _t0(result):.1f} s: suspected after "
+                f"{_s(d['first_suspected_after'])}, declared dead after "
+                f"{_s(d['first_detected_after'])} "
+                f"({_periods(d['first_detected_after'], period)}), by all "
+                f"{d['observers']} observers after {_s(d['all_detected_after'])}"
+            )
+        elif d["kind"] == "pause":
+            outcome = (
+                "declared dead by all"
+                if d["outcome"] == "detected"
+                else "woke before everybody declared it dead"
+            )
+            lines.append(
+                f"  {who} slept at t={d['at'] - _t0(result):.1f} s: {outcome}"
+                + (
+                    f" after {_s(d['all_detected_after'])}"
+                    if d["all_detected_after"] is not None
+                    else ""
+                )
+            )
+        elif d["kind"] == "leave":
+            lines.append(
+                f"  {who} left at t={d['at'] - _t0(result):.1f} s: everybody knew after "
+                f"{_s(d['all_detected_after'])}"
+            )
+    fp = m["false_positives"]
+    lines.append(
+        f"  false positives: {fp['episodes_healthy']} healthy and {fp['episodes_slow']} slow "
+        f"members declared dead ({fp['per_member_hour']:.3f} per member-hour), "
+        f"{fp['suspicions']} false suspicions, {m['refutes']} refutes"
+    )
+    if m["partitioned_declared_dead"]:
+        lines.append(
+            f"  {m['partitioned_declared_dead']} members declared dead by the other side of "
+            "a partition (expected: they were unreachable)"
+        )
+    dis = m["dissemination"]
+    if dis["updates"]:
+        lines.append(
+            f"  dissemination of an update to every member: mean {_s(dis['all_seen_mean'])} "
+            f"({_periods(dis['all_seen_mean'], period)}), max {_s(dis['all_seen_max'])} "
+            f"over {dis['updates']} updates"
+        )
+    lines.append(
+        f"  traffic: {m['messages_per_member_second']:.2f} messages and "
+        f"{m['bytes_per_member_second']:.0f} bytes sent per member per second"
+    )
+    for c in m["convergence"]:
+        if c["label"] == "formation":
+            continue
+        after = c["converged_after"]
+        lines.append(
+            f"  convergence after {c['label']}: "
+            + ("not reached" if after is None else f"{after:.2f} s")
+        )
+    lines.append("  OK" if result.ok else f"  FAILED: {result.failure}")
+    return "\n".join(lines)
+
+
+def format_sweep(results: Sequence[RunResult]) -> str:
+    """One line per run of a sweep, as a table."""
+    header = (
+        f"{'members':>7} {'LG':>3} {'loss':>5} {'seed':>5} {'suspect':>8} {'dead':>7} "
+        f"{'all':>7} {'update':>7} {'FP/m-h':>8} {'FP':>5} {'msg/m/s':>8} {'wall':>7}"
+    )
+    lines = [header, "  (detection and dissemination times in protocol periods)"]
+    for r in results:
+        m = r.measures
+        det = m["detection"]
+        period = r.probe_interval
+        fp = m["false_positives"]
+        lines.append(
+            f"{r.members:>7} {'on' if r.lifeguard else 'off':>3} {r.loss:>5.2f} {r.seed:>5} "
+            f"{_n(det['first_suspected_mean'], period):>8} "
+            f"{_n(det['first_detected_periods_mean'], 1):>7} "
+            f"{_n(det['all_detected_periods_mean'], 1):>7} "
+            f"{_n(m['dissemination']['all_seen_periods_mean'], 1):>7} "
+            f"{fp['per_member_hour']:>8.3f} "
+            f"{fp['episodes_healthy'] + fp['episodes_slow']:>5} "
+            f"{m['messages_per_member_second']:>8.2f} {r.wall_seconds:>6.1f}s"
+            + ("" if r.ok else f"  FAILED: {r.failure}")
+        )
+    return "\n".join(lines)
+
+
+def _t0(result: RunResult) -> float:
+    """Virtual time at which the timeline started (samples are relative to it)."""
+    measures: dict[str, Any] = result.measures
+    return float(measures.get("window_start", 0.0))
+
+
+def _periods(seconds: float | None, period: float) -> str:
+    return "-" if seconds is None else f"{seconds / period:.2f} periods"
+
+
+def _n(value: float | None, divisor: float) -> str:
+    return "-" if value is None else f"{value / divisor:.2f}"

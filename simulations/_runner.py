@@ -1,0 +1,542 @@
+"""Running a scenario: formation, the fault timeline, the liveness phase, the result.
+
+A run has three phases, as TigerBeetle's VOPR does:
+
+1. **Formation.** Members start at random times within a short window, each joining
+   through a few members that started before it, and the run waits (bounded) until
+   every member sees every other alive. Nothing is measured yet.
+2. **Timeline (safety).** The scenario's faults, partitions, loss and churn happen at
+   their times; in safety mode every core call and every event is checked against the
+   invariants. Rates (messages per member per second, false positives per member per
+   hour) are measured over this phase only.
+3. **Liveness.** Everything heals at once: partitions and loss go away, slow members
+   recover, sleepers wake, churn stops. The cluster must converge (every member sees
+   exactly the members alive) within `liveness_bound` virtual seconds, or the run
+   fails.
+
+A failed run says what broke and ends with "reproduce with --seed N".
+
+Random choices come from child generators (`formation`, `faults`, `churn`), so a
+scenario's network and nodes see the same numbers whatever the fault schedule does.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from swim import Event, Member, MemberFailed, Membership, MemberState, SwimConfig
+
+from ._engine import CoreFactory, InvariantViolation, NodeStatus, Simulator
+from ._invariants import IncarnationCheck
+from ._metrics import Metrics, Sample
+from ._network import Network
+from ._rng import child_rng
+from ._scenario import FaultSpec, LossSpec, PartitionSpec, Scenario, ScenarioError
+
+__all__ = ["RunResult", "run_once", "run_scenario", "swim_config", "swim_factory"]
+
+#: A member that knows nobody this long after joining joins again through other seeds.
+_JOIN_RETRY = 2.0
+
+
+@attrs.frozen
+class RunResult:
+    """The outcome of one run: its parameters, measures, digest, and any failure."""
+
+    scenario: str
+    seed: int
+    members: int
+    lifeguard: bool
+    loss: float
+    duration: float
+    probe_interval: float
+    ok: bool
+    failure: str | None
+    digest: str
+    wall_seconds: float
+    virtual_seconds: float
+    formation_seconds: float | None
+    liveness_seconds: float | None
+    measures: dict[str, Any]
+    engine: dict[str, Any]
+    #: The `SwimConfig` the members ran, as a dict.
+    config: dict[str, Any] = attrs.field(factory=dict)
+    samples: tuple[Sample, ...] = ()
+
+    def as_dict(self, *, samples: bool = True) -> dict[str, Any]:
+        """Plain JSON-able data (samples as parallel lists, to keep files small)."""
+        data = attrs.asdict(self, recurse=False)
+        data.pop("samples")
+        if samples:
+            data["samples"] = {
+                field.name: [getattr(s, field.name) for s in self.samples]
+                for field in attrs.fields(Sample)
+            }
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        """Rebuild a result from `as_dict()` output (a JSON file), for re-plotting."""
+        fields = {f.name for f in attrs.fields(cls)} - {"samples"}
+        kwargs = {name: data[name] for name in fields if name in data}
+        columns = data.get("samples") or {}
+        names = [f.name for f in attrs.fields(Sample)]
+        rows = zip(*(columns.get(name, []) for name in names), strict=True) if columns else []
+        return cls(**kwargs, samples=tuple(Sample(*row) for row in rows))
+
+
+def swim_config(scenario: Scenario) -> SwimConfig:
+    """The `SwimConfig` a scenario asks for: preset, Lifeguard switch, then overrides.
+
+    Raises:
+        ScenarioError: an unknown or invalid `[swim]` field.
+    """
+    presets: dict[str, Callable[[], SwimConfig]] = {
+        "lan": SwimConfig.lan,
+        "wan": SwimConfig.wan,
+        "local": SwimConfig.local,
+    }
+    config = presets[scenario.preset]().with_lifeguard(scenario.lifeguard)
+    known = {field.name for field in attrs.fields(SwimConfig)}
+    for key in scenario.swim:
+        if key not in known:
+            raise ScenarioError(f"{scenario.name}: [swim] has no field {key!r}")
+    try:
+        config = attrs.evolve(config, **scenario.swim)
+        if scenario.core_invariants:
+            config = attrs.evolve(config, check_invariants=True)
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"{scenario.name}: [swim] {exc}") from None
+    return config
+
+
+def swim_factory(config: SwimConfig) -> CoreFactory:
+    """Build each node's core as a `swim.Membership` with `config`."""
+
+    def make(
+        name: str, address: tuple[str, int], rng: random.Random, now: float, incarnation: int
+    ) -> Membership:
+        return Membership(config, name, address, rng, now, incarnation=incarnation)
+
+    return make
+
+
+class _Run:
+    """One scenario variant, from formation to result."""
+
+    def __init__(self, scenario: Scenario, core_factory: CoreFactory | None) -> None:
+        self.scenario = scenario
+        self.config = swim_config(scenario)
+        seed = scenario.seed
+        network = Network(scenario.network, child_rng(seed, "network"))
+        factory = core_factory or swim_factory(self.config)
+        self.sim = Simulator(seed=seed, network=network, core_factory=factory)
+        self.metrics = Metrics(self.sim, capacity=scenario.members)
+        self.sim.add_observer(self.metrics)
+        self.reconnect_rng = child_rng(seed, "reconnect")
+        self.failed: dict[int, dict[int, float]] = {}
+        if scenario.reconnect_interval > 0:
+            self.sim.add_observer(self)
+        if scenario.safety:
+            self.sim.add_invariant(IncarnationCheck(self.sim))
+        self.formation_rng = child_rng(seed, "formation")
+        self.fault_rng = child_rng(seed, "faults")
+        self.churn_rng = child_rng(seed, "churn")
+        self.started: list[int] = []
+        self.healing = False
+        self.t0 = 0.0
+        self.updates = 0
+
+    ####################################################################################
+    # Phases
+    ####################################################################################
+
+    def run(self) -> RunResult:
+        wall = time.perf_counter()
+        scenario = self.scenario
+        failure: str | None = None
+        formation: float | None = None
+        liveness: float | None = None
+        try:
+            formation = self._form()
+            if formation is None:
+                failure = (
+                    f"formation: {scenario.members} members did not converge within "
+                    f"{scenario.formation.timeout:g}s ({self.metrics.wrong} wrong beliefs)"
+                )
+            else:
+                self._timeline()
+                if scenario.liveness:
+                    liveness = self._liveness()
+                    if liveness is None:
+                        failure = (
+                            f"liveness: no convergence within {scenario.liveness_bound:g}s "
+                            f"after healing ({self.metrics.wrong} wrong beliefs left)"
+                        )
+        except InvariantViolation as exc:
+            failure = f"safety: {exc}"
+        if failure is not None:
+            failure += f"; reproduce with --seed {scenario.seed}"
+        sim = self.sim
+        measures = self.metrics.summary(sim.now, self.config.probe_interval)
+        engine = attrs.asdict(sim.statistics())
+        engine["network"] = attrs.asdict(sim.network.statistics())
+        return RunResult(
+            scenario=scenario.name,
+            seed=scenario.seed,
+            members=scenario.members,
+            lifeguard=scenario.lifeguard,
+            loss=scenario.network.loss,
+            duration=scenario.duration,
+            probe_interval=self.config.probe_interval,
+            ok=failure is None,
+            failure=failure,
+            digest=sim.digest(),
+            wall_seconds=time.perf_counter() - wall,
+            virtual_seconds=sim.now,
+            formation_seconds=formation,
+            liveness_seconds=liveness,
+            measures=measures,
+            engine=engine,
+            config=attrs.asdict(self.config),
+            samples=tuple(self.metrics.samples),
+        )
+
+    def _form(self) -> float | None:
+        """Start every member and wait until they all see each other; returns the time."""
+        sim = self.sim
+        spec = self.scenario.formation
+        rng = self.formation_rng
+        for _ in range(self.scenario.members):
+            sim.add_node()
+        if spec.mode == "prime":
+            return self._form_primed()
+        sim.call_at(0.0, self._start, 0)
+        for node in range(1, self.scenario.members):
+            sim.call_at(rng.uniform(0.0, spec.window), self._start, node)
+        sim.run_until(spec.window)
+        self.metrics.expect_convergence(sim.now, "formation", stop=True)
+        if not self.metrics.converged:
+            sim.run_until(spec.window + spec.timeout)
+        if not self.metrics.converged:
+            return None
+        formed = sim.now
+        sim.run_until(formed + spec.settle)
+        return formed
+
+    def _form_primed(self) -> float:
+        sim = self.sim
+        nodes = range(self.scenario.members)
+        for node in nodes:
+            sim.start(node)
+        roster = [
+            Member(sim.names[node], sim.addresses[node], MemberState.ALIVE, 0) for node in nodes
+        ]
+        for node in nodes:
+            sim.prime(node, roster)
+        self.metrics.assume_converged()
+        sim.run_until(self.scenario.formation.settle)
+        return 0.0
+
+    def _start(self, node: int) -> None:
+        k = min(self.scenario.formation.seeds, len(self.started))
+        self._join(node, self.formation_rng.sample(self.started, k))
+        self.started.append(node)
+
+    def _join(self, node: int, seeds: list[int]) -> None:
+        """Start `node` through `seeds`, and retry if the join gets lost."""
+        self.sim.start(node, seeds)
+        if seeds:
+            retry = (node, self.sim.life(node))
+            self.sim.call_at(self.sim.now + _JOIN_RETRY, self._retry_join, retry)
+
+    def _retry_join(self, arg: tuple[int, int]) -> None:
+        """A join whose push-pull got lost is retried through other seeds, as a driver must."""
+        node, life = arg
+        sim = self.sim
+        if sim.life(node) != life or not sim.status(node).is_member:
+            return
+        if self.metrics.knows_anyone(node):
+            return
+        others = [m for m in sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW) if m != node]
+        k = min(self.scenario.formation.seeds, len(others))
+        sim.rejoin(node, self.formation_rng.sample(others, k))
+        sim.call_at(sim.now + _JOIN_RETRY, self._retry_join, arg)
+
+    def _timeline(self) -> None:
+        sim = self.sim
+        scenario = self.scenario
+        self.t0 = t0 = sim.now
+        end = t0 + scenario.duration
+        self.metrics.open_window(t0)
+        self._sample(None)
+        for fault in scenario.faults:
+            when = fault.at
+            until = scenario.duration
+            if fault.until is not None:
+                until = min(fault.until, until)
+            while when <= until:
+                sim.call_at(t0 + when, self._fault, fault)
+                if fault.every is None:
+                    break
+                when += fault.every
+        for number, partition in enumerate(scenario.partitions):
+            sim.call_at(t0 + partition.at, self._partition, partition)
+            heal = partition.heal if partition.heal is not None else scenario.duration
+            sim.call_at(t0 + heal, self._heal_partition, number)
+        for lossy in scenario.lossy:
+            sim.call_at(t0 + lossy.at, self._lossy, lossy)
+        if scenario.reconnect_interval > 0:
+            sim.call_at(t0 + scenario.reconnect_interval, self._reconnect)
+        churn = scenario.churn
+        if churn is not None:
+            for kind, rate in (
+                ("join", churn.joins_per_minute),
+                ("leave", churn.leaves_per_minute),
+                ("crash", churn.crashes_per_minute),
+            ):
+                if rate > 0:
+                    self._next_churn(kind, t0 + churn.start)
+        sim.run_until(end)
+        self.metrics.close_window(sim.now)
+
+    def _liveness(self) -> float | None:
+        """Heal everything; returns how long convergence took, or None past the bound."""
+        sim = self.sim
+        self.healing = True
+        sim.note("heal-all", "liveness")
+        sim.network.heal()
+        sim.network.heal_loss()
+        for node in sim.nodes_with(NodeStatus.SLOW):
+            sim.clear_slow(node)
+        for node in sim.nodes_with(NodeStatus.PAUSED):
+            sim.wake(node)
+        start = sim.now
+        self.metrics.expect_convergence(start, "liveness", stop=True)
+        if not self.metrics.converged:
+            sim.run_until(start + self.scenario.liveness_bound)
+        if not self.metrics.converged:
+            return None
+        return sim.now - start
+
+    ####################################################################################
+    # Timeline actions
+    ####################################################################################
+
+    def _members(self) -> list[int]:
+        return self.sim.nodes_with(NodeStatus.UP)
+
+    def _targets(self, explicit: tuple[int, ...], count: int) -> list[int]:
+        if explicit:
+            return list(explicit)
+        candidates = self._members()
+        return self.fault_rng.sample(candidates, min(count, len(candidates)))
+
+    def _fault(self, fault: FaultSpec) -> None:
+        if self.healing:
+            return
+        sim = self.sim
+        for node in self._targets(fault.members, fault.count):
+            status = sim.status(node)
+            if fault.kind == "crash":
+                sim.crash(node)
+                if fault.restart_after is not None:
+                    sim.call_at(sim.now + fault.restart_after, self._restart, node)
+            elif fault.kind == "restart":
+                self._restart(node)
+            elif fault.kind == "leave":
+                sim.leave(node, fault.linger)
+            elif fault.kind == "pause":
+                assert fault.duration is not None
+                if status.is_member:
+                    sim.pause(node, fault.duration, clock_stops=fault.clock_stops)
+                    # Queued after the engine's own wake-up call, so it runs just after it.
+                    sim.call_at(sim.now + fault.duration, self._woke, node)
+            elif fault.kind == "slow":
+                if status.is_member:
+                    sim.set_slow(node, fault.delay, jitter=fault.jitter)
+                    if fault.duration is not None:
+                        sim.call_at(sim.now + fault.duration, self._unslow, node)
+            elif fault.kind == "update" and status.is_member:
+                self.updates += 1
+                meta = f"update-{self.updates}".encode()
+                self.metrics.note_update(sim.now, node, meta)
+                sim.set_meta(node, meta)
+
+    def _restart(self, node: int) -> None:
+        sim = self.sim
+        if sim.status(node) != NodeStatus.DOWN:
+            return
+        members = [m for m in sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW) if m != node]
+        k = min(self.scenario.formation.seeds, len(members))
+        self._join(node, self.fault_rng.sample(members, k))
+
+    def _woke(self, node: int) -> None:
+        if self.sim.status(node).is_member:
+            self.metrics.expect_convergence(self.sim.now, f"{self.sim.names[node]} woke")
+
+    def _unslow(self, node: int) -> None:
+        if self.sim.status(node) == NodeStatus.SLOW:
+            self.sim.clear_slow(node)
+
+    def _partition(self, partition: PartitionSpec) -> None:
+        if self.healing:
+            return
+        sim = self.sim
+        if partition.members:
+            groups = [list(g) for g in partition.members]
+        else:
+            nodes = list(range(len(sim.names)))
+            self.fault_rng.shuffle(nodes)
+            total = sum(partition.groups)
+            groups, start = [], 0
+            for number, share in enumerate(partition.groups):
+                last = number == len(partition.groups) - 1
+                stop = len(nodes) if last else start + round(len(nodes) * share / total)
+                groups.append(sorted(nodes[start:stop]))
+                start = stop
+        sim.note("partition", [len(g) for g in groups])
+        sim.network.partition(groups, one_way=partition.one_way)
+
+    def _heal_partition(self, number: int) -> None:
+        if self.healing:
+            return
+        sim = self.sim
+        sim.note("heal", number)
+        sim.network.heal()
+        self.metrics.expect_convergence(sim.now, f"partition {number + 1} healed")
+
+    def _lossy(self, lossy: LossSpec) -> None:
+        if self.healing:
+            return
+        sim = self.sim
+        nodes = self._targets(lossy.members, lossy.count)
+        sim.note("lossy", nodes)
+        for node in nodes:
+            sim.network.set_node_loss(node, ingress=lossy.ingress, egress=lossy.egress)
+        if lossy.until is not None:
+            sim.call_at(self.t0 + lossy.until, self._lossless, nodes)
+
+    def _lossless(self, nodes: list[int]) -> None:
+        self.sim.note("lossless", nodes)
+        for node in nodes:
+            self.sim.network.set_node_loss(node)
+
+    def _next_churn(self, kind: str, after: float) -> None:
+        churn = self.scenario.churn
+        assert churn is not None
+        rate = {
+            "join": churn.joins_per_minute,
+            "leave": churn.leaves_per_minute,
+            "crash": churn.crashes_per_minute,
+        }[kind] / 60.0
+        when = after + self.churn_rng.expovariate(rate)
+        stop = churn.stop if churn.stop is not None else self.scenario.duration
+        if when <= self.t0 + stop:
+            self.sim.call_at(when, self._churn, kind)
+
+    def _churn(self, kind: str) -> None:
+        if self.healing:
+            return
+        sim = self.sim
+        churn = self.scenario.churn
+        assert churn is not None
+        members = self._members()
+        if kind == "join":
+            node = sim.add_node()
+            k = min(self.scenario.formation.seeds, len(members))
+            self._join(node, self.churn_rng.sample(members, k))
+        elif len(members) > churn.min_members:
+            node = self.churn_rng.choice(members)
+            if kind == "leave":
+                sim.leave(node)
+            else:
+                sim.crash(node)
+                if churn.restart_after is not None:
+                    sim.call_at(sim.now + churn.restart_after, self._restart, node)
+        self._next_churn(kind, sim.now)
+
+    ####################################################################################
+    # The driver's reconnect loop
+    ####################################################################################
+
+    def on_event(self, now: float, node: int, event: Event) -> None:
+        """Remember which members each node saw fail, for the reconnect loop."""
+        member = getattr(event, "member", None)
+        if member is None:
+            return
+        subject = self.sim.index_of(member.name)
+        if subject is None:
+            return
+        if event.__class__ is MemberFailed:
+            self.failed.setdefault(node, {})[subject] = now
+        elif member.state != MemberState.DEAD:
+            failed = self.failed.get(node)
+            if failed:
+                failed.pop(subject, None)
+
+    def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
+        if old == NodeStatus.DOWN:
+            self.failed.pop(node, None)  # a fresh core remembers nobody
+
+    def _reconnect(self, _: object = None) -> None:
+        """Members with failed peers try to join one of them, as Serf's reconnect does.
+
+        memberlist stops gossiping to a dead member after `dead_retention`; without this
+        loop (which populi's daemon must run too) two halves of a partition that lasted
+        longer would never find each other again. As in Serf, a member tries with
+        probability failed/alive, so the whole cluster makes about one attempt per
+        failed member per interval rather than one per member: each attempt is a
+        full-state push-pull.
+        """
+        sim = self.sim
+        horizon = sim.now - self.scenario.reconnect_timeout
+        rng = self.reconnect_rng
+        for node in sorted(self.failed):
+            failed = self.failed[node]
+            for subject in [s for s, when in failed.items() if when < horizon]:
+                del failed[subject]
+            if not failed or not sim.status(node).is_member:
+                continue
+            alive = max(self.metrics.alive_count(node), 1)
+            if rng.random() < len(failed) / alive:
+                sim.rejoin(node, [rng.choice(sorted(failed))])
+        sim.call_at(sim.now + self.scenario.reconnect_interval, self._reconnect)
+
+    def _sample(self, _: object) -> None:
+        self.metrics.sample(self.sim.now - self.t0)
+        self.sim.call_at(self.sim.now + self.scenario.sample_interval, self._sample)
+
+
+def run_once(scenario: Scenario, *, core_factory: CoreFactory | None = None) -> RunResult:
+    """Run one scenario (ignoring its sweep) and return the result.
+
+    Args:
+        core_factory: build cores some other way than `swim.Membership` (tests use
+            this to drive the engine with a stand-in core).
+
+    Raises:
+        ScenarioError: the scenario's `[swim]` table is invalid.
+    """
+    return _Run(scenario, core_factory).run()
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    core_factory: CoreFactory | None = None,
+    progress: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Run every variant of `scenario` (one, or each point of its sweep), in order."""
+    results = []
+    for variant in scenario.variants():
+        result = run_once(variant, core_factory=core_factory)
+        if progress is not None:
+            progress(result)
+        results.append(result)
+    return results
