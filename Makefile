@@ -30,8 +30,11 @@ lint: $(STAMP)
 test: $(STAMP) sysdeps lint
 	$(BIN)/python -m pytest
 
+# A real 5-node mesh on loopback (separate processes, a kill -9 seen by all), then the
+# simulator's view of a 200-member cluster with a crash and a slow member.
 demo: $(STAMP)
 	$(BIN)/python -m populi_p2p.demo
+	$(BIN)/python -m simulations.demo
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -151,6 +151,7 @@ class _Run:
         self.healing = False
         self.t0 = 0.0
         self.updates = 0
+        self.setup_seconds = 0.0
 
     ####################################################################################
     # Phases
@@ -164,6 +165,7 @@ class _Run:
         liveness: float | None = None
         try:
             formation = self._form()
+            self.setup_seconds = time.perf_counter() - wall
             if formation is None:
                 failure = (
                     f"formation: {scenario.members} members did not converge within "
@@ -186,6 +188,7 @@ class _Run:
         measures = self.metrics.summary(sim.now, self.config.probe_interval)
         engine = attrs.asdict(sim.statistics())
         engine["network"] = attrs.asdict(sim.network.statistics())
+        engine["setup_seconds"] = self.setup_seconds
         return RunResult(
             scenario=scenario.name,
             seed=scenario.seed,
