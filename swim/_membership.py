@@ -1062,9 +1062,6 @@ class Membership:
         meta_max = self._config.meta_size_max
         source = message.source
         for name, address, incarnation, state, meta in message.members:
-            if len(meta) > meta_max:
-                self._counters.dropped_invalid += 1
-                continue
             if state == 0:  # alive
                 node = members.get(name)
                 if (
@@ -1074,6 +1071,9 @@ class Membership:
                     and node is not me
                 ):
                     continue  # the common case: nothing new
+                if len(meta) > meta_max:
+                    self._counters.dropped_invalid += 1
+                    continue
                 self._apply(_RUMOR_ALIVE, name, incarnation, now, out, address=address, meta=meta)
             elif state == 3:  # left
                 self._apply(_RUMOR_LEFT, name, incarnation, now, out)
