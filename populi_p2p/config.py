@@ -32,6 +32,7 @@ import attrs
 import platformdirs
 
 from overlay.base import DEFAULT_PORT as _TRANSPORT_DEFAULT_PORT
+from overlay.bootstrap import parse_host_port as _parse_host_port
 
 from ._log import LOG_LEVELS
 
@@ -74,30 +75,15 @@ def default_state_dir() -> Path:
 
 
 def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """Parse ``HOST``, ``HOST:PORT``, ``[V6]:PORT`` or a bare IPv6 address.
+    """Parse ``HOST``, ``HOST:PORT`` or ``[V6]:PORT`` with the transport's own parser.
 
     Raises:
-        ConfigError: the port is not a number in 1..65535 or the host is empty.
+        ConfigError: one line saying what is wrong and what is expected.
     """
-    text = text.strip()
-    host: str
-    port_text: str | None
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise ConfigError(f"bad address {text!r}: expected [IPV6]:PORT")
-        port_text = rest[1:] if rest else None
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
-    else:
-        host, port_text = text, None  # a hostname, IPv4, or bare IPv6 without a port
-    if not host:
-        raise ConfigError(f"bad address {text!r}: the host is empty (expected HOST:PORT)")
-    if port_text is None:
-        return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigError(f"bad address {text!r}: the port must be a number from 1 to 65535")
-    return host, int(port_text)
+    try:
+        return _parse_host_port(text, default_port=default_port)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _port(instance: object, attribute: attrs.Attribute[int], value: int) -> None:

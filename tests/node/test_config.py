@@ -79,12 +79,16 @@ def test_missing_config_file(tmp_path: Path) -> None:
         ("127.0.0.1:80", ("127.0.0.1", 80)),
         ("example.org", ("example.org", DEFAULT_PORT)),
         ("[::1]:9", ("::1", 9)),
-        ("fd00::1", ("fd00::1", DEFAULT_PORT)),
         ("[fd00::1]", ("fd00::1", DEFAULT_PORT)),
     ],
 )
 def test_parse_host_port(text: str, expected: tuple[str, int]) -> None:
     assert parse_host_port(text) == expected
+
+
+def test_parse_host_port_wants_brackets_around_ipv6() -> None:
+    with pytest.raises(ConfigError, match="brackets"):
+        parse_host_port("fd00::1")
 
 
 @settings(max_examples=200, deadline=None)
