@@ -217,25 +217,32 @@ class Bench:
 
         # Steady state: nobody polls the API during the window.
         suspicions_before = self.suspicions()
-        sent_before = {
-            d.name: d.client.get("/v1/status")["traffic"]["bytes_out"] for d in self.daemons
-        }
+        traffic_before = {d.name: d.client.get("/v1/status")["traffic"] for d in self.daemons}
         cpu_before = {d.name: d.cpu_seconds() for d in self.daemons}
         start = time.monotonic()
         time.sleep(idle)
         elapsed = time.monotonic() - start
         cpu = [(d.cpu_seconds() - cpu_before[d.name]) / elapsed * 100 for d in self.daemons]
         rss = [d.rss_mib() for d in self.daemons]
-        sent = [
-            (d.client.get("/v1/status")["traffic"]["bytes_out"] - sent_before[d.name]) / elapsed
-            for d in self.daemons
-        ]
+        traffic_after = {d.name: d.client.get("/v1/status")["traffic"] for d in self.daemons}
+
+        def delta(key: str) -> list[float]:
+            return [
+                traffic_after[d.name].get(key, 0) - traffic_before[d.name].get(key, 0)
+                for d in self.daemons
+            ]
+
+        sent = [b / elapsed for b in delta("bytes_out")]
+        with_cert = sum(delta("datagrams_with_certificate"))
+        without_cert = sum(delta("datagrams_without_certificate"))
         result.update(
             cpu_pct_mean=sum(cpu) / len(cpu),
             cpu_pct_max=max(cpu),
             rss_mib_mean=sum(rss) / len(rss),
             rss_mib_max=max(rss),
             bytes_out_per_s_mean=sum(sent) / len(sent),
+            datagrams_per_s_mean=(with_cert + without_cert) / elapsed / len(self.daemons),
+            datagrams_with_certificate_pct=100 * with_cert / max(1, with_cert + without_cert),
             suspicions_idle=self.suspicions() - suspicions_before,
             idle_s=elapsed,
         )
@@ -280,6 +287,10 @@ def report(r: dict[str, Any]) -> None:
         f" (max {r['cpu_pct_max']:.2f} %), rss {r['rss_mib_mean']:.1f} MiB"
         f" (max {r['rss_mib_max']:.1f}), sent {r['bytes_out_per_s_mean']:.0f} B/s per member,"
         f" suspicions while idle: {r['suspicions_idle']}"
+    )
+    print(
+        f"       datagrams {r['datagrams_per_s_mean']:.1f}/s per member,"
+        f" {r['datagrams_with_certificate_pct']:.1f} % of them carrying the certificate"
     )
     sys.stdout.flush()
 

@@ -92,6 +92,9 @@ _CERT_LENGTH: Final = struct.Struct(">H")
 BASE_OVERHEAD: Final = _HEADER.size + SIGNATURE_BYTES
 #: Bytes a cluster secret adds: kind byte, nonce, MAC.
 SECRETBOX_OVERHEAD: Final = 1 + nacl.secret.SecretBox.NONCE_SIZE + nacl.secret.SecretBox.MACBYTES
+#: A sender's counter must leap this much further than its clock moved (microseconds)
+#: to count as a restart: a second's worth, which no sender's packet rate comes near.
+RESTART_SLACK: Final = 1_000_000
 #: Largest datagram accepted by default; the swim packet budget is this minus overhead.
 DEFAULT_MAX_PACKET_SIZE: Final = 1400
 
@@ -152,6 +155,9 @@ class Opened:
     counter: int
     #: Whether the sender bound the packet to this node (see ADDRESSED in the module doc).
     addressed: bool
+    #: The first packet we see from this sender key, or one whose counter leapt ahead
+    #: of its clock (the sender restarted): either way it may not hold our certificate.
+    new_session: bool = False
 
 
 @attrs.frozen
@@ -237,6 +243,8 @@ class PacketAuthenticator:
             max_senders=max_senders,
         )
         self._certs: OrderedDict[bytes, EnrollmentCertificate] = OrderedDict()
+        #: Per sender key: the highest counter and its timestamp (see `_session`).
+        self._sessions: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._max_certs = max_certificates
         self._counter_floor = counter_floor
         self._counter: int | None = None
@@ -409,6 +417,7 @@ class PacketAuthenticator:
 
         # Authenticated: only now may the packet change state.
         self._replay.commit(sender, counter, timestamp_us, now_us)
+        new_session = self._session(sender, counter, timestamp_us)
         self._remember(sender, cert)
         return Opened(
             sender_node_id=cert.node_id,
@@ -418,7 +427,33 @@ class PacketAuthenticator:
             sent_at=timestamp_us / 1_000_000,
             counter=counter,
             addressed=addressed,
+            new_session=new_session,
         )
+
+    def _session(self, sender: bytes, counter: int, timestamp_us: int) -> bool:
+        """Whether this packet starts a new session of `sender` (see `Opened`).
+
+        A running sender's counter grows by one per packet, far slower than its
+        microsecond clock; a restarted one seeds its counter from that clock, so the
+        counter leaps ahead by about the previous run's age (less what it sent). A leap
+        beyond the time elapsed plus `RESTART_SLACK` is a restart; a run shorter than
+        the slack goes unnoticed. Kept per sender key, bounded like the certificates,
+        and unlike the replay windows not forgotten when a sender is silent for long.
+        """
+        sessions = self._sessions
+        last = sessions.get(sender)
+        if last is None:
+            new = True
+            last_counter = counter
+        else:
+            last_counter, last_us = last
+            new = counter - last_counter > max(0, timestamp_us - last_us) + RESTART_SLACK
+            sessions.move_to_end(sender)
+        if new or counter >= last_counter:
+            sessions[sender] = (counter, timestamp_us)
+        while len(sessions) > self._max_certs:
+            sessions.popitem(last=False)
+        return new
 
     def _remember(self, sender: bytes, cert: EnrollmentCertificate) -> None:
         self._certs[sender] = cert

@@ -3,9 +3,10 @@
 Off by default. On a LAN without an overlay, nodes advertise a `_populi._udp.local.`
 service and browse for others, so a new machine finds the mesh without `--bootstrap`.
 The TXT record carries the node id, the populi port, the protocol version and a
-*cluster fingerprint* (a hash of the cluster authority's public key, computed by the
-caller, e.g. with `cluster_fingerprint`). Only peers whose fingerprint matches are
-reported; the rest are counted and ignored. mDNS is unauthenticated, so a discovery is
+*cluster fingerprint*: an opaque string the caller passes in (populi passes
+`populi_p2p.authority.cluster_fingerprint`, the one `status` shows; this package
+computes none of its own). Only peers whose fingerprint matches are reported; the rest
+are counted and ignored. mDNS is unauthenticated, so a discovery is
 only an address to try: admission still needs a valid certificate.
 
 Where it speaks: mDNS is link-local multicast, so it runs on the interfaces whose
@@ -25,7 +26,6 @@ zeroconf threads are stopped before `run()` returns, within a bounded time.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 from collections.abc import Iterable, Sequence
@@ -68,16 +68,6 @@ class MdnsError(OSError):
     An `OSError` so a caller that already treats "cannot open sockets" as "mDNS off"
     handles every start-up failure the same way.
     """
-
-
-def cluster_fingerprint(authority_public_key: bytes) -> str:
-    """A short, stable fingerprint of the cluster authority key for the TXT record.
-
-    BLAKE2b-128 in hex: long enough that clusters never collide by accident, short
-    enough for one TXT string. It is not a secret and not a proof: it only stops nodes
-    from trying to join the wrong cluster.
-    """
-    return hashlib.blake2b(authority_public_key, digest_size=16).hexdigest()
 
 
 def lan_addresses(interfaces: Iterable[Interface], *, exclude: Iterable[str] = ()) -> list[str]:
@@ -244,7 +234,9 @@ class MdnsAnnouncer:
     Args:
         node_id: this node's id (TXT `id`); services with it are ourselves, not peers.
         port: the populi port peers should use (TXT `port` and SRV port).
-        fingerprint: the cluster fingerprint (TXT `fp`); only equal ones are reported.
+        fingerprint: the cluster fingerprint (TXT `fp`), an opaque string the caller
+            computes (populi: `populi_p2p.authority.cluster_fingerprint`); only peers
+            showing the same string are reported.
         addresses: the interface addresses mDNS runs on (multicast is sent and joined
             only there). Use `lan_addresses()`; never includes overlays unless you do.
         advertise_addresses: the addresses put in the A/AAAA records; default

@@ -198,6 +198,13 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _state_cell(member: dict[str, Any]) -> str:
+    """`alive`, or `alive,unverified(revoked)` for a member whose record did not verify."""
+    state = str(member.get("state", "?"))
+    reason = member.get("unverified")
+    return state if not reason else f"{state},unverified({reason})"
+
+
 def format_members(members: list[dict[str, Any]]) -> str:
     """The `members` table (also used by the demo)."""
     header = ["NAME", "NODE ID", "ADDRESS", "STATE", "INC", "RTT", "CAPABILITIES", "LABELS"]
@@ -210,7 +217,7 @@ def format_members(members: list[dict[str, Any]]) -> str:
                 m.get("name", "?") + (" *" if m.get("self") else ""),
                 m.get("node_id", "?"),
                 m.get("address", "?"),
-                m.get("state", "?"),
+                _state_cell(m),
                 str(m.get("incarnation", "?")),
                 "-" if rtt is None else f"{rtt:.1f}ms",
                 m.get("capabilities") or "-",

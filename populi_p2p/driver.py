@@ -136,6 +136,8 @@ class Driver:
         self._reliable_send = send
         self._reliable_receive = receive
         self._wait_scope: trio.CancelScope | None = None
+        # Set after the next call into the core; made only while somebody waits on it.
+        self._stepped: trio.Event | None = None
 
     ####################################################################################
     # Running
@@ -170,6 +172,7 @@ class Driver:
             deadline = core.next_deadline()
             if deadline is not None and deadline <= now:
                 await self.apply(core.tick(now))
+            self._step_done()
 
     def wake(self) -> None:
         """Make the loop re-read `next_deadline` (after a call that may have moved it).
@@ -191,6 +194,24 @@ class Driver:
             self.core.receive(incoming.source, payload, now, reliable=incoming.reliable)
         )
 
+    def _step_done(self) -> None:
+        stepped = self._stepped
+        if stepped is not None:
+            self._stepped = None
+            stepped.set()
+
+    async def wait_for(self, condition: Callable[[], bool]) -> None:
+        """Return once `condition()` holds, checked after every call into the core.
+
+        For conditions on the core's state (``lambda: core.leave_announced``): the core
+        changes only when the driver calls it, so nothing is polled. Bound the wait
+        with a cancel scope.
+        """
+        while not condition():
+            if self._stepped is None:
+                self._stepped = trio.Event()
+            await self._stepped.wait()
+
     ####################################################################################
     # Calls into the core from the node
 
@@ -200,6 +221,7 @@ class Driver:
         Example: ``await driver.call(lambda now: core.set_meta(meta, now))``.
         """
         await self.apply(method(trio.current_time()))
+        self._step_done()
         self.wake()
 
     ####################################################################################
@@ -251,6 +273,7 @@ class Driver:
         self._c.send_failures += 1
         now = trio.current_time()
         await self.apply(self.core.send_failed(destination, payload, now))
+        self._step_done()
         self.wake()
 
     def statistics(self) -> DriverStatistics:

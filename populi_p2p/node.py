@@ -22,7 +22,7 @@ API                    `api.serve_api` on ``STATE_DIR/api.sock``
 
 All of them run in nurseries the `Node` owns. SIGINT or SIGTERM (or ``populi-node
 leave``) starts a graceful leave: the core gossips that we left, the driver keeps
-running until the core has nothing left to send (bounded by `LEAVE_TIMEOUT`), then
+running until the core says the leave is announced (bounded by `LEAVE_TIMEOUT`), then
 everything is cancelled and the process exits 0. A second signal exits at once.
 
 A restarted node keeps its node id (the key file) and starts with an incarnation above
@@ -36,7 +36,6 @@ import hashlib
 import importlib
 import importlib.metadata
 import ipaddress
-import math
 import os
 import random
 import signal
@@ -54,6 +53,7 @@ from overlay.base import Address, TransportError, format_address
 from overlay.bootstrap import Backoff, Bootstrapper
 from overlay.detect import OverlayInfo, OverlayNotFoundError, detect_overlay, none_info
 from overlay.inbox import BULK, URGENT, Incoming
+from overlay.introductions import Introductions
 from overlay.netfilter import AcceptPolicy
 from overlay.transport import Transport, TransportConfig
 from swim import (
@@ -69,7 +69,6 @@ from swim import (
     MemberUpdated,
     SelfRefuted,
 )
-from swim._math import retransmit_limit
 
 from ._keyfiles import KeyFileError, encode_public_key, ensure_private_dir
 from ._log import event, get_logger
@@ -104,6 +103,8 @@ GPU_FIRST_REPORT_WAIT: Final = 3.0
 CONTROL_PREFIX: Final = b"\xff"
 #: Control message kinds (second byte). ONLY APPEND; values are part of the protocol.
 CONTROL_REVOCATIONS: Final = b"R"
+#: `status` warns about this many unverified members one by one, then counts the rest.
+UNVERIFIED_WARNINGS_MAX: Final = 5
 #: Supported revocation file suffix in STATE_DIR/revocations/.
 REVOCATION_SUFFIX: Final = ".rev"
 
@@ -167,7 +168,9 @@ class _AuthCodec:
 
     A source whose packets keep failing authentication is cut to a few examined packets
     per second before any signature check (`SourceRateLimiter`); every drop is counted
-    by reason in the authenticator's `drops`.
+    by reason in the authenticator's `drops`. Our certificate rides only in packets to
+    peers that may not know us (`introductions`, fed by the node's membership events
+    and by senders that start a new session).
     """
 
     def __init__(
@@ -175,10 +178,18 @@ class _AuthCodec:
         auth: PacketAuthenticator,
         max_frame_size: int,
         on_control: Callable[[bytes], None] = lambda _: None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        realtime: Callable[[], float] = time.time,
     ) -> None:
         self.auth = auth
+        self._clock = clock
+        self._realtime = realtime
         self.limiter = SourceRateLimiter()
         self.recipients: dict[Address, str] = {}
+        self.introductions = Introductions()
+        self.datagrams_with_certificate = 0
+        self.datagrams_without_certificate = 0
         self._max_frame = max_frame_size
         self._on_control = on_control
         self.bytes_out = 0
@@ -186,12 +197,21 @@ class _AuthCodec:
         self.control_in = 0
 
     def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes:
-        sealed = self.auth.seal(payload, time.time(), recipient=self.recipients.get(destination))
+        recipient = self.recipients.get(destination)
+        include = self.introductions.include(recipient, reliable, self._clock())
+        if not reliable:
+            if include:
+                self.datagrams_with_certificate += 1
+            else:
+                self.datagrams_without_certificate += 1
+        sealed = self.auth.seal(
+            payload, self._realtime(), recipient=recipient, include_certificate=include
+        )
         self.bytes_out += len(sealed)
         return sealed
 
     def open(self, incoming: Incoming) -> bytes | None:
-        now = time.time()
+        now = self._realtime()
         self.bytes_in += len(incoming.payload)
         key = source_key(incoming.source[0])
         if not self.limiter.allow(key, now):
@@ -206,6 +226,9 @@ class _AuthCodec:
             source = format_address(incoming.source)
             event(_log, 10, "packet.dropped", source=source, reason=str(exc))
             return None
+        if opened.new_session:
+            # New to us, or restarted: it may not hold our certificate (any more).
+            self.introductions.introduce(opened.sender_node_id, self._clock())
         if opened.payload[:1] == CONTROL_PREFIX:
             # Not for the core: populi's own authenticated messages (revocation gossip).
             self.control_in += 1
@@ -243,7 +266,8 @@ class Node:
         self._clashes_logged: set[tuple[str, tuple[str, ...]]] = set()
         self._names: dict[str, str] = {}
         self._by_name: dict[str, set[str]] = {}
-        self._unverified: set[str] = set()
+        # node id -> why its record is not trusted, as last logged (`record.refused`).
+        self._unverified: dict[str, str] = {}
         self._leaving = trio.Event()
         self._left = False
         self._nursery: trio.Nursery | None = None
@@ -428,7 +452,10 @@ class Node:
     # Events from the core
 
     def _on_event(self, ev: Event) -> None:
+        introductions = self.codec.introductions
         if isinstance(ev, SelfRefuted):
+            # Somebody suspected us: maybe it could not read our packets. Tell everyone.
+            introductions.introduce_to_everyone(time.monotonic())
             event(_log, 30, "self.refuted", incarnation=ev.incarnation)
             if self.store is not None:
                 self.store.save_incarnation(ev.incarnation)
@@ -437,13 +464,22 @@ class Node:
         if member.name == self.identity.node_id:
             return
         self.codec.recipients[member.address] = member.name
+        if isinstance(ev, MemberJoined | MemberRecovered | MemberUpdated):
+            # New to us, back, or a new record (a restart signs one): it may not know us.
+            introductions.introduce(member.name, time.monotonic())
+            introductions.doubt(member.name, False)
+        elif isinstance(ev, MemberSuspected | MemberFailed):
+            introductions.doubt(member.name, True)  # silent: perhaps it cannot read us
+        elif isinstance(ev, MemberLeft):
+            introductions.doubt(member.name, False)
         record = self._verify(member)
-        name = record.name if record is not None else "?"
+        name = record.name if record is not None else self._names.get(member.name, "?")
         fields: dict[str, object] = {
             "name": name,
             "id": member.name,
             "addr": format_address(member.address),
             "inc": member.incarnation,
+            "unverified": self._unverified.get(member.name),  # left out when None
         }
         if isinstance(ev, MemberJoined):
             event(_log, 20, "member.joined", **fields)
@@ -471,21 +507,31 @@ class Node:
             self._forget.add(member.name)
 
     def _verify(self, member: Member) -> NodeRecord | None:
-        """The member's verified record, accepting a new one from its metadata."""
-        record = None
+        """Offer the member's metadata to the record book; its record if it is trusted.
+
+        None when the member is *unverified*: its current record was refused (bad
+        signature, another cluster's certificate, revoked, expired, ...) or it never
+        had one. Logs `record.refused` once each time the reason changes.
+        """
         if member.meta:
-            record = self.records.accept(member.meta, time.time(), node_id=member.name)
-        if record is None:
-            held = self.records.get(member.name)
-            if held is None:
-                if member.name not in self._unverified:
-                    self._unverified.add(member.name)
-                    drops = self.records.drops.as_dict()
-                    event(_log, 30, "record.refused", id=member.name, drops=drops)
-                return None
-            return held
-        self._unverified.discard(member.name)
-        return record
+            self.records.accept(member.meta, time.time(), node_id=member.name)
+        reason = self.unverified_reason(member.name)
+        if reason is None:
+            self._unverified.pop(member.name, None)
+            return self.records.get(member.name)
+        if self._unverified.get(member.name) != reason:
+            self._unverified[member.name] = reason
+            event(_log, 30, "record.refused", id=member.name, reason=reason,
+                  effect="shown as unverified")  # fmt: skip
+        return None
+
+    def unverified_reason(self, node_id: str) -> str | None:
+        """Why `node_id` is unverified (`bad_signature`, `wrong_authority`, `revoked`,
+        `expired`, `no_record`, ...), or None when its current record verified."""
+        reason = self.records.refusal(node_id)
+        if reason is None and self.records.get(node_id) is None:
+            return "no_record"
+        return reason
 
     def _remember(self, member: Member, name: str) -> None:
         self._forget.discard(member.name)
@@ -618,6 +664,8 @@ class Node:
                     )  # fmt: skip
             for node_id in self.records.revalidate(time.time()):
                 event(_log, 30, "record.expired", id=node_id)
+            if self.core is not None:
+                self.codec.introductions.prune(_Held(self.core), time.monotonic())
             self._adopt_revocations(self._load_revocations(), source="file")
 
     ####################################################################################
@@ -694,18 +742,17 @@ class Node:
         event(_log, 20, "node.leaving", timeout=LEAVE_TIMEOUT)
         with trio.move_on_after(LEAVE_TIMEOUT):
             await self.driver.call(core.leave)
-            # The driver keeps running while the core gossips the leave: each update is
-            # sent `retransmit_limit` times, `gossip_nodes` per gossip round, so this
-            # many rounds spread it (two more for the packets' own flight).
-            config = self.swim_config
-            limit = retransmit_limit(config.retransmit_mult, core.num_alive() + 1)
-            rounds = math.ceil(limit / max(1, config.gossip_nodes)) + 2
-            with trio.move_on_after(rounds * config.gossip_interval):
-                while core.next_deadline() is not None:
-                    await trio.sleep(config.gossip_interval / 2)
+            # The driver keeps running (receiving, acking, gossiping) until the core has
+            # sent our "left" as many times as its transmit limit asks.
+            await self.driver.wait_for(lambda: core.leave_announced)
         self._left = True
         self._flush_store()
-        event(_log, 20, "node.left", seconds=round(trio.current_time() - started, 3))
+        self._left = True
+        self._flush_store()
+        event(
+            _log, 20, "node.left", seconds=round(trio.current_time() - started, 3),
+            announced=str(core.leave_announced).lower(),
+        )  # fmt: skip
         # Let the API finish answering (the `leave` request itself) before stopping.
         self._api_stop.set()
         with trio.move_on_after(2.0):
@@ -848,7 +895,6 @@ class Node:
         """
         from overlay.detect import list_interfaces
         from overlay.mdns import MdnsAnnouncer, lan_addresses
-        from overlay.mdns import cluster_fingerprint as mdns_fingerprint
 
         bind = self.transport.local_address[0] if self.transport is not None else "0.0.0.0"
         if bind not in ("0.0.0.0", "::"):
@@ -867,7 +913,7 @@ class Node:
         announcer = MdnsAnnouncer(
             node_id=self.identity.node_id,
             port=self.advertise[1],
-            fingerprint=mdns_fingerprint(self.authority_key),
+            fingerprint=cluster_fingerprint(self.authority_key),
             addresses=addresses,
             advertise_addresses=[self.advertise[0]],
         )
@@ -875,7 +921,8 @@ class Node:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(announcer.run)
-                event(_log, 20, "mdns.on", addresses=",".join(addresses))
+                event(_log, 20, "mdns.on", addresses=",".join(addresses),
+                      fp=cluster_fingerprint(self.authority_key))  # fmt: skip
                 async for peer in announcer.discoveries:
                     known = self.core.member(peer.node_id) if self.core is not None else None
                     if len(self._mdns_peers) >= JOIN_CANDIDATES_MAX * 8:
@@ -901,7 +948,11 @@ class Node:
             return []
         rows = []
         for member in core.members():
-            record = self.records.get(member.name)
+            reason = self.unverified_reason(member.name)
+            # What an unverified member's record claims is not shown: only its id,
+            # address and state (the core's own) and the name it had when it verified.
+            record = self.records.get(member.name) if reason is None else None
+            name = record.name if record is not None else self._names.get(member.name, "?")
             caps = "-"
             if record is not None:
                 c = record.capabilities
@@ -909,21 +960,36 @@ class Node:
                 caps = f"{c.cpu_cores} cpu, {c.ram_bytes / 2**30:.0f} GiB, {gpu}"
             rows.append(
                 {
-                    "name": record.name if record is not None else "?",
+                    "name": name,
                     "node_id": member.name,
                     "address": format_address(member.address),
                     "state": member.state.name.lower(),
                     "incarnation": member.incarnation,
-                    "rtt_ms": None,
+                    "rtt_ms": None if member.rtt is None else round(member.rtt * 1000, 3),
                     "capabilities": caps,
                     "labels": dict(record.labels) if record is not None else {},
                     "status": record.status.value if record is not None else None,
-                    "verified": record is not None,
+                    "verified": reason is None,
+                    "unverified": reason,
                     "self": member.name == self.identity.node_id,
                     "state_since": round(trio.current_time() - member.state_since, 3),
                 }
             )
         return rows
+
+    def unverified_members(self) -> list[dict[str, Any]]:
+        """Members the core holds whose record is not trusted, with the reason."""
+        if self.core is None:
+            return []
+        out = []
+        for member in self.core.members():
+            reason = self.unverified_reason(member.name)
+            if reason is not None:
+                out.append({
+                    "node_id": member.name, "name": self._names.get(member.name, "?"),
+                    "state": member.state.name.lower(), "reason": reason,
+                })  # fmt: skip
+        return out
 
     def status(self) -> dict[str, Any]:
         core = self.core
@@ -948,8 +1014,18 @@ class Node:
             }
         for peer in blocked:
             warnings.append(f"UDP to {peer} seems blocked; TCP works")
-        if self._unverified:
-            warnings.append(f"{len(self._unverified)} member(s) without a valid record")
+        unverified = self.unverified_members()
+        for entry in unverified[:UNVERIFIED_WARNINGS_MAX]:
+            warnings.append(
+                f"member {entry['node_id']} ({entry['name']}, {entry['state']}) is unverified:"
+                f" {entry['reason']}"
+            )
+        if len(unverified) > UNVERIFIED_WARNINGS_MAX:
+            warnings.append(
+                f"... and {len(unverified) - UNVERIFIED_WARNINGS_MAX} more unverified members"
+            )
+        if unverified:
+            summary += f"; {len(unverified)} unverified"
         boot = self.bootstrapper.statistics() if self.bootstrapper is not None else None
         return {
             "node": {
@@ -974,8 +1050,10 @@ class Node:
                 "fingerprint": cluster_fingerprint(self.authority_key),
                 "members": counts,
                 "summary": summary,
+                "unverified": len(unverified),
                 "awareness": core.awareness if core is not None else None,
             },
+            "unverified": unverified,
             "name_clashes": clashes,
             "udp_blocked": blocked,
             "warnings": warnings,
@@ -986,6 +1064,8 @@ class Node:
             "traffic": {
                 "bytes_out": self.codec.bytes_out,
                 "bytes_in": self.codec.bytes_in,
+                "datagrams_with_certificate": self.codec.datagrams_with_certificate,
+                "datagrams_without_certificate": self.codec.datagrams_without_certificate,
             },
             "bootstrap": None if boot is None else _asdict(boot),
             "swim": _asdict(core.statistics()) if core is not None else {},
@@ -1019,6 +1099,16 @@ class _Backend:
 
     def request_leave(self) -> None:
         self._node.request_leave()
+
+
+class _Held:
+    """`name in _Held(core)`: whether the core holds that member (any state)."""
+
+    def __init__(self, core: Membership) -> None:
+        self._core = core
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._core.member(name) is not None
 
 
 def _asdict(value: Any) -> dict[str, Any]:

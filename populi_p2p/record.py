@@ -76,9 +76,14 @@ RecordReason = Literal[
 class RecordError(Exception):
     """A record was refused; `reason` is one of `RecordReason`, `str()` says more."""
 
-    def __init__(self, reason: RecordReason, detail: str) -> None:
+    def __init__(
+        self, reason: RecordReason, detail: str, *, certificate_reason: str | None = None
+    ) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason: RecordReason = reason
+        #: For `bad_certificate`: the certificate's own reason (`wrong_authority`,
+        #: `expired`, ...; see `certificate.CertificateReason`).
+        self.certificate_reason = certificate_reason
 
 
 class NodeStatus(enum.Enum):

@@ -7,6 +7,11 @@ revoked), and has a higher sequence than any record already seen for that node. 
 else is dropped and counted by reason, never raised: a relay or an attacker can replay
 or garble records, but only the owner can change its own.
 
+Why a member is *unverified* is kept too (`refusal`): the reason its latest record was
+refused, or that its record was dropped by a revocation or expiry. The daemon shows such
+members as `unverified`, whatever their membership state, and ignores what their
+refused record claims.
+
 Re-delivery of the exact record already held (gossip repeats itself) is recognised by
 its bytes and costs no signature check; a node's newer record that carries the same
 certificate costs one (the record's), not two.
@@ -78,6 +83,9 @@ class RecordBook:
         self.drops = DropCounters(RECORD_DROP_REASONS)
         #: Records accepted as new (a repeat of the current record is not counted).
         self.accepted = 0
+        #: Why the latest record carried for a node id was refused (see `refusal`),
+        #: at most `max_records` entries, oldest forgotten first.
+        self._refused: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._signed)
@@ -113,10 +121,39 @@ class RecordBook:
             `signed` is a repeat of it. None when the record was dropped.
         """
         try:
-            return self._accept(signed, now, node_id)
+            record = self._accept(signed, now, node_id)
         except RecordError as exc:
             self.drops.add(exc.reason)
+            if node_id is not None and exc.reason != "stale_sequence":
+                # An older record of the node's own, replayed: the newer one we hold
+                # still stands. Anything else means the node's current record is bad.
+                specific = exc.certificate_reason
+                if specific in (None, "malformed", "bad_signature"):
+                    specific = exc.reason  # the certificate as such: `bad_certificate`
+                self._refuse(node_id, specific)
             return None
+        if node_id is not None:
+            self._refused.pop(node_id, None)
+        return record
+
+    def refusal(self, node_id: str) -> str | None:
+        """Why `node_id` has no trustworthy record now, or None if its record verified.
+
+        The reason the latest record carried for it was refused (`bad_signature`,
+        `key_mismatch`, `revoked`, `malformed`, ..., or for its certificate
+        `wrong_authority`, `expired`, `scope_mismatch`, ..., `bad_certificate`; an
+        older record replayed over a newer one is not counted), or `revoked` /
+        `expired` when `revalidate` dropped its record. Cleared when a record for it is
+        accepted (or its current one arrives again), and by `forget`.
+        """
+        return self._refused.get(node_id)
+
+    def _refuse(self, node_id: str, reason: str) -> None:
+        refused = self._refused
+        refused.pop(node_id, None)
+        refused[node_id] = reason
+        while len(refused) > self._max_records:
+            refused.pop(next(iter(refused)))
 
     def _accept(self, signed: bytes, now: float, claimed: str | None) -> NodeRecord:
         if claimed is not None:
@@ -146,7 +183,9 @@ class RecordBook:
         except CertificateError as exc:
             if exc.reason == "revoked":
                 raise RecordError("revoked", str(exc)) from None
-            raise RecordError("bad_certificate", str(exc)) from None
+            raise RecordError(
+                "bad_certificate", str(exc), certificate_reason=exc.reason
+            ) from None
         self._signed[record.node_id] = new
         self._certs[record.node_id] = cert
         self.accepted += 1
@@ -159,6 +198,7 @@ class RecordBook:
         """Remove `node_id`'s record (the member is gone for good)."""
         self._signed.pop(node_id, None)
         self._certs.pop(node_id, None)
+        self._refused.pop(node_id, None)
 
     @property
     def revocations(self) -> RevocationList:
@@ -181,12 +221,13 @@ class RecordBook:
         Returns:
             The node ids whose records were removed, sorted.
         """
-        removed = []
+        removed: dict[str, str] = {}
         for node_id in sorted(self._signed):
             try:
                 self._check(self._certs[node_id], self._signed[node_id].record.public_key, now)
-            except CertificateError:
-                removed.append(node_id)
-        for node_id in removed:
+            except CertificateError as exc:
+                removed[node_id] = exc.reason
+        for node_id, reason in removed.items():
             self.forget(node_id)
-        return removed
+            self._refuse(node_id, reason)
+        return list(removed)

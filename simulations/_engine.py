@@ -62,6 +62,7 @@ from swim import (
     Output,
     SelfRefuted,
     Send,
+    SharedView,
 )
 
 from ._network import Network
@@ -385,10 +386,11 @@ class Simulator:
         self._record("rejoin", node, len(addresses))
         self._apply(node, core.join(addresses, self.local_time(node)), self.now)
 
-    def prime(self, node: int, members: Sequence[Member]) -> None:
+    def prime(self, node: int, members: Sequence[Member] | SharedView) -> None:
         """Load `members` into a running node's view silently (a pre-formed cluster).
 
-        Needs a core with a ``prime(members, now)`` method, as `swim.Membership` has.
+        Needs a core with a ``prime(members, now)`` method, as `swim.Membership` has;
+        pass one `swim.SharedView` to many nodes to share the records between them.
         Gossiping 10,000 members into each other's views would dominate a large run;
         priming starts it converged instead.
 

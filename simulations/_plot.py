@@ -89,7 +89,7 @@ def plot_size_sweep(results: Sequence[RunResult], path: str | Path) -> None:
         color="tab:blue",
         linestyle=":",
         alpha=0.6,
-        label="expected first suspicion, ~2 periods",
+        label="first ping (~1 period) + a probe round: <= 2",
     )
     plain = [r for r in results if not r.lifeguard and r.config]
     if plain:
@@ -102,7 +102,7 @@ def plot_size_sweep(results: Sequence[RunResult], path: str | Path) -> None:
             color="tab:orange",
             linestyle=":",
             alpha=0.7,
-            label=f"~2 + {mult} log10(n+1): suspicion timeout",
+            label=f"2 + {mult} log10(n+1) (suspicion timeout)",
         )
     for axis in (left, right):
         axis.set_xscale("log", base=2)

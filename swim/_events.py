@@ -40,6 +40,9 @@ class Member:
     meta: bytes = b""
     #: The core's `now` when the member last changed state.
     state_since: float = 0.0
+    #: Smoothed round-trip time of our direct probes of it, seconds (EWMA, see
+    #: `swim._math.smoothed_rtt`); None until one of our pings got a direct ack.
+    rtt: float | None = None
 
 
 @attrs.frozen

@@ -13,6 +13,10 @@ import math
 #: Below this many members push-pull runs at its configured interval; above it the
 #: interval grows with log2 of the cluster size (memberlist's pushPullScaleThreshold).
 PUSH_PULL_SCALE_THRESHOLD = 32
+#: Weight of a new round-trip sample in the smoothed RTT, TCP's alpha (RFC 6298): an
+#: eighth, so one slow ack moves the estimate a little and a lasting change within a
+#: dozen probes.
+RTT_SMOOTHING = 0.125
 
 
 def retransmit_limit(retransmit_mult: int, n: int) -> int:
@@ -66,3 +70,18 @@ def push_pull_interval_scaled(interval: float, n: int) -> float:
         return interval
     multiplier = math.ceil(math.log2(n) - math.log2(PUSH_PULL_SCALE_THRESHOLD)) + 1
     return interval * multiplier
+
+
+def smoothed_rtt(previous: float | None, sample: float) -> float:
+    """Fold one round-trip sample into the smoothed RTT of a member (an EWMA).
+
+    `sample` when there is no estimate yet, else
+    `previous + RTT_SMOOTHING * (sample - previous)`, as TCP's SRTT.
+
+    Args:
+        previous: the current estimate in seconds, or None before the first sample.
+        sample: one measured round trip in seconds (ping sent to ack received).
+    """
+    if previous is None:
+        return sample
+    return previous + RTT_SMOOTHING * (sample - previous)

@@ -38,6 +38,7 @@ from ._events import (
 from ._faults import FaultHooks
 from ._math import (
     push_pull_interval_scaled,
+    smoothed_rtt,
     suspicion_confirmations_expected,
     suspicion_timeout_max,
     suspicion_timeout_min,
@@ -143,9 +144,9 @@ class _Node:
             )
         return entry
 
-    def snapshot(self) -> Member:
+    def snapshot(self, rtt: float | None) -> Member:
         return Member(
-            self.name, self.address, self.state, self.incarnation, self.meta, self.state_since
+            self.name, self.address, self.state, self.incarnation, self.meta, self.state_since, rtt
         )
 
 
@@ -302,6 +303,9 @@ class Membership:
         self._timers: list[_TimerEntry] = []
         self._timer_counter = 0
         self._relays: dict[int, _Relay] = {}
+        # Smoothed RTT of our direct probes, by member. Kept apart from `_Node` so that
+        # recording a sample never copies a record shared with a `SharedView`.
+        self._rtt: dict[str, float] = {}
         self._handlers: dict[type[Any], _Handler] = {
             Ping: self._on_ping,
             IndirectPing: self._on_indirect_ping,
@@ -349,6 +353,20 @@ class Membership:
     @property
     def has_left(self) -> bool:
         return self._left
+
+    @property
+    def leave_announced(self) -> bool:
+        """After `leave`: whether our "left" has been sent as often as it will be.
+
+        True once the rumor has left the broadcast queue (sent its transmit limit,
+        `retransmit_mult * ceil(log10(n + 1))` times, as piggyback or gossip), or when
+        no live member remains to tell. The driver can then stop: what is still queued
+        is other members' news. `next_deadline()` is no such signal, since other
+        members' timers (suspicions, reaping) and their rumors keep it busy. O(1).
+        """
+        return self._left and (
+            self._broadcasts.pending(self._name) is None or self.num_alive() == 0
+        )
 
     def join(self, seeds: Sequence[Address], now: float) -> list[Output]:
         """Start a push-pull state exchange with each seed.
@@ -445,8 +463,8 @@ class Membership:
     def leave(self, now: float) -> list[Output]:
         """Leave gracefully: gossip that we left (not failed), and stop probing.
 
-        The driver should keep calling `tick` for a few gossip intervals (until
-        `next_deadline()` returns None) so the news spreads, then shut down.
+        The driver should keep receiving and calling `tick` until `leave_announced`
+        is True (a few gossip intervals) so the news spreads, then shut down.
         """
         if self._left:
             return []
@@ -543,11 +561,22 @@ class Membership:
 
     def members(self) -> list[Member]:
         """Snapshots of every member we hold, ourselves included, dead and left too."""
-        return [node.snapshot() for node in self._members.values()]
+        rtt = self._rtt
+        return [node.snapshot(rtt.get(name)) for name, node in self._members.items()]
 
     def member(self, name: str) -> Member | None:
         node = self._members.get(name)
-        return None if node is None else node.snapshot()
+        return None if node is None else node.snapshot(self._rtt.get(name))
+
+    def rtt(self, name: str) -> float | None:
+        """Smoothed round-trip time of our direct probes of `name`, seconds.
+
+        An EWMA (`swim._math.smoothed_rtt`) of the time from a probe's ping to its ack,
+        sampled only when the ack came in the direct phase (before `probe_timeout`), so
+        it is the target's own answer and not one relayed by an indirect helper. None
+        for ourselves, for members we never probed successfully, and once reaped.
+        """
+        return self._rtt.get(name)
 
     def num_alive(self) -> int:
         """Members alive or suspect (not dead, not left), ourselves included. O(1)."""
@@ -773,6 +802,12 @@ class Membership:
             self._probe = None
             if probe.indirect:
                 self._counters.probes_acked_late += 1
+            else:
+                # Only the target can answer before the indirect phase: a clean sample.
+                target = probe.target
+                if target in self._members:
+                    rtt = self._rtt
+                    rtt[target] = smoothed_rtt(rtt.get(target), now - probe.started_at)
             if self._config.awareness_enabled:
                 self._awareness.apply_delta(-1)
             return
@@ -874,6 +909,9 @@ class Membership:
             if address != me.address or meta != me.meta:
                 self._refute(incarnation, now, out)
 
+    def _snapshot(self, node: _Node) -> Member:
+        return node.snapshot(self._rtt.get(node.name))
+
     def _own(self, node: _Node) -> _Node:
         """Copy a record shared with a `SharedView` before changing it."""
         copy = _Node(
@@ -911,7 +949,7 @@ class Membership:
             self._names.append(name)
             self._counts[_ALIVE] += 1
             self._probe_order.add(len(self._names) - 1)
-            out.append(MemberJoined(node.snapshot()))
+            out.append(MemberJoined(self._snapshot(node)))
         else:
             previous = node.state
             changed = node.address != address or node.meta != meta
@@ -921,15 +959,15 @@ class Membership:
             node.meta = meta
             if previous is _ALIVE:
                 if changed:
-                    out.append(MemberUpdated(node.snapshot()))
+                    out.append(MemberUpdated(self._snapshot(node)))
             else:
                 # A dead or left member that returns keeps its slot in the name list,
                 # so the probe order reaches it again by the next round at the latest.
                 self._set_state(node, _ALIVE, now)
                 if previous is _LEFT:
-                    out.append(MemberJoined(node.snapshot()))
+                    out.append(MemberJoined(self._snapshot(node)))
                 else:
-                    out.append(MemberRecovered(node.snapshot()))
+                    out.append(MemberRecovered(self._snapshot(node)))
         self._broadcast(name, encode_message(Alive(name, incarnation, address, meta)), now)
 
     def _become_suspect(
@@ -950,7 +988,7 @@ class Membership:
         node.suspicion = suspicion
         self._push_timer(suspicion.deadline, _TIMER_SUSPICION, node.name)
         self._counters.suspicions_started += 1
-        out.append(MemberSuspected(node.snapshot()))
+        out.append(MemberSuspected(self._snapshot(node)))
         self._broadcast(node.name, encode_message(Suspect(node.name, incarnation, source)), now)
 
     def _confirm(self, node: _Node, incarnation: int, source: str, now: float) -> None:
@@ -972,14 +1010,14 @@ class Membership:
         self._set_state(node, _DEAD, now)
         self._push_timer(now + self._config.dead_retention, _TIMER_REAP, node.name)
         self._counters.members_failed += 1
-        out.append(MemberFailed(node.snapshot()))
+        out.append(MemberFailed(self._snapshot(node)))
         self._broadcast(node.name, encode_message(Dead(node.name, incarnation, source)), now)
 
     def _become_left(self, node: _Node, incarnation: int, now: float, out: list[Output]) -> None:
         node.incarnation = incarnation
         self._set_state(node, _LEFT, now)
         self._push_timer(now + self._config.dead_retention, _TIMER_REAP, node.name)
-        out.append(MemberLeft(node.snapshot()))
+        out.append(MemberLeft(self._snapshot(node)))
         self._broadcast(node.name, encode_message(Left(node.name, incarnation)), now)
 
     def _refute(self, accused: int, now: float, out: list[Output]) -> None:
@@ -1128,6 +1166,7 @@ class Membership:
     def _reap(self, node: _Node) -> None:
         """Forget a member that has been dead or left for `dead_retention`."""
         del self._members[node.name]
+        self._rtt.pop(node.name, None)
         self._counts[node.state] -= 1
         self._counters.members_reaped += 1
         self._broadcasts.invalidate(node.name)
@@ -1170,6 +1209,10 @@ class Membership:
             require(name in in_list, f"{name!r} missing from the sampling list")
             require(not node.suspicion or not node.shared, f"{name!r} shared yet suspected")
         require(counts == self._counts, f"state counts {self._counts} != actual {counts}")
+        require(
+            all(name in self._members and rtt >= 0.0 for name, rtt in self._rtt.items()),
+            "an RTT is kept for a member we do not hold, or is negative",
+        )
         require(self._members.get(self._name) is self._self, "our own entry is missing")
         require(
             self._self.state is (_LEFT if self._left else _ALIVE),

@@ -133,6 +133,20 @@ def test_restarted_sender_is_accepted(bob: PacketAuthenticator) -> None:
     assert refused(bob, before.seal(b"late", NOW + 1), NOW + 1) == "replayed"
 
 
+def test_opened_says_when_a_sender_starts_a_new_session(bob: PacketAuthenticator) -> None:
+    # An hour-old run of alice: her counter was seeded from her clock an hour ago.
+    old = make_authenticator(ALICE)
+    old.seal(b"first of the run", NOW - 3600)
+    assert bob.open(old.seal(b"hello", NOW), NOW).new_session  # we never heard of her
+    assert not bob.open(old.seal(b"again", NOW + 0.5), NOW + 0.5).new_session
+    # Silent for an hour (longer than any replay window lasts): the same session.
+    assert not bob.open(old.seal(b"still me", NOW + 3600), NOW + 3600).new_session
+    # She restarts (two seconds later): she may have forgotten us, and Opened says so.
+    new = make_authenticator(ALICE)
+    assert bob.open(new.seal(b"back", NOW + 3602), NOW + 3602).new_session
+    assert not bob.open(new.seal(b"steady", NOW + 3603), NOW + 3603).new_session
+
+
 def test_counter_floor_survives_a_clock_step_back(bob: PacketAuthenticator) -> None:
     before = make_authenticator(ALICE)
     bob.open(before.seal(b"a", NOW), NOW)
@@ -267,6 +281,7 @@ def test_replay_state_is_bounded() -> None:
         receiver.open(s.seal(b"x", NOW), NOW)
     stats = receiver.statistics()
     assert (stats.senders, stats.certificates) == (2, 2)
+    assert len(receiver._sessions) == 2  # restart detection state: bounded the same way
     # Alice was evicted, but her old packet is still refused (the eviction floor).
     assert refused(receiver, first) == "replayed"
 

@@ -293,3 +293,54 @@ def test_record_sizes(node: NodeIdentity, cert: bytes) -> None:
     print(f"signed record bytes: no GPU {sizes[0]}, 1 GPU {sizes[1]}, 8 GPUs {sizes[8]}")
     assert sizes[0] < 400
     assert sizes[8] < 4096
+
+
+def test_refusal_says_why_a_node_has_no_trustworthy_record(
+    authority: ClusterAuthority,
+    other_authority: ClusterAuthority,
+    node: NodeIdentity,
+    other_node: NodeIdentity,
+    cert: bytes,
+    book: RecordBook,
+) -> None:
+    nid = node.node_id
+    genuine = make_record(node, cert, sequence=5).sign(node).raw
+    assert book.accept(genuine, NOW, node_id=nid) is not None
+    assert book.refusal(nid) is None
+    # A newer record signed by another key: the member's current record is bad, even
+    # though the book still holds the genuine one.
+    body = make_record(node, cert, sequence=6, name="evil").encode_body()
+    assert book.accept(body + other_node.sign(b"populi/record/v1", body), NOW, node_id=nid) is None
+    assert book.refusal(nid) == "bad_signature" and book.get(nid) is not None
+    # Its genuine record arriving again clears it.
+    assert book.accept(genuine, NOW, node_id=nid) is not None
+    assert book.refusal(nid) is None
+    # An older record of its own, replayed, is no reason to distrust it.
+    assert book.accept(make_record(node, cert, sequence=4).sign(node).raw, NOW, node_id=nid) is None
+    assert book.refusal(nid) is None
+    # Another cluster's certificate: the certificate's own reason.
+    foreign = other_authority.enroll(node.public_key, now=NOW).raw
+    assert (
+        book.accept(make_record(node, foreign, sequence=7).sign(node).raw, NOW, node_id=nid) is None
+    )
+    assert book.refusal(nid) == "wrong_authority"
+    assert book.accept(make_record(node, cert, sequence=8).sign(node).raw, NOW, node_id=nid)
+    assert book.refusal(nid) is None
+    # Revoked after it was accepted.
+    revoked = RevocationList().with_revocation(
+        authority.revoke(now=NOW, node_public_key=node.public_key)
+    )
+    assert book.update_revocations(revoked, NOW) == [nid]
+    assert book.refusal(nid) == "revoked" and book.get(nid) is None
+    book.forget(nid)
+    assert book.refusal(nid) is None
+    # Carried under another member's name, and nothing else known about that member.
+    assert book.accept(genuine, NOW, node_id=other_node.node_id) is None
+    assert book.refusal(other_node.node_id) == "key_mismatch"
+
+
+def test_refusals_are_bounded(authority: ClusterAuthority) -> None:
+    book = RecordBook(authority.public_key, max_records=2)
+    for i in range(5):
+        book.accept(b"junk", NOW, node_id=f"{i:016d}")
+    assert [book.refusal(f"{i:016d}") for i in range(5)] == [None, None, None] + ["malformed"] * 2

@@ -7,6 +7,7 @@ import socket
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 from overlay.auth import PacketAuthenticator
@@ -150,9 +151,46 @@ def test_forged_replayed_and_missigned(tmp_path: Path) -> None:
         wait_until(
             lambda: drops(a, "records", "bad_signature") > before, 10, "bad record counted"
         )
-        row = {m["node_id"]: m for m in a.members()}[b.node_id]
-        assert row["name"] == "b" and row["verified"] and row["labels"] == {}
+        # Until b hears the forged rumor and refutes it, a's view of b carries a record
+        # that did not verify: a says so, once, and shows b as unverified meanwhile.
+        refused = f"record.refused id={b.node_id} reason=bad_signature"
+        wait_until(lambda: refused in a.log(), 10, "a to log the refused record")
+
+        def b_verified_again() -> dict[str, object] | None:
+            row = {m["node_id"]: m for m in a.members()}[b.node_id]
+            return row if row["verified"] else None
+
+        row = wait_until(b_verified_again, 20, "b to refute with its own record")
+        assert row["name"] == "b" and row["labels"] == {} and row["unverified"] is None
         assert row["status"] == "available"
+        assert row["incarnation"] > b_before["incarnation"] + 1  # b outbid the forgery
+
+        # 4. An insider gossips a member whose record another cluster's authority
+        # vouches for: a holds it (membership is the core's), but as unverified, with
+        # nothing of what its record claims, in members and in status.
+        stranger = NodeIdentity.generate()
+        foreign = ClusterAuthority.generate().enroll(stranger.public_key, now=time.time())
+        record = attrs.evolve(
+            fake, node_id=stranger.node_id, public_key=stranger.public_key, name="stranger",
+            certificate=foreign.raw,
+        )  # fmt: skip
+        alive = wire.encode(
+            wire.Alive(stranger.node_id, 1, ("127.0.0.1", 9), record.sign(stranger).raw)
+        )
+        sock.sendto(auth.seal(alive, time.time(), recipient=a.node_id), target)
+
+        def stranger_row() -> dict[str, object] | None:
+            return {m["node_id"]: m for m in a.members()}.get(stranger.node_id)
+
+        row = wait_until(stranger_row, 10, "a to hold the gossiped stranger")
+        assert not row["verified"] and row["unverified"] == "wrong_authority"
+        assert row["name"] == "?" and row["capabilities"] == "-" and row["labels"] == {}
+        status = a.status()
+        listed = {u["node_id"]: u["reason"] for u in status["unverified"]}
+        assert listed == {stranger.node_id: "wrong_authority"}
+        assert status["cluster"]["unverified"] == 1
+        assert "1 unverified" in status["cluster"]["summary"]
+        assert any(stranger.node_id in w and "unverified" in w for w in status["warnings"])
     finally:
         sock.close()
         mesh.stop_all()
@@ -178,6 +216,15 @@ def test_revocation_gossips_and_removes(tmp_path: Path) -> None:
         wait_until(
             lambda: list((b.state_dir / "revocations").glob("gossip-*.rev")),
             20, "b to receive the revocation by gossip",
+        )  # fmt: skip
+        # a holds c until it is reaped, as unverified from the moment it adopted the
+        # revocation (alive, suspect or dead: its record no longer counts).
+        wait_until(
+            lambda: any(
+                m["node_id"] == c.node_id and m["unverified"] == "revoked" and not m["verified"]
+                for m in a.members()
+            ),
+            10, "a to show c as unverified (revoked)",
         )  # fmt: skip
         wait_until(
             lambda: a.view().get(c.node_id) in ("dead", None)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from populi_p2p.cli import main, parse_duration
+from populi_p2p.cli import format_members, main, parse_duration
 from populi_p2p.identity import NodeIdentity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_cluster_init_enroll_and_key(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["gpus"], 1, "does not exist"),
         (["leave"], 1, "does not exist"),
         (["up", "--port", "notanumber"], 2, "--port"),
-        (["up", "--bootstrap", "host:99999"], 1, "port must be"),
+        (["up", "--bootstrap", "host:99999"], 1, "port 99999 out of range"),
         (["up", "--label", "=x"], 1, "label"),
         (["up", "--config", "/nonexistent/populi.toml"], 1, "does not exist"),
     ],
@@ -166,21 +166,32 @@ def test_commands_against_a_running_daemon(
 ) -> None:
     import json
 
-    from .harness import Mesh
+    from .harness import Mesh, wait_until
 
     mesh = Mesh(tmp_path)
     try:
         d = mesh.start("solo", "--label", "zone=attic")
+        peer = mesh.start("peer", "--bootstrap", d.address)
         state = str(d.state_dir)
         code, out, _ = run(capsys, "status", "--state-dir", state)
         assert code == 0 and d.node_id in out and "overlay" in out
+
+        def probed() -> bool:
+            rows = {m["node_id"]: m for m in d.members()}
+            return peer.node_id in rows and rows[peer.node_id]["rtt_ms"] is not None
+
+        wait_until(probed, 30, "solo to probe peer")
         code, out, _ = run(capsys, "members", "--json", "--state-dir", state)
-        rows = json.loads(out)
-        assert code == 0 and rows[0]["node_id"] == d.node_id and rows[0]["self"]
-        assert rows[0]["labels"] == {"zone": "attic"}
+        rows = {m["node_id"]: m for m in json.loads(out)}
+        assert code == 0 and rows[d.node_id]["self"] and rows[d.node_id]["rtt_ms"] is None
+        assert rows[d.node_id]["labels"] == {"zone": "attic"}
+        # Loopback: a round trip through two daemons takes well under the probe timeout.
+        assert 0 < rows[peer.node_id]["rtt_ms"] < 200
         code, out, _ = run(capsys, "members", "--state-dir", state)
         assert code == 0 and out.splitlines()[0].split()[:3] == ["NAME", "NODE", "ID"]
         assert "zone=attic" in out
+        (peer_line,) = [line for line in out.splitlines() if peer.node_id in line]
+        assert f"{rows[peer.node_id]['rtt_ms']:.1f}ms" in peer_line.split()
         code, out, _ = run(capsys, "gpus", "--json", "--state-dir", state)
         assert code == 0 and "table" in json.loads(out)
         code, out, _ = run(capsys, "leave", "--state-dir", state)
@@ -191,3 +202,17 @@ def test_commands_against_a_running_daemon(
         assert code == 1 and "not running" in one_line_error(err)
     finally:
         mesh.stop_all()
+
+
+def test_members_table_marks_unverified_members() -> None:
+    rows = [
+        {"name": "a", "node_id": "a" * 16, "address": "10.0.0.1:7950", "state": "alive",
+         "incarnation": 3, "rtt_ms": 0.42, "capabilities": "8 cpu", "labels": {},
+         "verified": True, "unverified": None},
+        {"name": "?", "node_id": "b" * 16, "address": "10.0.0.2:7950", "state": "alive",
+         "incarnation": 1, "rtt_ms": None, "capabilities": "-", "labels": {},
+         "verified": False, "unverified": "revoked"},
+    ]  # fmt: skip
+    cells = {line.split()[1]: line.split() for line in format_members(rows).splitlines()[1:]}
+    assert cells["a" * 16][3:6] == ["alive", "3", "0.4ms"]
+    assert cells["b" * 16][3:6] == ["alive,unverified(revoked)", "1", "-"]

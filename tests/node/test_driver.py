@@ -126,3 +126,35 @@ async def test_oversize_datagram_goes_over_tcp(autojump_clock: trio.testing.Mock
     assert transport.datagrams == []
     assert transport.frames == [(PEER, b"Sa big record that does not fit")]
     assert driver.statistics().oversize_datagrams == 1
+
+
+async def test_wait_for_rechecks_after_every_call_into_the_core(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    core, transport = FakeCore(), FakeTransport()
+    driver = Driver(core, transport, FakeCodec(), lambda e: None, max_datagram_size=1400)  # type: ignore[arg-type]
+    done: dict[str, float] = {}
+
+    def count(kind: str) -> int:
+        return sum(1 for c in core.calls if c[0] == kind)
+
+    async def waiter(what: str, condition: Any) -> None:
+        await driver.wait_for(condition)
+        done[what] = trio.current_time()
+
+    start = trio.current_time()
+    core.deadline = start + 5.0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        nursery.start_soon(waiter, "second packet", lambda: count("receive") >= 2)
+        nursery.start_soon(waiter, "tick", lambda: count("tick") >= 1)
+        nursery.start_soon(waiter, "already true", lambda: True)
+        await transport.send_in.send(Incoming(PEER, b"Sone", False, URGENT))
+        await trio.sleep(3)
+        assert "second packet" not in done
+        await transport.send_in.send(Incoming(PEER, b"Stwo", False, URGENT))
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert done["already true"] == start
+    assert done["second packet"] == start + 3  # woken by the packet, not by a poll
+    assert done["tick"] == start + 5.0  # the core's deadline

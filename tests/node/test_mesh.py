@@ -3,6 +3,7 @@ and take a restarted node back with the same id and a higher incarnation."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from populi_p2p.node import LEAVE_TIMEOUT
 from swim import SwimConfig
 from swim._math import suspicion_timeout_max, suspicion_timeout_min
 
-from .harness import Mesh, wait_until
+from .harness import Daemon, Mesh, wait_until
 
 N = 10
 
@@ -70,6 +71,9 @@ def test_ten_daemons(tmp_path: Path) -> None:
         leaver.terminate()
         assert leaver.wait_exit(timeout=LEAVE_TIMEOUT + 5) == 0
         exit_s = time.monotonic() - sent_at
+        # It exited because its "left" was sent as often as intended, not on the timeout.
+        (left_line,) = [line for line in leaver.log().splitlines() if " node.left " in line]
+        assert "announced=true" in left_line.split()
         wait_until(
             lambda: all(d.view().get(leaver.node_id) == "left" for d in stayers),
             10, f"all to see {leaver.name} left",
@@ -116,5 +120,86 @@ def test_name_clash_is_reported(tmp_path: Path) -> None:
         assert any("twin" in w for w in a.status()["warnings"])
         wait_until(lambda: "name.clash name=twin" in a.log(), 10, "the clash in the log")
         assert a.log().count("name.clash name=twin") == 1
+    finally:
+        mesh.stop_all()
+
+
+class _CertificateQuiet:
+    """True once `daemon` sent `stretch` datagrams in a row without its certificate.
+
+    Polled: remembers the counters across calls, and starts over whenever a datagram
+    with the certificate went out (an introduction, a peer in doubt).
+    """
+
+    def __init__(self, daemon: Daemon, stretch: int) -> None:
+        self.daemon = daemon
+        self.stretch = stretch
+        self.start: tuple[int, int] | None = None
+        self.reached = False
+
+    def __call__(self) -> bool:
+        if self.reached:
+            return True
+        traffic = self.daemon.status()["traffic"]
+        now = (traffic["datagrams_with_certificate"], traffic["datagrams_without_certificate"])
+        if self.start is None or now[0] != self.start[0]:
+            self.start = now
+            return False
+        self.reached = now[1] - self.start[1] >= self.stretch
+        return self.reached
+
+
+def wait_certificate_quiet(daemons: list[Daemon], what: str, stretch: int = 10) -> None:
+    quiet = [_CertificateQuiet(d, stretch) for d in daemons]
+    wait_until(lambda: all([q() for q in quiet]), 60, what)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_certificate_rides_only_while_a_peer_may_not_know_us(tmp_path: Path) -> None:
+    """Known peers get envelopes without our certificate; a peer that restarts (same
+    address, so the others still send to it as if it knew them) is introduced to again
+    and the mesh takes it back."""
+    mesh = Mesh(tmp_path, preset="local")
+    port = str(_free_port())
+    network = ("--bind", "127.0.0.1", "--port", port, "--overlay", "none")
+    try:
+        a = mesh.start("a")
+        b = mesh.start("b", "--bootstrap", a.address, network=network)
+        c = mesh.start("c", "--bootstrap", a.address)
+        everyone = {d.node_id: "alive" for d in (a, b, c)}
+        wait_until(lambda: mesh.converged([a, b, c], everyone), 30, "converge")
+        # Steady state: datagrams to known peers go without the certificate.
+        wait_certificate_quiet([a, b, c], "all to stop sending it")
+
+        # b restarts on the same address: it forgot every certificate it had cached,
+        # and (its member store deleted) it rejoins through a alone, so it learns of c
+        # from a, and c still holds b's certificate: c sees nothing new in b's packets
+        # except that b's counter leapt ahead (a new session).
+        old_incarnation = b.status()["node"]["incarnation"]
+        b.kill()
+        for path in b.state_dir.glob("members.sqlite3*"):
+            path.unlink()
+        again = mesh.start("b", "--bootstrap", a.address, state=b.state_dir, network=network)
+        wait_until(
+            lambda: all(
+                {m["node_id"]: m for m in d.members()}[b.node_id]["incarnation"] > old_incarnation
+                for d in (a, c)
+            ),
+            30, "a and c to hear of b's new run",
+        )  # fmt: skip
+        wait_until(lambda: mesh.converged([a, again, c], everyone), 30, "converge again")
+        # Everybody talks to everybody again, b included, and without certificates once
+        # the introductions are over; b refuses nothing any more.
+        wait_certificate_quiet([a, again, c], "all to settle after the restart")
+        refused = again.status()["drops"]["auth"]["unknown_sender"]
+        wait_certificate_quiet([a, c], "a and c to send more datagrams")
+        assert again.status()["drops"]["auth"]["unknown_sender"] == refused
+        assert mesh.converged([a, again, c], everyone)
     finally:
         mesh.stop_all()

@@ -120,6 +120,11 @@ def test_mdns_discovery(tmp_path: Path) -> None:
             wait_until(
                 lambda: all("mdns.on" in d.log() for d in daemons), 10, "all to log mdns.on"
             )
+            # The TXT fingerprint is the cluster fingerprint `status` shows, not another hash.
+            for d in daemons:
+                fingerprint = d.status()["cluster"]["fingerprint"]
+                (line,) = [line for line in d.log().splitlines() if " mdns.on " in line]
+                assert f"fp={fingerprint}" in line.split()
             for d in daemons:
                 assert "--bootstrap" not in str(d.proc.args)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,15 +11,16 @@ import pytest
 from netns import ChildProcess, NetnsLab, NetnsNode, missing_requirements
 from zeroconf import ServiceInfo
 
+import overlay.mdns
 from overlay.detect import Interface
 from overlay.mdns import (
     MDNS_SERVICE_TYPE,
     MdnsAnnouncer,
     build_service_info,
-    cluster_fingerprint,
     lan_addresses,
     peer_from_info,
 )
+from populi_p2p.authority import cluster_fingerprint
 
 AGENT = Path(__file__).parent / "ns_agent.py"
 FP = cluster_fingerprint(b"\x01" * 32)
@@ -30,9 +32,19 @@ OTHER_FP = cluster_fingerprint(b"\x02" * 32)
 ################################################################################
 
 
-def test_fingerprint_is_stable_and_distinct() -> None:
-    assert cluster_fingerprint(b"\x01" * 32) == FP and len(FP) == 32
-    assert FP != OTHER_FP
+def test_the_fingerprint_is_the_callers_and_overlay_computes_none() -> None:
+    # One cluster fingerprint in the code base, the authority's (what `status` shows):
+    # overlay takes it as a string and neither defines nor imports one.
+    assert not hasattr(overlay.mdns, "cluster_fingerprint")
+    tree = ast.parse(Path(overlay.mdns.__file__).read_text())
+    imported = [
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    ]
+    assert not [m for m in imported if m and m.split(".")[0] in ("populi_p2p", "hashlib")]
+    assert len(FP) == 16 and FP != OTHER_FP
 
 
 def test_service_info_round_trips_through_peer_check() -> None:

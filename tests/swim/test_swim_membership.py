@@ -24,10 +24,12 @@ from swim import (
     SharedView,
     SwimConfig,
 )
+from swim._math import retransmit_limit
 from swim.wire import (
     Ack,
     Alive,
     IndirectPing,
+    Left,
     Nack,
     Ping,
     PushPull,
@@ -103,6 +105,57 @@ def test_late_ack_still_counts() -> None:
     assert cluster.converged()
     assert not cluster.events_of(MemberSuspected)
     assert all(core.statistics().probes_acked_late > 5 for core in cluster.nodes.values())
+
+
+def test_rtt_is_the_smoothed_round_trip_of_direct_probes() -> None:
+    cluster = joined(3)  # 2 ms each way
+    cluster.run(3.0)
+    for name, core in cluster.nodes.items():
+        assert core.rtt(name) is None  # never ourselves
+        for other in cluster.nodes:
+            if other != name:
+                assert core.rtt(other) == pytest.approx(0.004)
+                assert seen(cluster, name, other).rtt == core.rtt(other)
+    assert {m.name: m.rtt for m in cluster.nodes["node-1"].members()} == {
+        "node-1": None,
+        "node-2": cluster.nodes["node-1"].rtt("node-2"),
+        "node-3": cluster.nodes["node-1"].rtt("node-3"),
+    }
+    # The path slows down to 20 ms: the estimate follows, an eighth per sample.
+    cluster.network.latency = 0.010
+    cluster.run(30.0)
+    for name, core in cluster.nodes.items():
+        for other in cluster.nodes:
+            if other != name:
+                rtt = core.rtt(other)
+                assert rtt is not None and 0.015 < rtt < 0.020
+
+
+def tick_to_ping(core: Membership) -> tuple[float, Ping]:
+    """Tick a core until it starts a probe; the time and the ping it sent."""
+    while True:
+        deadline = core.next_deadline()
+        assert deadline is not None
+        for out in core.tick(deadline):
+            if isinstance(out, Send) and not out.reliable:
+                message = decoded(out)[0]
+                if isinstance(message, Ping):
+                    return deadline, message
+
+
+def test_rtt_samples_only_acks_that_come_before_the_probe_timeout() -> None:
+    core = lone_core(members=1)
+    for sample in (0.030, 0.010):
+        started, ping = tick_to_ping(core)
+        core.receive(("10.0.1.0", 1), encode(Ack(ping.seq)), started + sample)
+    assert core.rtt("m0") == pytest.approx(0.030 + (0.010 - 0.030) / 8)
+    assert [m.rtt for m in core.members()] == [None, core.rtt("m0")]  # ourselves first
+    # An ack after the direct phase may come through a helper: it is no sample.
+    started, ping = tick_to_ping(core)
+    core.tick(started + 0.6)  # past probe_timeout (0.5 s): the indirect phase
+    core.receive(("10.0.1.0", 1), encode(Ack(ping.seq)), started + 0.7)
+    assert core.statistics().probes_acked_late == 1
+    assert core.rtt("m0") == pytest.approx(0.0275)
 
 
 def test_indirect_probe_saves_a_member_we_cannot_reach_directly() -> None:
@@ -186,6 +239,49 @@ def test_graceful_leave_is_not_a_failure() -> None:
         leaver.set_meta(b"x", cluster.now)
 
 
+def left_rumors_sent(cluster: Cluster, name: str) -> list[float]:
+    """When `name` sent its own left rumor, one entry per copy."""
+    return [
+        at
+        for at, sender, send in cluster.sent
+        if sender == name
+        for message in decoded(send)
+        if isinstance(message, Left) and message.name == name
+    ]
+
+
+def test_leave_announced_once_the_left_rumor_was_sent_its_transmit_limit() -> None:
+    config = attrs.evolve(TEST_CONFIG, dead_retention=600.0)
+    cluster = joined(6, config=config)
+    # A dead member keeps a reap timer running in everybody's core for 10 minutes.
+    cluster.crash("node-6")
+    while not cluster.everyone_sees("node-6", DEAD):
+        cluster.step(cluster.now + 60.0)
+    leaver = cluster.nodes["node-3"]
+    assert not leaver.leave_announced  # not leaving at all
+    cluster.apply("node-3", leaver.leave(cluster.now))
+    assert leaver.has_left and not leaver.leave_announced
+    while not leaver.leave_announced:
+        assert cluster.step(cluster.now + 10.0), "the leave must complete by itself"
+    announced_at = cluster.now
+    # Sent exactly as often as the limit for the 4 live members it left behind.
+    sent = left_rumors_sent(cluster, "node-3")
+    assert len(sent) == retransmit_limit(config.retransmit_mult, 4)
+    assert max(sent) == announced_at
+    assert announced_at - min(sent) < 2.0  # a few gossip rounds, not a timeout
+    # next_deadline() cannot say so: the reap timer of node-6 is still pending.
+    assert leaver.next_deadline() is not None
+    cluster.run(5.0)
+    assert len(left_rumors_sent(cluster, "node-3")) == len(sent)  # nothing more about us
+    assert cluster.everyone_sees("node-3", LEFT)
+
+
+def test_leave_with_nobody_to_tell_is_announced_at_once() -> None:
+    core = Membership(TEST_CONFIG, "me", ("10.0.0.1", 1), random.Random(1), 0.0)
+    core.leave(0.0)
+    assert core.leave_announced
+
+
 def test_restarted_member_refutes_its_death_with_a_higher_incarnation() -> None:
     cluster = joined(4)
     cluster.crash("node-2")
@@ -224,6 +320,8 @@ def test_restart_before_detection_with_new_meta_is_refuted_above_the_old_run() -
 def test_dead_members_are_reaped_after_retention() -> None:
     config = attrs.evolve(TEST_CONFIG, dead_retention=10.0)
     cluster = joined(4, config=config)
+    cluster.run(5.0)
+    assert cluster.nodes["node-1"].rtt("node-4") is not None
     cluster.crash("node-4")
     while len(cluster.failures_of("node-4")) < 3:
         cluster.step(cluster.now + 60.0)
@@ -235,6 +333,7 @@ def test_dead_members_are_reaped_after_retention() -> None:
     for observer in cluster.live():
         assert cluster.member(observer, "node-4") is None
         core = cluster.nodes[observer]
+        assert core.rtt("node-4") is None  # forgotten with the member
         assert core.statistics().members_reaped == 1
         assert core.num_members() == core.num_alive() == 3
 

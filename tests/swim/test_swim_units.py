@@ -12,6 +12,7 @@ from swim import Awareness, Suspicion, SwimConfig, remaining_suspicion_time
 from swim._math import (
     push_pull_interval_scaled,
     retransmit_limit,
+    smoothed_rtt,
     suspicion_confirmations_expected,
     suspicion_timeout_max,
     suspicion_timeout_min,
@@ -71,6 +72,19 @@ def test_suspicion_confirmations_expected(mult: int, n: int, expected: int) -> N
 )
 def test_push_pull_interval_scaled(n: int, expected: float) -> None:
     assert push_pull_interval_scaled(30.0, n) == expected
+
+
+@pytest.mark.parametrize(
+    ("previous", "sample", "expected"),
+    [
+        (None, 0.004, 0.004),  # the first sample is the estimate
+        (0.004, 0.004, 0.004),
+        (0.020, 0.004, 0.018),  # an eighth of the way to the sample
+        (0.004, 0.020, 0.006),
+    ],
+)
+def test_smoothed_rtt(previous: float | None, sample: float, expected: float) -> None:
+    assert smoothed_rtt(previous, sample) == pytest.approx(expected)
 
 
 ####################################################################################
