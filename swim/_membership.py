@@ -281,6 +281,9 @@ class Membership:
         )
         self._self = _Node(name, address, _ALIVE, incarnation, meta, now)
         self._members: dict[str, _Node] = {name: self._self}
+        # Last incarnation of reaped members (insertion ordered, oldest evicted first),
+        # so a stale rumor after the reap cannot lower an incarnation we have seen.
+        self._reaped: dict[str, int] = {}
         # Every member name we hold, for O(1) random choice; reaped names linger until a
         # compaction. Possibly shared with a `SharedView` until we first append to it.
         self._names = _Names([], [name])
@@ -805,9 +808,10 @@ class Membership:
             else:
                 # Only the target can answer before the indirect phase: a clean sample.
                 target = probe.target
-                if target in self._members:
-                    rtt = self._rtt
-                    rtt[target] = smoothed_rtt(rtt.get(target), now - probe.started_at)
+                rtt = self._rtt
+                previous = rtt.get(target)
+                if previous is not None or target in self._members:
+                    rtt[target] = smoothed_rtt(previous, now - probe.started_at)
             if self._config.awareness_enabled:
                 self._awareness.apply_delta(-1)
             return
@@ -873,6 +877,12 @@ class Membership:
         """Apply one rumor through `swim._state.PRECEDENCE`: the only place state changes."""
         node = self._members.get(name)
         if node is None:
+            reaped = self._reaped.get(name)
+            if reaped is not None:
+                if incarnation <= reaped:
+                    self._on_stale_rumor(rumor, name, reaped, address, out)
+                    return
+                del self._reaped[name]
             subject = _SUBJECT_UNKNOWN
             held = 0
         else:
@@ -1163,8 +1173,26 @@ class Membership:
         else:
             self._reap(node)
 
+    def _on_stale_rumor(
+        self, rumor: int, name: str, reaped: int, address: Address | None, out: list[Output]
+    ) -> None:
+        """A rumor about a reaped member at or below the incarnation it was reaped at.
+
+        It is ignored. If it was an alive, its address is told the member is dead at the
+        remembered incarnation: a stale rumor costs one packet, and a member that really
+        restarted with a lower incarnation refutes above it and so gets back in.
+        """
+        self._counters.stale_rumors_ignored += 1
+        if rumor == _RUMOR_ALIVE and address is not None and address != self._address:
+            self._send_packet(address, encode_message(Dead(name, reaped, self._name)), out)
+
     def _reap(self, node: _Node) -> None:
         """Forget a member that has been dead or left for `dead_retention`."""
+        reaped = self._reaped
+        reaped.pop(node.name, None)
+        reaped[node.name] = node.incarnation
+        if len(reaped) > self._config.reaped_memory_max:
+            del reaped[next(iter(reaped))]
         del self._members[node.name]
         self._rtt.pop(node.name, None)
         self._counts[node.state] -= 1

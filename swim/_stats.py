@@ -42,6 +42,8 @@ class MembershipStatistics:
     suspicions_started: int = 0
     members_failed: int = 0
     members_reaped: int = 0
+    #: Rumors about reaped members at or below the incarnation they were reaped at.
+    stale_rumors_ignored: int = 0
     refutes: int = 0
     push_pulls_sent: int = 0
     push_pulls_received: int = 0
@@ -75,6 +77,7 @@ class Counters:
     suspicions_started: int
     members_failed: int
     members_reaped: int
+    stale_rumors_ignored: int
     refutes: int
     push_pulls_sent: int
     push_pulls_received: int

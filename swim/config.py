@@ -84,6 +84,11 @@ class SwimConfig:
     #: Bound on queued broadcasts; beyond it the most-transmitted (then oldest) are
     #: evicted, and push-pull repairs what they would have told.
     broadcast_queue_max: int = attrs.field(default=16384, validator=_at_least_one)
+    #: Bound on reaped members whose last incarnation we still remember, so that a stale
+    #: rumor arriving after `dead_retention` cannot bring a member back at an older
+    #: incarnation (the oldest entries are forgotten first). A member that really
+    #: restarted with a lower incarnation is told it is dead and refutes above it.
+    reaped_memory_max: int = attrs.field(default=16384, validator=_at_least_one)
     #: Bound on indirect probes we run for other members at once; requests beyond it
     #: are dropped and counted (the requester simply gets no ack from us).
     indirect_pending_max: int = attrs.field(default=1024, validator=_at_least_one)

@@ -338,6 +338,40 @@ def test_dead_members_are_reaped_after_retention() -> None:
         assert core.num_members() == core.num_alive() == 3
 
 
+def test_stale_rumor_after_reap_cannot_lower_an_incarnation() -> None:
+    # Found by the simulator's swarm (seeds 117, 124, 161, 178): a member reaped at
+    # incarnation k came back through a stale rumor at a lower incarnation.
+    config = attrs.evolve(TEST_CONFIG, dead_retention=10.0)
+    cluster = joined(4, config=config)
+    cluster.apply("node-4", cluster.nodes["node-4"].set_meta(b"v2", cluster.now))
+    cluster.run(3.0)
+    assert seen(cluster, "node-1", "node-4").incarnation == 1
+    cluster.crash("node-4")
+    cluster.run(60.0)
+    assert all(cluster.member(o, "node-4") is None for o in cluster.live())  # reaped
+    address = cluster.nodes["node-4"].address
+    cluster.inject("node-1", Alive("node-4", 0, address, b"v1"))  # the stale rumor
+    assert cluster.member("node-1", "node-4") is None
+    assert cluster.nodes["node-1"].statistics().stale_rumors_ignored == 1
+    # A real restart that forgot its incarnation is told it is dead and refutes above.
+    reborn = cluster.restart("node-4")
+    cluster.join("node-4", "node-1")
+    cluster.run(10.0)
+    assert reborn.incarnation >= 2
+    assert cluster.converged()
+    assert all(seen(cluster, o, "node-4").incarnation == reborn.incarnation for o in cluster.live())
+
+
+def test_reaped_memory_is_bounded() -> None:
+    config = attrs.evolve(TEST_CONFIG, dead_retention=5.0, reaped_memory_max=2)
+    cluster = joined(5, config=config)
+    for name in ("node-3", "node-4", "node-5"):
+        cluster.crash(name)
+    cluster.run(60.0)
+    assert cluster.nodes["node-1"].statistics().members_reaped == 3
+    assert len(cluster.nodes["node-1"]._reaped) == 2
+
+
 def test_partition_heals_through_push_pull() -> None:
     config = attrs.evolve(TEST_CONFIG, push_pull_interval=5.0, dead_retention=60.0)
     cluster = joined(6, config=config)
