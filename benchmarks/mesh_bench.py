@@ -6,6 +6,10 @@ Printed, not asserted. For each size it reports:
   alive;
 * kill -9: from SIGKILL of one daemon until all the others say it is dead;
 * SIGTERM: from SIGTERM of another until all the others say it left;
+* start-up: daemons start in batches of 10, each joining through one random member
+  already up; a batch starts once the previous one has joined (`--no-pace`: as soon as
+  its APIs answer), and the `member.suspected` lines logged until convergence are
+  counted;
 * steady state, measured over a quiet window in which nobody polls the API: CPU per
   daemon (utime + stime from /proc/PID/stat, as a percentage of one core), resident
   memory (VmRSS from /proc/PID/status), bytes sent per member per second (sealed bytes
@@ -16,16 +20,19 @@ Usage::
 
     python benchmarks/mesh_bench.py                      # 10 and 50 daemons, LAN preset
     python benchmarks/mesh_bench.py --sizes 10 50 100 --preset lan --idle 30
+    python benchmarks/mesh_bench.py --sizes 10 --idle 60 --settle 30    # steady state only
 
 Waits poll the daemons' control API with deadlines; nothing sleeps for a guessed time
-except the measurement window itself. Everything lives in a temporary directory,
-removed at the end; every daemon is killed on the way out.
+except the measurement window itself (and `--settle`, before it). Everything lives in a
+temporary directory, removed at the end; every daemon is killed on the way out.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -103,10 +110,11 @@ class Daemon:
 
 
 class Bench:
-    def __init__(self, root: Path, n: int, preset: str) -> None:
+    def __init__(self, root: Path, n: int, preset: str, pace: bool = True) -> None:
         self.root = root
         self.n = n
         self.preset = preset
+        self.pace = pace
         self.authority = ClusterAuthority.create(root / "authority")
         self.daemons: list[Daemon] = []
 
@@ -148,25 +156,34 @@ class Bench:
     def start_all(self) -> None:
         first = self.spawn(0, [])
         self.ready(first)
-        seeds = [first.address]
         batch = 10  # start in batches: 2 cores cannot import 100 interpreters at once
-        pending: list[Daemon] = []
-        for i in range(1, self.n):
-            pending.append(self.spawn(i, seeds))
-            if len(pending) == batch:
-                for d in pending:
-                    self.ready(d)
-                pending = []
-        for d in pending:
-            self.ready(d)
+        rng = random.Random(self.n)
+        for start in range(1, self.n, batch):
+            # Each daemon joins through one member already up, picked at random, so no
+            # single member answers every join's push-pull (a join storm).
+            up = list(self.daemons)
+            pending = [
+                self.spawn(i, [rng.choice(up).address])
+                for i in range(start, min(start + batch, self.n))
+            ]
+            for d in pending:
+                self.ready(d)
+            if self.pace:
+                # Start the next batch only once this one is in: joins are the costly
+                # part (a full state exchange, every record verified, gossip to all),
+                # and on 2 cores they must not overlap the next batch's start-up.
+                joined = functools.partial(self.converged, pending, expect=len(self.daemons))
+                wait_for(joined, f"batch {start // batch + 1} to join", 300, 0.5)
 
     def all_see(self, daemons: list[Daemon], node_id: str, state: str) -> bool:
         return all(d.view().get(node_id) == state for d in daemons)
 
-    def converged(self, daemons: list[Daemon]) -> bool:
-        """Every daemon counts len(daemons) alive members (cheap: status, not tables)."""
+    def converged(self, daemons: list[Daemon], expect: int | None = None) -> bool:
+        """Every daemon counts `expect` (default len(daemons)) alive members (cheap:
+        status, not tables)."""
+        want = len(daemons) if expect is None else expect
         for d in daemons:
-            if d.client.get("/v1/status")["cluster"]["members"]["alive"] != len(daemons):
+            if d.client.get("/v1/status")["cluster"]["members"]["alive"] != want:
                 return False
         return True
 
@@ -205,7 +222,7 @@ class Bench:
             total += text.count("member.suspected")
         return total
 
-    def run(self, idle: float) -> dict[str, Any]:
+    def run(self, idle: float, settle: float = 0.0) -> dict[str, Any]:
         result: dict[str, Any] = {"n": self.n, "preset": self.preset}
         t0 = time.monotonic()
         self.start_all()
@@ -214,6 +231,10 @@ class Bench:
         poll = max(0.2, self.n / 20)
         wait_for(lambda: self.converged(self.daemons), "convergence", 300, poll)
         result["converge_s"] = self.converge_time_from_logs()
+        result["suspicions_start"] = self.suspicions()
+        result["load_after_start"] = os.getloadavg()[0]
+        # Start-up traffic (the last joins' gossip, introductions) is not steady state.
+        time.sleep(settle)
 
         # Steady state: nobody polls the API during the window.
         suspicions_before = self.suspicions()
@@ -289,6 +310,10 @@ def report(r: dict[str, Any]) -> None:
         f" suspicions while idle: {r['suspicions_idle']}"
     )
     print(
+        f"       start-up: {r['suspicions_start']} member.suspected lines (all daemons) until"
+        f" converged; load average {r['load_after_start']:.1f} then"
+    )
+    print(
         f"       datagrams {r['datagrams_per_s_mean']:.1f}/s per member,"
         f" {r['datagrams_with_certificate_pct']:.1f} % of them carrying the certificate"
     )
@@ -300,14 +325,22 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50])
     parser.add_argument("--preset", choices=("lan", "wan", "local"), default="lan")
     parser.add_argument("--idle", type=float, default=20.0, help="steady-state window, s")
+    parser.add_argument(
+        "--settle", type=float, default=0.0,
+        help="seconds to wait after convergence before the steady-state window",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-pace", action="store_true",
+        help="start each batch as soon as the previous one answers its API (the old way)",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     print(f"mesh_bench: {os.cpu_count()} cpus, python {sys.version.split()[0]}")
     for n in args.sizes:
         root = Path(tempfile.mkdtemp(prefix=f"populi-bench-{n}-"))
-        bench = Bench(root, n, args.preset)
+        bench = Bench(root, n, args.preset, pace=not args.no_pace)
         try:
-            report(bench.run(args.idle))
+            report(bench.run(args.idle, args.settle))
         except (TimeoutError, RuntimeError) as exc:
             print(f"n={n:>3}: FAILED: {exc} (logs in {root})")
             args.keep = True

@@ -158,3 +158,36 @@ async def test_wait_for_rechecks_after_every_call_into_the_core(
     assert done["already true"] == start
     assert done["second packet"] == start + 3  # woken by the packet, not by a poll
     assert done["tick"] == start + 5.0  # the core's deadline
+
+
+async def test_a_long_run_of_events_does_not_hold_up_packets(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A push-pull that brings 100 members: the packet queued behind it reaches the
+    core before the node has seen all 100 events (the node's bookkeeping per event is
+    what costs; the receive loop must not wait for it)."""
+    core, transport = FakeCore(), FakeTransport()
+    core.deadline = None
+    joined = [MemberJoined(Member(f"m{i}", PEER, MemberState.ALIVE, 1)) for i in range(100)]
+
+    def receive(source: Any, payload: bytes, now: float, *, reliable: bool) -> list[Any]:
+        core.calls.append(("receive", source, payload, reliable))
+        return list(joined) if payload == b"state" else []
+
+    core.receive = receive  # type: ignore[method-assign]
+    delivered: list[tuple[str, int]] = []
+
+    def on_event(ev: Any) -> None:
+        received = sum(1 for c in core.calls if c[0] == "receive")
+        delivered.append((ev.member.name, received))
+
+    driver = Driver(core, transport, FakeCodec(), on_event, max_datagram_size=1400)  # type: ignore[arg-type]
+    # Both packets wait in the inbox when the driver wakes up (no scheduling race).
+    transport.send_in.send_nowait(Incoming(PEER, b"Sstate", True, URGENT))
+    transport.send_in.send_nowait(Incoming(PEER, b"Sping", False, URGENT))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert [name for name, _ in delivered] == [f"m{i}" for i in range(100)]  # all, in order
+    assert delivered[0][1] == 2  # the ping was handled before the first event's bookkeeping
