@@ -13,6 +13,8 @@ Endpoints (all JSON):
 ``GET  /v1/members``     every member: name, node id, address, state, incarnation, RTT,
                          capabilities, labels
 ``GET  /v1/gpus``        this node's GPU report (the GPU monitor's view)
+``POST /v1/gpus/probe``  re-probe the GPUs now; answers with the new report (a change
+                         is signed into a new NodeRecord that gossips)
 ``POST /v1/leave``       announce a graceful leave, then the daemon exits
 =======================  ===============================================================
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import json
 import logging
 import os
@@ -73,6 +76,10 @@ class ApiBackend(Protocol):
 
     def gpus(self) -> dict[str, Any]: ...
 
+    async def probe_gpus(self) -> dict[str, Any]:
+        """Re-probe the GPUs now; return the same shape as `gpus`."""
+        ...
+
     def request_leave(self) -> None:
         """Start a graceful leave and shutdown; return at once."""
 
@@ -103,6 +110,7 @@ def make_app(backend: ApiBackend) -> AsgiApp:
         "/v1/status": ("GET", backend.status),
         "/v1/members": ("GET", backend.members),
         "/v1/gpus": ("GET", backend.gpus),
+        "/v1/gpus/probe": ("POST", backend.probe_gpus),
         "/v1/leave": ("POST", lambda: _leave(backend)),
     }
 
@@ -127,6 +135,8 @@ def make_app(backend: ApiBackend) -> AsgiApp:
             return
         try:
             body = handler()
+            if inspect.isawaitable(body):
+                body = await body
         except Exception as exc:  # a backend bug must not take the daemon down
             _log.exception("api.error path=%s", scope["path"])
             await _respond(send, 500, {"error": f"internal error: {type(exc).__name__}: {exc}"})

@@ -10,7 +10,7 @@ Commands::
     populi-node up [flags]                 run the daemon in the foreground
     populi-node status [--json]            this node, overlay, cluster summary
     populi-node members [--json]           the member table
-    populi-node gpus [--json]              this node's GPUs
+    populi-node gpus [--json] [--probe]    this node's GPUs (--probe: re-probe now)
     populi-node leave                      graceful leave, then the daemon exits
     populi-node key                        print this node's public key (to enroll it)
     populi-node cluster init               create a cluster authority
@@ -135,6 +135,12 @@ def _build_parser() -> _Parser:
         help="declare a GPU no probe can see (a claim, never capacity)",
     )
     up.add_argument("--reserve-vram", metavar="SIZE", help="VRAM kept for the owner, e.g. 2GiB")
+    up.add_argument(
+        "--gpu-probe-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between GPU re-probes (default 30)",
+    )
     up.add_argument("--preset", choices=PRESETS, help="membership timing (default lan)")
     up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
 
@@ -146,6 +152,12 @@ def _build_parser() -> _Parser:
         p = sub.add_parser(name, help=text)
         _add_state_dir(p)
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
+        if name == "gpus":
+            p.add_argument(
+                "--probe",
+                action="store_true",
+                help="re-probe the GPUs now (a change gossips a new signed record)",
+            )
 
     leave = sub.add_parser("leave", help="leave the mesh gracefully; the daemon exits")
     _add_state_dir(leave)
@@ -252,7 +264,8 @@ def _cmd_members(args: argparse.Namespace) -> None:
 
 
 def _cmd_gpus(args: argparse.Namespace) -> None:
-    gpus = _client(args).get("/v1/gpus")
+    client = _client(args)
+    gpus = client.post("/v1/gpus/probe") if args.probe else client.get("/v1/gpus")
     if args.json:
         _print_json(gpus)
     else:
@@ -377,6 +390,7 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "labels": args.label,
         "advertise_gpu": args.advertise_gpu,
         "reserve_vram": args.reserve_vram,
+        "gpu_probe_interval": args.gpu_probe_interval,
         "preset": args.preset,
         "log_level": args.log_level,
     }

@@ -22,6 +22,7 @@ The ``preset`` picks the membership timing (`swim.SwimConfig.lan()`, ``wan()`` o
 from __future__ import annotations
 
 import ipaddress
+import math
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -89,6 +90,12 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
 def _port(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value < 65536:
         raise ConfigError(f"{attribute.name}: {value} is not a port (0 to 65535; 0 picks one)")
+
+
+def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not (0 < value < math.inf):
+        name = attribute.name.replace("_", "-")
+        raise ConfigError(f"{name}: {value!r} is not a positive number of seconds")
 
 
 def _choice(choices: tuple[str, ...]) -> Any:
@@ -177,6 +184,8 @@ class NodeConfig:
     advertise_gpu: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: VRAM kept back for the owner on every GPU, in bytes.
     reserve_vram: int = 0
+    #: Seconds between GPU re-probes (``populi-node gpus --probe`` re-probes at once).
+    gpu_probe_interval: float = attrs.field(default=30.0, validator=_positive_seconds)
     #: Membership timing preset: ``lan``, ``wan`` or ``local`` (one machine, fast).
     preset: Preset = attrs.field(default="lan", validator=_choice(PRESETS))
     #: Log verbosity.
@@ -333,6 +342,15 @@ def _coerce(key: str, value: object) -> object:
             except ValueError as exc:
                 raise ConfigError(f"reserve-vram: {exc}") from None
         raise ConfigError(f"reserve-vram: {value!r} is not a size like 2GiB")
+    if key == "gpu_probe_interval":
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{where}: {value!r} is not a number of seconds") from None
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"{where}: {value!r} is not a number of seconds")
+        return float(value)
     if key in _PATH_FIELDS:
         if not isinstance(value, str | Path):
             raise ConfigError(f"{where}: expected a path")

@@ -98,6 +98,8 @@ RECONNECT_TIMEOUT: Final = 24 * 3600.0
 JOIN_CANDIDATES_MAX: Final = 8
 #: Longest the first record waits for the first GPU report, seconds.
 GPU_FIRST_REPORT_WAIT: Final = 3.0
+#: Longest ``POST /v1/gpus/probe`` waits for the re-probe it asked for, seconds.
+GPU_PROBE_WAIT_MAX: Final = 8.0
 #: First byte of a populi control message inside an authenticated envelope. swim
 #: packets start with their protocol version byte, which is never 0xFF.
 CONTROL_PREFIX: Final = b"\xff"
@@ -260,6 +262,7 @@ class Node:
         self._record: SignedNodeRecord | None = None
         self._sequence: int | None = None
         self._gpu_report: Any = None
+        self.gpu_monitor: Any = None
         self._failed_at: dict[str, tuple[Address, float]] = {}
         self._dirty: dict[str, KnownMember] = {}
         self._forget: set[str] = set()
@@ -884,6 +887,7 @@ class Node:
             policy=CapacityPolicy(reserve_vram=self.config.reserve_vram),
             labels=dict(self.config.labels),
             declared=parse_declared(self.config.advertise_gpu),
+            interval=self.config.gpu_probe_interval,
         )
         self.gpu_monitor = monitor
         await monitor.run()
@@ -941,7 +945,7 @@ class Node:
     # What the API shows
 
     def member_rows(self) -> list[dict[str, Any]]:
-        from .gpu import member_gpu_summary
+        from .gpu import GpuReport, member_gpu_summary, report_to_dict
 
         core = self.core
         if core is None:
@@ -954,10 +958,16 @@ class Node:
             record = self.records.get(member.name) if reason is None else None
             name = record.name if record is not None else self._names.get(member.name, "?")
             caps = "-"
+            gpu_detail: dict[str, Any] | None = None
             if record is not None:
                 c = record.capabilities
                 gpu = member_gpu_summary(c.gpu) if c.gpu is not None else "no GPU"
                 caps = f"{c.cpu_cores} cpu, {c.ram_bytes / 2**30:.0f} GiB, {gpu}"
+                if c.gpu is not None:
+                    try:
+                        gpu_detail = report_to_dict(GpuReport.from_record(c.gpu))
+                    except ValueError:
+                        gpu_detail = None  # the summary already says "GPU record unreadable"
             rows.append(
                 {
                     "name": name,
@@ -967,6 +977,9 @@ class Node:
                     "incarnation": member.incarnation,
                     "rtt_ms": None if member.rtt is None else round(member.rtt * 1000, 3),
                     "capabilities": caps,
+                    # The member's signed GPU record, in the `gpus --json` form: every
+                    # section says its layer (A verified, B derived, C operator).
+                    "gpu": gpu_detail,
                     "labels": dict(record.labels) if record is not None else {},
                     "status": record.status.value if record is not None else None,
                     "verified": reason is None,
@@ -1081,6 +1094,16 @@ class Node:
             return {"table": "GPU probe has not finished yet", "report": None}
         return {"table": format_gpu_table(report), "report": report_to_dict(report)}
 
+    async def probe_gpus(self) -> dict[str, Any]:
+        """Re-probe the GPUs now and answer with the resulting report. A change has
+        been signed into a new NodeRecord (and handed to gossip) before this returns."""
+        monitor = self.gpu_monitor
+        if monitor is not None:
+            # Every probe is bounded by its own timeout; this is belt and braces.
+            with trio.move_on_after(GPU_PROBE_WAIT_MAX):
+                await monitor.probe_now()
+        return self.gpus()
+
 
 class _Backend:
     """The API's view of the node (`api.ApiBackend`)."""
@@ -1096,6 +1119,9 @@ class _Backend:
 
     def gpus(self) -> dict[str, Any]:
         return self._node.gpus()
+
+    async def probe_gpus(self) -> dict[str, Any]:
+        return await self._node.probe_gpus()
 
     def request_leave(self) -> None:
         self._node.request_leave()

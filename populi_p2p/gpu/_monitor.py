@@ -12,9 +12,9 @@ The daemon owns a nursery and starts ``monitor.run`` in it. The loop:
 3. sleeps until the next interval (default 30 s) or until woken.
 
 Two ways to wake it early: :meth:`request_probe` (re-probe now, e.g. the operator ran
-``populi-node gpus --refresh``) and :meth:`update` (new allocations, error rates or
-labels: re-evaluate against the latest facts *without* probing, so capacity drops the
-moment a lease starts).
+``populi-node gpus --probe``; :meth:`probe_now` also waits for that round's report) and
+:meth:`update` (new allocations, error rates or labels: re-evaluate against the latest
+facts *without* probing, so capacity drops the moment a lease starts).
 
 What counts as significant (:func:`report_changed`): the set of devices, every health
 state and reason, every device's capacity (ignoring moves smaller than
@@ -153,6 +153,8 @@ class GpuMonitor:
         self._probing = False
         self._probe_requested = True
         self._wake = trio.Event()
+        #: Set after the evaluation that follows the next probe round to start.
+        self._next_round = trio.Event()
         self.probes = 0
         self.emits = 0
         self.probe_errors = 0
@@ -171,6 +173,16 @@ class GpuMonitor:
         """Re-probe now rather than at the next interval. Call from the Trio thread."""
         self._probe_requested = True
         self._wake.set()
+
+    async def probe_now(self) -> GpuReport:
+        """Re-probe now and return the report built from that probe, once ``on_change``
+        (if it changed) has returned. A round already running when this is called does
+        not count: its probe may have started before the request."""
+        round_done = self._next_round
+        self.request_probe()
+        await round_done.wait()
+        assert self._latest is not None
+        return self._latest
 
     def update(
         self,
@@ -205,11 +217,15 @@ class GpuMonitor:
         try:
             while True:
                 now = trio.current_time()
+                round_done: trio.Event | None = None
                 if self._probe_requested or now >= next_probe or self._facts is None:
                     self._probe_requested = False
+                    round_done, self._next_round = self._next_round, trio.Event()
                     await self._probe()
                     next_probe = trio.current_time() + self.interval
                 await self._evaluate()
+                if round_done is not None:
+                    round_done.set()
                 if not started:
                     started = True
                     task_status.started()

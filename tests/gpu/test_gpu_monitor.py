@@ -119,6 +119,57 @@ async def test_request_probe_reprobes_now(autojump_clock):
         nursery.cancel_scope.cancel()
 
 
+async def test_probe_now_returns_the_report_of_a_fresh_probe(autojump_clock):
+    prober = ScriptedProber(facts(), facts(lost=True, error="GPU is lost"))
+    h = Harness(prober, interval=30.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.monitor.run)
+        await h.receive.receive()
+        start = trio.current_time()
+        report = await h.monitor.probe_now()
+        assert trio.current_time() == start
+        assert prober.calls == 2
+        assert report.health[0].state is HealthState.UNHEALTHY
+        assert report.capacity.devices[0].vram == 0
+        # on_change had the new report before probe_now returned.
+        assert h.drain() == [report]
+        nursery.cancel_scope.cancel()
+
+
+async def test_probe_now_during_a_probe_waits_for_the_next_round(autojump_clock):
+    class GatedProber(ScriptedProber):
+        def __init__(self, *script: HardwareFacts) -> None:
+            super().__init__(*script)
+            self.in_probe = trio.Event()
+            self.gate = trio.Event()
+
+        async def probe(self) -> HardwareFacts:
+            if self.calls == 1:  # the second probe (an interval one) hangs until let go
+                self.in_probe.set()
+                await self.gate.wait()
+            return await super().probe()
+
+    prober = GatedProber(facts(), facts(temperature_c=50), facts(lost=True, error="lost"))
+    h = Harness(prober, interval=30.0)
+    results: list[GpuReport] = []
+
+    async def ask() -> None:
+        results.append(await h.monitor.probe_now())
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.monitor.run)
+        await prober.in_probe.wait()  # the interval probe has started
+        nursery.start_soon(ask)
+        await trio.testing.wait_all_tasks_blocked()
+        prober.gate.set()
+        while not results:
+            await trio.sleep(1)
+        # Not the round that was already running (its facts may predate the request).
+        assert prober.calls == 3
+        assert results[0].health[0].state is HealthState.UNHEALTHY
+        nursery.cancel_scope.cancel()
+
+
 async def test_update_reevaluates_without_probing(autojump_clock):
     prober = ScriptedProber(facts())
     h = Harness(prober, interval=30.0)

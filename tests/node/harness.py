@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -120,11 +120,13 @@ class Mesh:
         prepare: bool = True,
         network: Sequence[str] = LOOPBACK,
         wrap: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> Daemon:
         """Start a daemon without waiting for it.
 
         `network` replaces the loopback flags (bind, port, overlay); `wrap` prefixes the
-        command (``ip netns exec NS``).
+        command (``ip netns exec NS``); `env` adds to (or overrides) the environment, e.g.
+        ``LD_LIBRARY_PATH`` to the fake NVML.
         """
         if state is None:
             state = self.prepare(name) if prepare else self.root / name
@@ -133,9 +135,10 @@ class Mesh:
             *wrap, sys.executable, "-m", "populi_p2p.cli", "up", "--state-dir", str(state),
             "--name", name, *network, "--preset", self.preset, *flags,
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+        environ = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+        environ.update(env or {})
         with log.open("ab") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environ)
         daemon = Daemon(name, state, proc, log)
         self.daemons.append(daemon)
         return daemon

@@ -25,6 +25,10 @@ class FakeBackend:
     def gpus(self) -> dict[str, Any]:
         raise RuntimeError("probe exploded")
 
+    async def probe_gpus(self) -> dict[str, Any]:
+        await trio.sleep(0)  # the node awaits the monitor's fresh probe
+        return {"table": "probed", "report": None}
+
     def request_leave(self) -> None:
         self.leaves += 1
         self.leave_requested.set()
@@ -49,8 +53,11 @@ async def test_api_over_unix_socket(tmp_path: Path) -> None:
             assert "\n" not in str(exc)
         else:
             raise AssertionError("a failing backend must give an ApiError")
+        # An async handler is awaited: POST /v1/gpus/probe answers with the new report.
+        probed = await trio.to_thread.run_sync(client.post, "/v1/gpus/probe")
+        assert probed == {"table": "probed", "report": None}
         # Wrong method and unknown path are refused, not crashes.
-        for method, path in (("get", "/v1/leave"), ("get", "/nope")):
+        for method, path in (("get", "/v1/leave"), ("get", "/v1/gpus/probe"), ("get", "/nope")):
             try:
                 await trio.to_thread.run_sync(getattr(client, method), path)
             except ApiError as exc:

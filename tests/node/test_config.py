@@ -20,6 +20,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.authority_pubkey_path == tmp_path / "authority.pub"
     assert config.api_socket == tmp_path / "api.sock"
     assert not config.mdns
+    assert config.gpu_probe_interval == 30.0
 
 
 def test_file_then_flags_win(tmp_path: Path) -> None:
@@ -54,6 +55,11 @@ def test_file_then_flags_win(tmp_path: Path) -> None:
         ("", {"bind": "not-an-ip"}, "bind"),
         ("", {"reserve_vram": "lots"}, "reserve-vram"),
         ("mdns = 'yes'\n", {}, "mdns"),
+        ("gpu_probe_interval = 0\n", {}, "gpu-probe-interval"),
+        ("", {"gpu_probe_interval": -5.0}, "gpu-probe-interval"),
+        ("", {"gpu_probe_interval": "soon"}, "gpu-probe-interval"),
+        ("", {"gpu_probe_interval": "inf"}, "gpu-probe-interval"),
+        ("gpu_probe_interval = true\n", {}, "gpu-probe-interval"),
         ("this is not toml", {}, "not valid TOML"),
     ],
 )
@@ -66,6 +72,14 @@ def test_errors_are_one_line(
         NodeConfig.load(path, {"state_dir": tmp_path, **flags})
     assert needle in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_gpu_probe_interval_from_file_and_flag(tmp_path: Path) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text("gpu_probe_interval = 5\n")
+    assert NodeConfig.load(toml, {"state_dir": tmp_path}).gpu_probe_interval == 5.0
+    flagged = NodeConfig.load(toml, {"state_dir": tmp_path, "gpu_probe_interval": 2.5})
+    assert flagged.gpu_probe_interval == 2.5  # the flag wins
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
