@@ -73,7 +73,7 @@ from swim import (
 from ._keyfiles import KeyFileError, encode_public_key, ensure_private_dir
 from ._log import event, get_logger
 from .api import ApiClient, make_app, serve_api
-from .authority import cluster_fingerprint, read_authority_public_key
+from .authority import cluster_fingerprint, read_authority_public_key, read_cluster_secret
 from .certificate import CertificateError, read_certificate, verify_certificate
 from .config import NodeConfig
 from .driver import Driver
@@ -138,31 +138,6 @@ def _lane(payload: bytes) -> int:
     (probe, ack, suspicion, refute) fits a datagram, push-pull state does not.
     """
     return BULK if len(payload) > WIRE_PACKET_BUDGET else URGENT
-
-
-def _read_cluster_secret(path: Path) -> bytes:
-    """A cluster secret file: 64 hex digits (32 bytes), owner-only."""
-    try:
-        st = path.stat()
-        text = path.read_text(encoding="ascii").strip()
-    except FileNotFoundError:
-        raise NodeStartError(
-            f"cluster secret {path} does not exist (check --cluster-secret)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NodeStartError(f"cannot read cluster secret {path}: {exc}") from None
-    if st.st_mode & 0o077:
-        raise NodeStartError(f"cluster secret {path} is readable by others: chmod 600 {path}")
-    try:
-        secret = bytes.fromhex(text)
-    except ValueError:
-        secret = b""
-    if len(secret) != 32:
-        raise NodeStartError(
-            f"cluster secret {path} must hold 64 hex digits"
-            " (make one with: head -c 32 /dev/urandom | xxd -p -c 64)"
-        )
-    return secret
 
 
 class _AuthCodec:
@@ -326,7 +301,12 @@ class Node:
             ) from None
         secret = None
         if config.cluster_secret is not None:
-            secret = _read_cluster_secret(config.cluster_secret)
+            try:
+                secret = read_cluster_secret(config.cluster_secret)
+            except KeyFileError as exc:
+                raise NodeStartError(
+                    f"cluster secret refused: {exc} (check --cluster-secret)"
+                ) from None
         tcp_frame_max = TransportConfig().tcp.max_frame_size
         auth = PacketAuthenticator(
             self.identity,

@@ -235,3 +235,31 @@ def test_revocation_gossips_and_removes(tmp_path: Path) -> None:
         assert "revocation.adopted" in b.log() and "source=gossip" in b.log()
     finally:
         mesh.stop_all()
+
+
+def test_cluster_secret_encrypts_and_a_loose_secret_file_is_refused(tmp_path: Path) -> None:
+    from populi_p2p.authority import generate_cluster_secret, write_cluster_secret
+
+    mesh = Mesh(tmp_path)
+    try:
+        secret = tmp_path / "cluster.secret"
+        write_cluster_secret(secret, generate_cluster_secret())
+        a = mesh.start("sa", "--cluster-secret", str(secret))
+        b = mesh.start("sb", "--cluster-secret", str(secret), "--bootstrap", a.address)
+        expect = {a.node_id: "alive", b.node_id: "alive"}
+        wait_until(lambda: mesh.converged([a, b], expect), 30, "secret-sharing nodes to meet")
+        # A third node without the secret cannot be understood: it never gets in.
+        c = mesh.start("sc", "--bootstrap", a.address)
+        wait_until(lambda: drops(a, "auth", "decrypt_failed") > 0, 30, "undecryptable packets")
+        assert c.node_id not in a.view()
+        # A secret file others can read is refused before any socket opens.
+        loose = tmp_path / "loose.secret"
+        loose.write_bytes(secret.read_bytes())
+        loose.chmod(0o644)
+        d = mesh.spawn("sd", "--cluster-secret", str(loose))
+        assert d.wait_exit(timeout=30) == 1
+        line = d.log().strip()
+        assert "cluster secret refused" in line and "\n" not in line
+        assert c.running
+    finally:
+        mesh.stop_all()
