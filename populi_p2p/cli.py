@@ -136,6 +136,12 @@ def _build_parser() -> _Parser:
     )
     up.add_argument("--reserve-vram", metavar="SIZE", help="VRAM kept for the owner, e.g. 2GiB")
     up.add_argument(
+        "--withhold-gpu",
+        action="append",
+        metavar="INDEX|UUID",
+        help="a GPU kept for local use: never offered as capacity (repeatable)",
+    )
+    up.add_argument(
         "--gpu-probe-interval",
         type=float,
         metavar="SECONDS",
@@ -390,6 +396,7 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "labels": args.label,
         "advertise_gpu": args.advertise_gpu,
         "reserve_vram": args.reserve_vram,
+        "withhold_gpu": args.withhold_gpu,
         "gpu_probe_interval": args.gpu_probe_interval,
         "preset": args.preset,
         "log_level": args.log_level,

@@ -184,6 +184,9 @@ class NodeConfig:
     advertise_gpu: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: VRAM kept back for the owner on every GPU, in bytes.
     reserve_vram: int = 0
+    #: GPUs kept for local use and never offered (device index, GPU UUID or MIG UUID):
+    #: they stay visible as facts, with zero allocatable capacity.
+    withhold_gpu: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: Seconds between GPU re-probes (``populi-node gpus --probe`` re-probes at once).
     gpu_probe_interval: float = attrs.field(default=30.0, validator=_positive_seconds)
     #: Membership timing preset: ``lan``, ``wan`` or ``local`` (one machine, fast).
@@ -260,7 +263,7 @@ class NodeConfig:
 
 
 _FIELDS: Final = {f.name for f in attrs.fields(NodeConfig)}
-_LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu"}
+_LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu", "withhold_gpu"}
 _BOOL_FIELDS: Final = {"mdns"}
 _PATH_FIELDS: Final = {"state_dir", "cert", "authority_pubkey", "cluster_secret"}
 _STR_FIELDS: Final = {"name", "bind", "advertise", "overlay", "preset", "log_level"}

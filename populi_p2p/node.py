@@ -864,7 +864,9 @@ class Node:
 
         monitor = GpuMonitor(
             self._on_gpu_change,
-            policy=CapacityPolicy(reserve_vram=self.config.reserve_vram),
+            policy=CapacityPolicy(
+                reserve_vram=self.config.reserve_vram, withheld=frozenset(self.config.withhold_gpu)
+            ),
             labels=dict(self.config.labels),
             declared=parse_declared(self.config.advertise_gpu),
             interval=self.config.gpu_probe_interval,

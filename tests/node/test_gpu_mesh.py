@@ -147,3 +147,27 @@ def test_gpus_probe_gossips_a_lost_gpu(tmp_path: Path, fake_nvml_dir: Path) -> N
         assert after["capacity"]["allocatable_gpus"] == 1
     finally:
         mesh.stop_all()
+
+
+def test_withheld_gpu_and_reserved_vram_are_not_offered(
+    tmp_path: Path, fake_nvml_dir: Path
+) -> None:
+    mesh = Mesh(tmp_path)
+    try:
+        a = mesh.start(
+            "a", "--withhold-gpu", "1", "--reserve-vram", "4GiB",
+            env=nvml_env(fake_nvml_dir, "nvml_two_healthy.txt"),
+        )  # fmt: skip
+        c = mesh.start("c", "--bootstrap", a.address, env=NO_NVML)
+        a_gpu = wait_until(
+            lambda: (g := gpu_of(c, a)) is not None and len(g["gpus"]) == 2 and g,
+            30, "A's two GPUs to reach C",
+        )  # fmt: skip
+        by_index = {dev["index"]: dev for dev in a_gpu["gpus"]}
+        kept, offered = by_index[1], by_index[0]
+        assert kept["health"]["state"] == "healthy"  # still a verified fact ...
+        assert kept["capacity"]["vram"] == 0  # ... but never offered
+        assert 0 < offered["capacity"]["vram"] <= offered["memory_total"] - 4 * GIB
+        assert a_gpu["capacity"]["allocatable_gpus"] == 1
+    finally:
+        mesh.stop_all()
