@@ -20,6 +20,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
+from swim._math import suspicion_timeout_min
+
 from ._runner import RunResult
 
 __all__ = ["plot_lifeguard", "plot_results", "plot_size_sweep", "plot_timeline"]
@@ -95,7 +97,8 @@ def plot_size_sweep(results: Sequence[RunResult], path: str | Path) -> None:
     if plain:
         sizes = sorted({r.members for r in plain})
         mult = plain[0].config["suspicion_mult"]
-        model = [EXPECTED_FIRST_SUSPICION + mult * math.log10(n + 1) for n in sizes]
+        # In protocol periods: the core's own formula with a probe interval of 1.
+        model = [EXPECTED_FIRST_SUSPICION + suspicion_timeout_min(mult, n, 1.0) for n in sizes]
         left.plot(
             sizes,
             model,
