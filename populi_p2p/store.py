@@ -18,6 +18,8 @@ memory (it can still join through ``--bootstrap`` or mDNS).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -32,6 +34,11 @@ __all__ = ["KnownMember", "MemberStore", "StoreError"]
 FORGET_AFTER: Final = 30 * 24 * 3600.0
 #: Bound on remembered members, so a hostile mesh cannot grow the file without limit.
 MAX_KNOWN_MEMBERS: Final = 4096
+#: Largest incarnation the file can hold: SQLite's INTEGER is a signed 64-bit value.
+#: The wire codec bounds incarnations well below this; the store still refuses anything
+#: larger (with a `StoreError`, never an ``OverflowError``) so a bug elsewhere cannot
+#: turn into a crash here.
+MAX_STORED_INCARNATION: Final = 2**63 - 1
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS members (
@@ -77,6 +84,13 @@ class MemberStore:
             StoreError: the file cannot be opened or is not a populi store.
         """
         self.path = path
+        # SQLite creates the -wal and -shm files with the mode of the database file, so
+        # the database must be 0600 *before* the first connection opens the WAL.
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise StoreError(f"cannot open the member store {path}: {exc.strerror}") from None
+        _restrict(path)
         try:
             self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -84,10 +98,9 @@ class MemberStore:
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the member store {path}: {exc}") from None
-        try:
-            path.chmod(0o600)
-        except OSError:
-            pass
+        # Files left by an older version (created 0644) are tightened too.
+        for suffix in ("-wal", "-shm"):
+            _restrict(path.with_name(path.name + suffix))
 
     def close(self) -> None:
         """Close the file (idempotent)."""
@@ -132,6 +145,8 @@ class MemberStore:
                     " ORDER BY last_seen DESC LIMIT ?)",
                     (MAX_KNOWN_MEMBERS,),
                 )
+        except OverflowError:
+            raise StoreError(f"a member row does not fit the store {self.path}") from None
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write the member store {self.path}: {exc}") from None
 
@@ -148,11 +163,33 @@ class MemberStore:
 
     def last_incarnation(self) -> int:
         """The highest incarnation this node has used (0 on first start)."""
-        row = self._db.execute("SELECT value FROM self WHERE key = 'incarnation'").fetchone()
-        return int(row[0]) if row else 0
+        try:
+            row = self._db.execute("SELECT value FROM self WHERE key = 'incarnation'").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the member store {self.path}: {exc}") from None
+        if row is None:
+            return 0
+        value = row[0]
+        if not isinstance(value, int) or not 0 <= value <= MAX_STORED_INCARNATION:
+            raise StoreError(f"the member store {self.path} holds a bad incarnation {value!r}")
+        return value
 
     def save_incarnation(self, incarnation: int) -> None:
-        """Record that this node has used `incarnation` (only ever raises the stored value)."""
+        """Record that this node has used `incarnation` (only ever raises the stored value).
+
+        Raises:
+            StoreError: the write failed, or `incarnation` is not an int in
+                ``[0, MAX_STORED_INCARNATION]`` (nothing else, whatever it is handed).
+        """
+        if (
+            not isinstance(incarnation, int)
+            or isinstance(incarnation, bool)
+            or not 0 <= incarnation <= MAX_STORED_INCARNATION
+        ):
+            raise StoreError(
+                f"incarnation {incarnation!r} is outside the storable range"
+                f" 0..{MAX_STORED_INCARNATION}: not saved"
+            )
         try:
             self._db.execute(
                 "INSERT INTO self (key, value) VALUES ('incarnation', ?) ON CONFLICT(key)"
@@ -173,6 +210,12 @@ class MemberStore:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
+
+
+def _restrict(path: Path) -> None:
+    """Make `path` owner-only (0600) if it exists; the docs promise this for every file."""
+    with contextlib.suppress(OSError):
+        path.chmod(0o600)
 
 
 class _Transaction:
