@@ -12,7 +12,8 @@ optional `#` comment lines for humans, then a PEM-like armored block::
 Only the bytes between the BEGIN and END lines count; comments are never trusted (the
 armored bytes carry their own signatures). The one exception is the cluster secret: 64
 hex digits, so that `openssl rand -hex 32` makes one. Secret key files hold the 32-byte
-Ed25519 seed, are created with mode 0600 inside a 0700 directory, and are refused on load when
+Ed25519 seed (``node.key`` adds an 8-byte checksum after it, see
+`identity.NodeIdentity.load`), are created with mode 0600 inside a 0700 directory, and are refused on load when
 group or others could read them, the way ssh refuses a private key with loose modes.
 """
 
@@ -30,6 +31,7 @@ __all__ = [
     "decode_public_key",
     "encode_public_key",
     "ensure_private_dir",
+    "parse_armored",
     "read_armored",
     "read_text_file",
     "write_armored",
@@ -101,6 +103,18 @@ def _armor(label: str, data: bytes, comments: list[str]) -> str:
     lines = [f"# {c}" for c in comments]
     lines += [f"-----BEGIN {label}-----", *body, f"-----END {label}-----", ""]
     return "\n".join(lines)
+
+
+def parse_armored(label: str, text: str, path: Path) -> tuple[bytes, list[str]]:
+    """Split `text` into the bytes of its armored block `label` and its ``#`` comments.
+
+    The comments are returned for consistency checks only (see `identity`), never trusted.
+
+    Raises:
+        KeyFileError: no block, or the block is not base64.
+    """
+    comments = [line.strip()[1:].strip() for line in text.splitlines() if line.strip()[:1] == "#"]
+    return _unarmor(label, text, path), comments
 
 
 def _unarmor(label: str, text: str, path: Path) -> bytes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 from pathlib import Path
 from typing import Final
 
@@ -30,7 +31,8 @@ from ._keyfiles import (
     decode_public_key,
     encode_public_key,
     ensure_private_dir,
-    read_armored,
+    parse_armored,
+    read_text_file,
     write_armored,
 )
 
@@ -51,6 +53,10 @@ SIGNATURE_BYTES: Final = 64
 KEY_FILE_NAME: Final = "node.key"
 #: Armor label of a node secret key file.
 _SECRET_LABEL: Final = "POPULI NODE SECRET KEY"
+#: Bytes of the checksum after the seed in a ``node.key`` block (see `NodeIdentity.load`).
+KEY_CHECKSUM_BYTES: Final = 8
+#: BLAKE2b personalisation of that checksum.
+_KEY_CHECKSUM_PERSON: Final = b"populi-key-sum\x00\x00"
 #: Bytes of hash kept for the node id (80 bits: see the module docstring).
 _NODE_ID_DIGEST_BYTES: Final = 10
 #: Characters in a node id (10 bytes in unpadded base32).
@@ -130,15 +136,45 @@ class NodeIdentity:
 
     @classmethod
     def load(cls, key_file: Path) -> NodeIdentity:
-        """Load the identity stored in `key_file`.
+        """Load the identity stored in `key_file`, refusing a corrupted file.
+
+        Why a checksum: any 32 bytes are a valid Ed25519 seed, so without one a single
+        flipped character loads as a *different* key, and the failure shows up much
+        later as a certificate ``key_mismatch``. The block holds the seed followed by
+        `KEY_CHECKSUM_BYTES` of a personalised BLAKE2b of it. Files written before the
+        checksum existed (a bare 32-byte seed) still load; for them the ``# public key``
+        comment line, when present, is compared with the key the seed gives (a
+        consistency check, not trust: whoever can write the file owns the node anyway).
 
         Raises:
-            KeyFileError: the file is missing, malformed, or readable by others.
+            KeyFileError: the file is missing, corrupt, malformed, or readable by others.
         """
-        seed = read_armored(key_file, _SECRET_LABEL, secret=True)
-        if len(seed) != KEY_BYTES:
-            raise KeyFileError(f"{key_file}: a node key holds {KEY_BYTES} bytes, not {len(seed)}")
-        return cls.from_seed(seed)
+        text = read_text_file(key_file, secret=True)
+        fix = (
+            "restore it from a backup, or move it away and run `populi-node key` to make a"
+            " new key (which must be enrolled again)"
+        )
+        try:
+            block, comments = parse_armored(_SECRET_LABEL, text, key_file)
+        except KeyFileError as exc:
+            raise KeyFileError(f"{exc}: the node key is corrupt; {fix}") from None
+        if len(block) == KEY_BYTES + KEY_CHECKSUM_BYTES:
+            seed, checksum = block[:KEY_BYTES], block[KEY_BYTES:]
+            if not hmac.compare_digest(checksum, _key_checksum(seed)):
+                raise KeyFileError(f"{key_file} is corrupt (checksum mismatch); {fix}")
+            return cls.from_seed(seed)
+        if len(block) != KEY_BYTES:
+            raise KeyFileError(
+                f"{key_file} is corrupt: a node key holds {KEY_BYTES + KEY_CHECKSUM_BYTES}"
+                f" bytes (or {KEY_BYTES} in the old format), not {len(block)}; {fix}"
+            )
+        identity = cls.from_seed(block)  # the old format: no checksum
+        claimed = [c.split()[-1] for c in comments if c.startswith("public key ")]
+        if claimed and claimed[0].lower() != encode_public_key(identity.public_key):
+            raise KeyFileError(
+                f"{key_file} is corrupt (its key does not match its '# public key' line); {fix}"
+            )
+        return identity
 
     @classmethod
     def load_or_create(cls, state_dir: Path) -> NodeIdentity:
@@ -165,10 +201,11 @@ class NodeIdentity:
         Raises:
             FileExistsError: `key_file` exists already.
         """
+        seed = bytes(self._signing_key)
         write_armored(
             key_file,
             _SECRET_LABEL,
-            bytes(self._signing_key),
+            seed + _key_checksum(seed),
             secret=True,
             comments=[
                 f"populi node {self.node_id}: keep this file secret (mode 0600)",
@@ -179,3 +216,10 @@ class NodeIdentity:
     def sign(self, context: bytes, message: bytes) -> bytes:
         """Return the 64-byte Ed25519 signature of context+message (see `verify_signature`)."""
         return bytes(self._signing_key.sign(context + message).signature)
+
+
+def _key_checksum(seed: bytes) -> bytes:
+    """The checksum stored after the seed in ``node.key`` (detects corruption, not forgery)."""
+    return hashlib.blake2b(
+        seed, digest_size=KEY_CHECKSUM_BYTES, person=_KEY_CHECKSUM_PERSON
+    ).digest()
