@@ -13,8 +13,9 @@ Only the bytes between the BEGIN and END lines count; comments are never trusted
 armored bytes carry their own signatures). The one exception is the cluster secret: 64
 hex digits, so that `openssl rand -hex 32` makes one. Secret key files hold the 32-byte
 Ed25519 seed (``node.key`` adds an 8-byte checksum after it, see
-`identity.NodeIdentity.load`), are created with mode 0600 inside a 0700 directory, and are refused on load when
-group or others could read them, the way ssh refuses a private key with loose modes.
+`identity.NodeIdentity.load`), are created with mode 0600 inside a 0700 directory, and
+are refused on load when group or others could read them, the way ssh refuses a private
+key with loose modes.
 """
 
 from __future__ import annotations

@@ -33,7 +33,14 @@ import platformdirs
 
 from ._keyfiles import KeyFileError, decode_public_key, encode_public_key
 from .api import ApiClient, ApiError
-from .config import OVERLAYS, PRESETS, ConfigError, NodeConfig, default_state_dir
+from .config import (
+    OVERLAYS,
+    PRESETS,
+    ConfigError,
+    NodeConfig,
+    check_arguments,
+    default_state_dir,
+)
 
 __all__ = ["main", "parse_duration"]
 
@@ -269,9 +276,55 @@ def _cmd_members(args: argparse.Namespace) -> None:
         print(format_members(members))
 
 
+def _daemon_absent(socket_path: Path) -> bool:
+    """Whether no daemon listens on `socket_path` (no socket file, or nobody accepting).
+
+    Only these two answers count as absent: a permission problem or a hung daemon is
+    reported by the API client as usual.
+    """
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(str(socket_path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return True
+        except OSError:
+            return False
+    return False
+
+
+def _local_gpus() -> dict[str, Any]:
+    """Probe this machine's GPUs in this process: what the daemon would report at start.
+
+    Uses the daemon's default capacity policy (no ``--reserve-vram`` or
+    ``--withhold-gpu``: those are `up` flags).
+    """
+    import trio
+
+    from .gpu import LocalProber, build_report, format_gpu_table, report_to_dict
+
+    async def probe() -> Any:
+        return build_report(await LocalProber().probe())
+
+    report = trio.run(probe)
+    return {"table": format_gpu_table(report), "report": report_to_dict(report), "source": "local"}
+
+
 def _cmd_gpus(args: argparse.Namespace) -> None:
     client = _client(args)
-    gpus = client.post("/v1/gpus/probe") if args.probe else client.get("/v1/gpus")
+    if _daemon_absent(client.socket_path):
+        # A new user's first question, before any cluster exists: what does populi see?
+        gpus = _local_gpus()
+        print(
+            f"{_PROG}: no daemon running for state dir {client.socket_path.parent}:"
+            " probed this machine directly",
+            file=sys.stderr,
+        )
+    else:
+        gpus = client.post("/v1/gpus/probe") if args.probe else client.get("/v1/gpus")
+        gpus.setdefault("source", "daemon")
     if args.json:
         _print_json(gpus)
     else:
@@ -402,6 +455,8 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "log_level": args.log_level,
     }
     config = NodeConfig.load(args.config, flags)
+    # Every argument is checked before the node looks at its state (key, certificate).
+    check_arguments(config)
     from .node import NodeStartError, run_node
 
     try:
@@ -425,10 +480,30 @@ _CLUSTER_COMMANDS = {
 }
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse `argv`; an unknown option before the command is named as such.
+
+    argparse reports a missing required COMMAND before unknown options, so
+    ``populi-node --bogus`` would say "the following arguments are required: COMMAND".
+    """
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _build_parser().parse_args(words)
+    except _UsageError as exc:
+        if "required: COMMAND" in str(exc):
+            unknown = [w for w in words if w.startswith("-") and w not in ("-h", "--help")]
+            if unknown:
+                raise _UsageError(
+                    f"unrecognized arguments: {' '.join(unknown)}"
+                    f" (options go after the command; see {_PROG} --help)"
+                ) from None
+        raise
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `populi-node` console script; returns the exit code."""
     try:
-        args = _build_parser().parse_args(argv)
+        args = _parse(argv)
         if args.command == "cluster":
             _CLUSTER_COMMANDS[args.cluster_command](args)
         else:

@@ -21,9 +21,11 @@ The ``preset`` picks the membership timing (`swim.SwimConfig.lan()`, ``wan()`` o
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import math
 import socket
+import threading
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,6 +48,7 @@ __all__ = [
     "PRESETS",
     "ConfigError",
     "NodeConfig",
+    "check_arguments",
     "default_state_dir",
     "parse_host_port",
 ]
@@ -260,6 +263,86 @@ class NodeConfig:
             raise
         except (TypeError, ValueError) as exc:
             raise ConfigError(str(exc).splitlines()[0]) from None
+
+
+#: Seconds `check_arguments` waits for one bootstrap name to resolve before giving up
+#: on the check (a slow resolver is not an argument error; the bootstrapper retries).
+RESOLVE_CHECK_TIMEOUT: Final = 3.0
+
+
+def check_arguments(config: NodeConfig, *, resolve_timeout: float = RESOLVE_CHECK_TIMEOUT) -> None:
+    """Check what `up` was told that needs this machine but not the state directory.
+
+    Why: the node checks its state (key, authority key, certificate) first when it
+    starts, so without this an operator who mistyped ``--bootstrap`` or ``--bind`` is
+    told about a missing key instead, fixes that, and only then learns of the typo.
+    Run it after `NodeConfig.load` and before starting the node. Checks:
+
+    * ``bind``: an address of this machine (a test bind on port 0);
+    * ``bootstrap``: each name resolves. Only a definitive "no such name" is an error;
+      a resolver that is slow or temporarily failing is left to the bootstrapper,
+      which retries;
+    * ``cert``, ``authority-pubkey``, ``cluster-secret`` given explicitly: the file
+      exists.
+
+    Raises:
+        ConfigError: one line naming the argument and the fix.
+    """
+    if config.bind is not None:
+        _check_local_address(config.bind)
+    for item in config.bootstrap:
+        host, _ = parse_host_port(item)
+        _check_resolves(host, resolve_timeout)
+    for name, path in (
+        ("cert", config.cert),
+        ("authority-pubkey", config.authority_pubkey),
+        ("cluster-secret", config.cluster_secret),
+    ):
+        if path is not None and not path.exists():
+            raise ConfigError(f"{name}: {str(path)!r} does not exist (check --{name})")
+
+
+def _check_local_address(address: str) -> None:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((address, 0))
+    except OSError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(
+                f"bind: {address!r} is not an address of this machine"
+                " (see `ip addr`, or leave --bind out to use the overlay's address)"
+            ) from None
+        # Anything else (a permission, an exotic kernel) is for the node to report.
+
+
+def _check_resolves(host: str, timeout: float) -> None:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+        return  # a literal needs no resolver
+    except ValueError:
+        pass
+    outcome: list[BaseException | None] = []
+
+    def resolve() -> None:
+        try:
+            socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+            outcome.append(None)
+        except (OSError, UnicodeError) as exc:
+            outcome.append(exc)
+
+    # A daemon thread, so a resolver that hangs cannot hold the CLI past `timeout`.
+    worker = threading.Thread(target=resolve, name="populi-resolve-check", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        return
+    exc = outcome[0]
+    if isinstance(exc, socket.gaierror) and exc.errno == socket.EAI_NONAME:
+        raise ConfigError(
+            f"bootstrap: host name {host!r} does not resolve"
+            " (check the spelling, or give an IP address as HOST:PORT)"
+        )
 
 
 _FIELDS: Final = {f.name for f in attrs.fields(NodeConfig)}

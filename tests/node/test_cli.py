@@ -79,10 +79,15 @@ def test_cluster_init_enroll_and_key(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["cluster", "revoke"], 2, "one of the arguments"),
         (["status"], 1, "does not exist"),
         (["members", "--json"], 1, "does not exist"),
-        (["gpus"], 1, "does not exist"),
         (["leave"], 1, "does not exist"),
         (["up", "--port", "notanumber"], 2, "--port"),
         (["up", "--bootstrap", "host:99999"], 1, "port 99999 out of range"),
+        (["--bogus"], 2, "unrecognized arguments: --bogus"),
+        ([], 2, "required: COMMAND"),
+        (["up", "--bind", "192.0.2.1"], 1, "not an address of this machine"),
+        (["up", "--cert", "/nonexistent/n.cert"], 1, "cert: '/nonexistent/n.cert' does not"),
+        (["up", "--authority-pubkey", "/nonexistent/a.pub"], 1, "authority-pubkey:"),
+        (["up", "--cluster-secret", "/nonexistent/s"], 1, "cluster-secret:"),
         (["up", "--label", "=x"], 1, "label"),
         (["up", "--config", "/nonexistent/populi.toml"], 1, "does not exist"),
     ],
@@ -92,13 +97,86 @@ def test_errors_are_one_line(
 ) -> None:
     # Every command gets a state dir that does not exist, so nothing touches the user's.
     extra: list[str] = []
-    if argv[0] in {"status", "members", "gpus", "leave", "up"}:
+    if argv and argv[0] in {"status", "members", "gpus", "leave", "up"}:
         extra = ["--state-dir", str(tmp_path / "missing")]
-    if argv[0] == "cluster" and argv[1] in {"enroll", "revoke"} and len(argv) > 2:
+    if argv and argv[0] == "cluster" and argv[1] in {"enroll", "revoke"} and len(argv) > 2:
         extra = ["--authority-dir", str(tmp_path / "no-authority")]
     got, _, err = run(capsys, *argv, *extra)
     assert got == code
     assert needle in one_line_error(err)
+
+
+def test_up_checks_arguments_before_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 7 §5: with no authority key AND a bad --bootstrap name, the name is reported."""
+    import socket
+
+    from populi_p2p import config
+
+    def no_such_name(host: str, *args: object, **kwargs: object) -> object:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(config.socket, "getaddrinfo", no_such_name)  # no DNS in the test
+    state = tmp_path / "state"  # empty: no key, no authority.pub, no certificate
+    code, _, err = run(capsys, "up", "--state-dir", str(state), "--bootstrap", "host")
+    line = one_line_error(err)
+    assert code == 1
+    assert "'host' does not resolve" in line and "authority" not in line
+
+
+def test_up_resolver_trouble_is_not_an_argument_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A temporary resolver failure is left to the bootstrapper: the state check speaks."""
+    import socket
+
+    from populi_p2p import config
+
+    def try_again(host: str, *args: object, **kwargs: object) -> object:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(config.socket, "getaddrinfo", try_again)
+    code, _, err = run(capsys, "up", "--state-dir", str(tmp_path / "s"), "--bootstrap", "h1")
+    assert code == 1 and "no cluster authority key" in one_line_error(err)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_gpus_without_a_daemon_probes_locally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """Issue 7 §5: `gpus` with no daemon runs the probe itself and says so on stderr."""
+    import json
+
+    argv = ["gpus", "--state-dir", str(tmp_path / "no-daemon")] + (["--json"] if as_json else [])
+    code, out, err = run(capsys, *argv)
+    assert code == 0
+    assert err.strip().splitlines() == [
+        f"populi-node: no daemon running for state dir {tmp_path / 'no-daemon'}:"
+        " probed this machine directly"
+    ]
+    if as_json:
+        body = json.loads(out)
+        assert body["source"] == "local"
+        assert body["report"]["cpu"]["cores_logical"] >= 1
+    else:
+        assert "CPU:" in out
+
+
+def test_gpus_with_a_dead_socket_probes_locally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A socket file left by a killed daemon (nobody accepting) counts as no daemon."""
+    import json
+    import socket
+
+    state = tmp_path / "s"
+    state.mkdir()
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(str(state / "api.sock"))  # bound, never listening: connect is refused
+        code, out, err = run(capsys, "gpus", "--json", "--state-dir", str(state))
+    assert code == 0 and json.loads(out)["source"] == "local"
+    assert "probed this machine directly" in err
 
 
 def test_daemon_not_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,6 +272,7 @@ def test_commands_against_a_running_daemon(
         assert f"{rows[peer.node_id]['rtt_ms']:.1f}ms" in peer_line.split()
         code, out, _ = run(capsys, "gpus", "--json", "--state-dir", state)
         assert code == 0 and "table" in json.loads(out)
+        assert json.loads(out)["source"] == "daemon"
         code, out, _ = run(capsys, "leave", "--state-dir", state)
         assert code == 0 and "leaving" in out
         assert d.wait_exit(timeout=10) == 0
