@@ -78,7 +78,7 @@ def parse_host_port(text: str, *, default_port: int | None = None) -> tuple[str,
         except ValueError:
             raise ValueError(f"not an IPv6 address inside brackets: {host!r}; {hint}") from None
     elif raw.count(":") > 1:
-        raise ValueError(f"IPv6 addresses need brackets, e.g. [{raw}]:7950; got {text!r}")
+        raise ValueError(f"IPv6 addresses need brackets, e.g. {f'[{raw}]:7950'!r}; got {text!r}")
     else:
         host, sep, port_text_or_empty = raw.partition(":")
         port_text = port_text_or_empty if sep else None

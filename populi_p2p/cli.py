@@ -40,6 +40,7 @@ from .config import (
     NodeConfig,
     check_arguments,
     default_state_dir,
+    shown,
 )
 
 __all__ = ["main", "parse_duration"]
@@ -347,7 +348,9 @@ def _cmd_key(args: argparse.Namespace) -> None:
     try:
         identity = NodeIdentity.load_or_create(state_dir)
     except PermissionError:
-        raise CliError(f"no permission to use state dir {state_dir} (check --state-dir)") from None
+        raise CliError(
+            f"no permission to use state dir {shown(state_dir)} (check --state-dir)"
+        ) from None
     if args.json:
         _print_json(
             {"node_id": identity.node_id, "public_key": encode_public_key(identity.public_key)}
@@ -366,8 +369,9 @@ def _load_authority(args: argparse.Namespace) -> Any:
     directory = _authority_dir(args)
     if not (directory / "authority.key").exists():
         raise CliError(
-            f"no cluster authority in {directory} (create one with: populi-node cluster init"
-            f" --authority-dir {directory})"
+            f"no cluster authority in {shown(directory)} (pass the --authority-dir given to"
+            " `populi-node cluster init`; if this cluster has no authority yet, create one"
+            f" with: populi-node cluster init --authority-dir {shown(directory)})"
         )
     return ClusterAuthority.load(directory)
 
@@ -380,7 +384,7 @@ def _cmd_cluster_init(args: argparse.Namespace) -> None:
         authority = ClusterAuthority.create(directory)
     except FileExistsError:
         raise CliError(
-            f"{directory} already holds a cluster authority (use another --authority-dir)"
+            f"{shown(directory)} already holds a cluster authority (use another --authority-dir)"
         ) from None
     print(f"cluster {authority.fingerprint}: authority key created in {directory}")
     print(f"copy {directory / AUTHORITY_PUBLIC_FILE} to every node's state dir")
@@ -406,7 +410,7 @@ def _cmd_cluster_enroll(args: argparse.Namespace) -> None:
     try:
         write_certificate(out, cert)
     except FileExistsError:
-        raise CliError(f"{out} exists already (remove it or pass --out)") from None
+        raise CliError(f"{shown(out)} exists already (remove it or pass --out)") from None
     print(f"certificate for node {cert.node_id} (serial {cert.serial}) written to {out}")
     print("copy it to the node as STATE_DIR/node.cert, or pass it with --cert")
 
@@ -427,7 +431,7 @@ def _cmd_cluster_revoke(args: argparse.Namespace) -> None:
     try:
         write_revocation(out, revocation)
     except FileExistsError:
-        raise CliError(f"{out} exists already (remove it or pass --out)") from None
+        raise CliError(f"{shown(out)} exists already (remove it or pass --out)") from None
     print(f"{revocation.describe()}: written to {out}")
     print("copy it into STATE_DIR/revocations/ of any node; nodes gossip it to the rest")
 
@@ -480,6 +484,13 @@ _CLUSTER_COMMANDS = {
 }
 
 
+def _error(message: object) -> None:
+    """Print `message` as the one error line; a stray control character is escaped
+    (belt and braces: the messages already quote what the user typed)."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))
+    print(f"{_PROG}: error: {text}", file=sys.stderr)
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse `argv`; an unknown option before the command is named as such.
 
@@ -494,7 +505,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
             unknown = [w for w in words if w.startswith("-") and w not in ("-h", "--help")]
             if unknown:
                 raise _UsageError(
-                    f"unrecognized arguments: {' '.join(unknown)}"
+                    f"unrecognized arguments: {' '.join(shown(u) for u in unknown)}"
                     f" (options go after the command; see {_PROG} --help)"
                 ) from None
         raise
@@ -509,13 +520,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             _COMMANDS[args.command](args)
     except _UsageError as exc:
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except (CliError, ApiError, ConfigError, KeyFileError) as exc:
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except PermissionError as exc:
-        print(f"{_PROG}: error: no permission: {exc.filename or exc}", file=sys.stderr)
+        _error(f"no permission: {shown(exc.filename or exc)}")
         return 1
     except KeyboardInterrupt:
         return 130

@@ -51,6 +51,7 @@ __all__ = [
     "check_arguments",
     "default_state_dir",
     "parse_host_port",
+    "shown",
 ]
 
 #: UDP and TCP port a node listens on unless told otherwise (both protocols, one
@@ -73,6 +74,16 @@ class ConfigError(ValueError):
     """A bad configuration value; the message is one line that names the key and the fix."""
 
 
+def shown(value: object) -> str:
+    """`value` as it may appear in a one-line error: as is when plainly printable,
+    else quoted with `repr` (so a newline or a control character in a hostile or
+    mistyped argument cannot break the line, and trailing spaces show)."""
+    text = str(value)
+    if text and text.isprintable() and text.strip() == text and "'" not in text:
+        return text
+    return repr(text)
+
+
 def default_state_dir() -> Path:
     """The platform's per-user state directory for populi (``~/.local/state/populi``)."""
     return Path(platformdirs.user_state_dir("populi", appauthor=False))
@@ -92,7 +103,7 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
 
 def _port(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 0 <= value < 65536:
-        raise ConfigError(f"{attribute.name}: {value} is not a port (0 to 65535; 0 picks one)")
+        raise ConfigError(f"{attribute.name}: {value!r} is not a port (0 to 65535; 0 picks one)")
 
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -299,7 +310,7 @@ def check_arguments(config: NodeConfig, *, resolve_timeout: float = RESOLVE_CHEC
         ("cluster-secret", config.cluster_secret),
     ):
         if path is not None and not path.exists():
-            raise ConfigError(f"{name}: {str(path)!r} does not exist (check --{name})")
+            raise ConfigError(f"{name}: {shown(path)} does not exist (check --{name})")
 
 
 def _check_local_address(address: str) -> None:
@@ -364,13 +375,13 @@ def _read_toml(path: Path) -> dict[str, object]:
         with path.open("rb") as f:
             data = tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist (check --config)") from None
+        raise ConfigError(f"config file {shown(path)} does not exist (check --config)") from None
     except PermissionError:
-        raise ConfigError(f"config file {path} is not readable by this user") from None
+        raise ConfigError(f"config file {shown(path)} is not readable by this user") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        raise ConfigError(f"config file {shown(path)} is not valid TOML: {exc}") from None
     except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+        raise ConfigError(f"config file {shown(path)} cannot be read: {exc.strerror}") from None
     values: dict[str, object] = {}
     for key, value in data.items():
         name = _key(key, f"{path}: key")

@@ -85,7 +85,7 @@ def test_cluster_init_enroll_and_key(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--bogus"], 2, "unrecognized arguments: --bogus"),
         ([], 2, "required: COMMAND"),
         (["up", "--bind", "192.0.2.1"], 1, "not an address of this machine"),
-        (["up", "--cert", "/nonexistent/n.cert"], 1, "cert: '/nonexistent/n.cert' does not"),
+        (["up", "--cert", "/nonexistent/n.cert"], 1, "cert: /nonexistent/n.cert does not"),
         (["up", "--authority-pubkey", "/nonexistent/a.pub"], 1, "authority-pubkey:"),
         (["up", "--cluster-secret", "/nonexistent/s"], 1, "cluster-secret:"),
         (["up", "--label", "=x"], 1, "label"),
@@ -295,3 +295,24 @@ def test_members_table_marks_unverified_members() -> None:
     cells = {line.split()[1]: line.split() for line in format_members(rows).splitlines()[1:]}
     assert cells["a" * 16][3:6] == ["alive", "3", "0.4ms"]
     assert cells["b" * 16][3:6] == ["alive,unverified(revoked)", "1", "-"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["up", "--config", "/nonexistent/a\nb.toml"],
+        ["up", "--bootstrap", ":\n:"],
+        ["up", "--name", "two\nlines"],
+        ["up", "--cert", "/no/such\ncert"],
+        ["cluster", "enroll", "ab" * 32, "--authority-dir", "/no/such\nauthority"],
+        ["--bogus\nflag"],
+        ["status", "--state-dir", "/no/such\nstate"],
+    ],
+)
+def test_user_input_with_newlines_stays_on_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Issue 7 §6: an error that echoes what the user typed quotes it."""
+    code, _, err = run(capsys, *argv)
+    assert code in (1, 2)
+    assert one_line_error(err).isprintable()
