@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck sysdeps clean
+.PHONY: test fuzz demo bench lint typecheck sysdeps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,13 @@ lint: $(STAMP)
 test: $(STAMP) sysdeps lint
 	$(BIN)/python -m pytest
 
+# Random exploration, kept out of `make test` (which is derandomized, see
+# tests/conftest.py and docs/testing.md): every Hypothesis test with random examples and
+# 10x as many of them. A counterexample found here becomes an @example on the test.
+FUZZ_TESTS ?= $(shell grep -rl --include='*.py' -e '@given' tests)
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q $(FUZZ_TESTS)
+
 # A real 5-node mesh on loopback (separate processes, a kill -9 seen by all), then the
 # simulator's view of a 200-member cluster with a crash and a slow member.
 demo: $(STAMP)
@@ -40,4 +47,4 @@ bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,4 +1,17 @@
-"""Fixtures shared by more than one test package.
+"""Fixtures shared by more than one test package, and the Hypothesis profiles.
+
+Hypothesis profiles (see docs/testing.md):
+
+* ``ci`` (the default): ``derandomize=True`` (the examples are a function of the test
+  alone, so a run that passed passes again), no example database, no deadline (a shared
+  CI machine is slow at random; likewise the ``too_slow`` health check), and
+  ``print_blob=True`` so a failure prints the line
+  that reproduces it.
+* ``fuzz`` (``HYPOTHESIS_PROFILE=fuzz``, or ``make fuzz``): random examples, ten times
+  as many per test (``HYPOTHESIS_FUZZ_SCALE``), and an example database under
+  ``.hypothesis/`` so a counterexample is replayed until it is fixed. A counterexample
+  found there becomes an ``@example(...)`` on the test, which the ``ci`` profile then
+  runs every time.
 
 ``fake_nvml_dir``: the fake ``libnvidia-ml.so.1`` built from ``tests/gpu/fake_nvml.c``
 with gcc, once per session. The GPU unit tests (``tests/gpu``) load it in a child
@@ -9,12 +22,56 @@ pointing at it. Values come from the fixture named by ``$FAKE_NVML_FIXTURE`` (fi
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+# `too_slow` measures wall time, which a loaded CI machine makes random: off in CI.
+settings.register_profile(
+    "ci", derandomize=True, database=None, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)  # fmt: skip
+settings.register_profile(
+    "fuzz",
+    derandomize=False,
+    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
+    deadline=None,
+    print_blob=True,
+    max_examples=1000,
+)
+_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+if _PROFILE not in ("ci", "fuzz"):
+    raise pytest.UsageError(f"HYPOTHESIS_PROFILE={_PROFILE!r}: expected 'ci' or 'fuzz'")
+settings.load_profile(_PROFILE)
+#: Under ``fuzz``, tests with their own ``max_examples`` run this many times more.
+_FUZZ_SCALE = int(os.environ.get("HYPOTHESIS_FUZZ_SCALE", "10"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``fuzz``, scale the examples of tests that set their own ``max_examples``.
+
+    A test's ``@settings(max_examples=N)`` overrides the profile's value, so without
+    this the fuzz run would try no more examples than CI, only different ones. Uses the
+    attribute Hypothesis stores the test's settings in; if a future Hypothesis renames
+    it, the fuzz run still randomizes, it just does not scale.
+    """
+    if _PROFILE != "fuzz":
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if isinstance(own, settings):
+            scaled = max(own.max_examples * _FUZZ_SCALE, settings.default.max_examples)
+            test._hypothesis_internal_use_settings = settings(
+                own, max_examples=scaled, derandomize=False,
+                database=settings.default.database,
+            )  # fmt: skip
 
 FAKE_NVML_SOURCE = Path(__file__).parent / "gpu" / "fake_nvml.c"
 GPU_FIXTURES = Path(__file__).parent / "gpu" / "fixtures"
