@@ -73,6 +73,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 database=settings.default.database,
             )  # fmt: skip
 
+
 FAKE_NVML_SOURCE = Path(__file__).parent / "gpu" / "fake_nvml.c"
 GPU_FIXTURES = Path(__file__).parent / "gpu" / "fixtures"
 
