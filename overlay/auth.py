@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Final, Literal
 
 import attrs
 import nacl.exceptions
 import nacl.secret
 
-from overlay.admission import DropCounters
+from overlay.admission import AdmissionGate, DropCounters
 from overlay.replay import ReplayTable
 from populi_p2p.certificate import (
     DEFAULT_CLOCK_SKEW,
@@ -95,6 +96,11 @@ SECRETBOX_OVERHEAD: Final = 1 + nacl.secret.SecretBox.NONCE_SIZE + nacl.secret.S
 #: A sender's counter must leap this much further than its clock moved (microseconds)
 #: to count as a restart: a second's worth, which no sender's packet rate comes near.
 RESTART_SLACK: Final = 1_000_000
+#: How far above a known sender's highest counter a packet still "continues" its
+#: window (see `AdmissionGate`): the packets it may send to others between two to us.
+CONTINUATION_REACH: Final = 1 << 16
+#: Refusals that cost a certificate or signature check; only these charge a budget.
+_COSTLY: Final = frozenset({"bad_signature", "bad_certificate", "revoked"})
 #: Largest datagram accepted by default; the swim packet budget is this minus overhead.
 DEFAULT_MAX_PACKET_SIZE: Final = 1400
 
@@ -112,8 +118,7 @@ AuthReason = Literal[
     "rate_limited",
 ]
 #: Every reason a packet is dropped for, in a fixed order (for counters and status).
-#: `rate_limited` is never raised here: it is for the daemon's `SourceRateLimiter`
-#: drops, so one `DropCounters` holds all of them.
+#: `rate_limited`: the `AdmissionGate` refused to spend a signature check on it.
 AUTH_REASONS: Final[tuple[AuthReason, ...]] = (
     "too_large",
     "malformed",
@@ -198,6 +203,7 @@ class PacketAuthenticator:
         max_certificates: verified certificates cached (by sender key, exact bytes).
         counter_floor: the first counter used is at least this (see module doc).
         clock_skew: seconds a certificate's issue time may be ahead of our clock.
+        gate: decides which packets earn a signature check (`open` with a `source`).
 
     Raises:
         ValueError: `certificate` is not for `identity`'s key, or a bad secret length.
@@ -219,6 +225,7 @@ class PacketAuthenticator:
         max_certificates: int = 4096,
         counter_floor: int = 0,
         clock_skew: float = DEFAULT_CLOCK_SKEW,
+        gate: AdmissionGate | None = None,
     ) -> None:
         own = EnrollmentCertificate.from_bytes(certificate, authority_public_key)
         if own.node_public_key != identity.public_key:
@@ -248,6 +255,7 @@ class PacketAuthenticator:
         self._max_certs = max_certificates
         self._counter_floor = counter_floor
         self._counter: int | None = None
+        self.gate = gate if gate is not None else AdmissionGate()
         #: Packets refused by `open`, by reason (see `AUTH_REASONS`).
         self.drops = DropCounters(AUTH_REASONS)
 
@@ -328,23 +336,32 @@ class PacketAuthenticator:
         """Adopt a (merged) revocation list; cached certificates are re-checked per packet."""
         self._revocations = revocations
 
-    def open(self, packet: bytes, now_real: float, *, max_size: int | None = None) -> Opened:
+    def open(
+        self,
+        packet: bytes,
+        now_real: float,
+        *,
+        max_size: int | None = None,
+        source: Hashable | None = None,
+    ) -> Opened:
         """Authenticate a received packet.
 
         Checks run cheapest first (size, format, freshness, replay window, certificate
-        cache) so that junk costs no signature check; state (replay window, certificate
-        cache) changes only after the signature verified.
+        cache) so that junk costs no signature check; then `gate` decides whether the
+        packet earns one (refused as `rate_limited` if not). State (replay window,
+        certificate cache) changes only after the signature verified.
 
         Args:
             packet: the bytes as received.
             now_real: realtime, Unix seconds.
             max_size: overrides `max_packet_size` (for TCP frames).
+            source: the source address's rate-limiting key (`source_key`), or None.
 
         Raises:
             AuthError: the only exception, for any input; already counted in `drops`.
         """
         try:
-            return self._open(packet, now_real, max_size)
+            return self._open(packet, now_real, max_size, source)
         except AuthError as exc:
             self.drops.add(exc.reason)
             raise
@@ -367,7 +384,9 @@ class PacketAuthenticator:
             return packet
         raise AuthError("bad_version", f"unknown packet kind {kind:#04x}")
 
-    def _open(self, packet: bytes, now_real: float, max_size: int | None) -> Opened:
+    def _open(
+        self, packet: bytes, now_real: float, max_size: int | None, source: Hashable | None
+    ) -> Opened:
         limit = self.max_packet_size if max_size is None else max_size
         if len(packet) > limit:
             raise AuthError("too_large", f"{len(packet)} bytes, limit {limit}")
@@ -384,8 +403,30 @@ class PacketAuthenticator:
         if verdict is not None:
             raise AuthError(verdict, f"counter {counter}, timestamp {timestamp_us}")
 
-        offset = _HEADER.size
         cached = self._certs.get(sender)
+        known = cached is not None
+        continues = known and self._replay.continues(sender, counter, now_us, CONTINUATION_REACH)
+        if not self.gate.admit(source, sender, known=known, continues=continues, now=now_real):
+            raise AuthError("rate_limited", f"claims {sender.hex()}")
+        try:
+            return self._verify(envelope, flags, sender, timestamp_us, counter, now_real, cached)
+        except AuthError as exc:
+            if exc.reason in _COSTLY:
+                self.gate.failed(source, sender, known=known, now=now_real)
+            raise
+
+    def _verify(
+        self,
+        envelope: bytes,
+        flags: int,
+        sender: bytes,
+        timestamp_us: int,
+        counter: int,
+        now_real: float,
+        cached: EnrollmentCertificate | None,
+    ) -> Opened:
+        now_us = int(now_real * 1_000_000)
+        offset = _HEADER.size
         if flags & FLAG_CERT:
             if len(envelope) < offset + _CERT_LENGTH.size + SIGNATURE_BYTES:
                 raise AuthError("malformed", "truncated certificate length")

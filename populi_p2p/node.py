@@ -47,7 +47,7 @@ from typing import Any, Final
 
 import trio
 
-from overlay.admission import SourceRateLimiter, source_key
+from overlay.admission import source_key
 from overlay.auth import AuthError, PacketAuthenticator
 from overlay.base import Address, TransportError, format_address
 from overlay.bootstrap import Backoff, Bootstrapper
@@ -143,8 +143,8 @@ def _lane(payload: bytes) -> int:
 class _AuthCodec:
     """Seals outgoing payloads and opens incoming packets (the driver's `PacketCodec`).
 
-    A source whose packets keep failing authentication is cut to a few examined packets
-    per second before any signature check (`SourceRateLimiter`); every drop is counted
+    Which packets earn a signature check is the authenticator's `AdmissionGate`: junk
+    forged from a member's address never costs that member its packets; every drop is counted
     by reason in the authenticator's `drops`. Our certificate rides only in packets to
     peers that may not know us (`introductions`, fed by the node's membership events
     and by senders that start a new session).
@@ -162,7 +162,6 @@ class _AuthCodec:
         self.auth = auth
         self._clock = clock
         self._realtime = realtime
-        self.limiter = SourceRateLimiter()
         self.recipients: dict[Address, str] = {}
         self.introductions = Introductions()
         self.datagrams_with_certificate = 0
@@ -191,15 +190,14 @@ class _AuthCodec:
         now = self._realtime()
         self.bytes_in += len(incoming.payload)
         key = source_key(incoming.source[0])
-        if not self.limiter.allow(key, now):
-            self.auth.drops.add("rate_limited")
-            return None
         try:
             opened = self.auth.open(
-                incoming.payload, now, max_size=self._max_frame if incoming.reliable else None
+                incoming.payload,
+                now,
+                max_size=self._max_frame if incoming.reliable else None,
+                source=key,
             )
         except AuthError as exc:
-            self.limiter.charge(key, now)
             source = format_address(incoming.source)
             event(_log, 10, "packet.dropped", source=source, reason=str(exc))
             return None
