@@ -16,7 +16,7 @@ packet is dropped and counted for that lane. Memory is bounded by
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import trio
@@ -40,12 +40,16 @@ class Incoming:
         reliable: True for a TCP frame, False for a UDP datagram (the core may treat a
             reliable push-pull differently, and the daemon learns TCP reached this peer).
         lane: the lane `classify` put it in (`URGENT` or `BULK`).
+        vouch: for a frame on an inbound TCP connection, call it once the payload
+            authenticated: the connection then counts as a member's (its keepalives
+            renew it, and it is never evicted to make room). None otherwise.
     """
 
     source: Address
     payload: bytes
     reliable: bool = False
     lane: int = BULK
+    vouch: Callable[[], None] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -201,6 +201,8 @@ class _AuthCodec:
             source = format_address(incoming.source)
             event(_log, 10, "packet.dropped", source=source, reason=str(exc))
             return None
+        if incoming.vouch is not None:
+            incoming.vouch()  # a member's TCP connection: keep it (overlay/tcp.py)
         if opened.new_session:
             # New to us, or restarted: it may not hold our certificate (any more).
             self.introductions.introduce(opened.sender_node_id, self._clock())

@@ -337,7 +337,9 @@ async def test_inbound_connection_limit(start_transport) -> None:
     for s in held:  # make sure both are being served before the third arrives
         await s.send_all(encode_frame(b"hi"))
     for _ in held:
-        await b.receive()
+        got = await b.receive()
+        assert got.vouch is not None
+        got.vouch()  # members' connections (unauthenticated ones would be evicted)
     third = await trio.open_tcp_stream(*b.local_address)
     with trio.fail_after(5):
         assert await third.receive_some(10) == b""
