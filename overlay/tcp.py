@@ -384,6 +384,8 @@ class TcpEndpoint:
             c.frames_received += 1
             if inbound is not None:
                 inbound.last_active = last_active
+            elif self._paths is not None:
+                self._paths.record_tcp_received(source)  # it answered on our connection
             self._deliver(source, payload, None if inbound is None else inbound.vouch)
 
     def _deliver(self, source: Address, payload: bytes, vouch: Callable[[], None] | None) -> None:
@@ -463,6 +465,8 @@ class TcpEndpoint:
         except TransportError:
             self._forget(entry)
             raise
+        if self._paths is not None:
+            self._paths.record_tcp_connected(entry.address)
         if self._pool.get(entry.address) is not entry:
             self._pool[entry.address] = entry
         self._nursery.start_soon(self._watch_outbound, entry, entry.stream)
@@ -495,6 +499,8 @@ class TcpEndpoint:
         """Pool full of busy connections: use a throwaway one rather than wait."""
         try:
             stream = await self._connect(address)
+            if self._paths is not None:
+                self._paths.record_tcp_connected(address)
             try:
                 with trio.fail_after(self._config.send_timeout):
                     await stream.send_all(frame)

@@ -273,7 +273,7 @@ class UdpEndpoint:
             ) from exc
         self._c.sent += 1
         if self._paths is not None:
-            self._paths.record_udp_sent(address)
+            self._paths.record_udp_sent(address, trio.current_time())
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def close(self) -> None:
