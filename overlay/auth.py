@@ -72,6 +72,7 @@ __all__ = [
     "AuthError",
     "AuthReason",
     "AuthStatistics",
+    "ClockSkew",
     "Opened",
     "PacketAuthenticator",
 ]
@@ -101,6 +102,10 @@ RESTART_SLACK: Final = 1_000_000
 CONTINUATION_REACH: Final = 1 << 16
 #: Refusals that cost a certificate or signature check; only these charge a budget.
 _COSTLY: Final = frozenset({"bad_signature", "bad_certificate", "revoked"})
+#: Members whose clock-skew evidence is kept (see `PacketAuthenticator.clock_skews`).
+MAX_SKEW_REPORTS: Final = 256
+#: Default allowed difference, either way, between a packet's timestamp and our clock.
+DEFAULT_FRESHNESS: Final = 120.0
 #: Largest datagram accepted by default; the swim packet budget is this minus overhead.
 DEFAULT_MAX_PACKET_SIZE: Final = 1400
 
@@ -166,6 +171,30 @@ class Opened:
 
 
 @attrs.frozen
+class ClockSkew:
+    """Signed evidence that a member's realtime clock is off: its packets were refused.
+
+    The node logs it once and shows it in `status` (`describe()` is the sentence).
+    """
+
+    node_id: str
+    #: The sender's clock minus ours, seconds, from its last refused packet (positive:
+    #: it is ahead of us). Beyond `freshness` either way, its packets are refused.
+    offset: float
+    #: Signed packets refused as stale since it was last accepted (or first seen).
+    packets: int
+    #: Our realtime when the last one arrived, Unix seconds.
+    seen_at: float
+
+    def describe(self) -> str:
+        """One line for the log and `status`, with the fix."""
+        way = "in the future" if self.offset > 0 else "in the past"
+        return (
+            f"packets from {self.node_id} are {abs(self.offset):.0f} s {way}: check its clock (NTP)"
+        )
+
+
+@attrs.frozen
 class AuthStatistics:
     """A snapshot for `status`: table sizes and drops by reason."""
 
@@ -197,7 +226,9 @@ class PacketAuthenticator:
         revocations: revocations heard so far (replace with `update_revocations`).
         required_scope: the certificate scope a sender needs (None: any scope).
         max_packet_size: largest packet `open` accepts unless told otherwise.
-        freshness: seconds a packet's timestamp may differ from our clock.
+        freshness: the allowed clock skew: seconds a packet's timestamp may differ from
+            our clock, either way (default `DEFAULT_FRESHNESS`, 120 s). Packets beyond
+            it are refused as `stale`, and signed ones leave `clock_skews` evidence.
         replay_window: counters below a sender's highest that may still arrive.
         max_senders: senders whose replay windows are remembered.
         max_certificates: verified certificates cached (by sender key, exact bytes).
@@ -219,7 +250,7 @@ class PacketAuthenticator:
         revocations: RevocationList | None = None,
         required_scope: str | None = DEFAULT_SCOPE,
         max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
-        freshness: float = 120.0,
+        freshness: float = DEFAULT_FRESHNESS,
         replay_window: int = 1024,
         max_senders: int = 4096,
         max_certificates: int = 4096,
@@ -255,6 +286,7 @@ class PacketAuthenticator:
         self._max_certs = max_certificates
         self._counter_floor = counter_floor
         self._counter: int | None = None
+        self._skews: OrderedDict[str, ClockSkew] = OrderedDict()
         self.gate = gate if gate is not None else AdmissionGate()
         #: Packets refused by `open`, by reason (see `AUTH_REASONS`).
         self.drops = DropCounters(AUTH_REASONS)
@@ -400,6 +432,8 @@ class PacketAuthenticator:
             raise AuthError("malformed", f"unknown flags {flags:#04x}")
         now_us = int(now_real * 1_000_000)
         verdict = self._replay.check(sender, counter, timestamp_us, now_us)
+        if verdict == "stale":
+            self._note_skew(envelope, flags, sender, timestamp_us, now_real, source)
         if verdict is not None:
             raise AuthError(verdict, f"counter {counter}, timestamp {timestamp_us}")
 
@@ -409,24 +443,80 @@ class PacketAuthenticator:
         if not self.gate.admit(source, sender, known=known, continues=continues, now=now_real):
             raise AuthError("rate_limited", f"claims {sender.hex()}")
         try:
-            return self._verify(envelope, flags, sender, timestamp_us, counter, now_real, cached)
+            cert, offset, addressed = self._authenticate(envelope, flags, sender, now_real)
         except AuthError as exc:
             if exc.reason in _COSTLY:
                 self.gate.failed(source, sender, known=known, now=now_real)
             raise
 
-    def _verify(
+        # Authenticated: only now may the packet change state.
+        self._replay.commit(sender, counter, timestamp_us, now_us)
+        new_session = self._session(sender, counter, timestamp_us)
+        self._remember(sender, cert)
+        self._skews.pop(cert.node_id, None)  # its clock agrees with ours again
+        return Opened(
+            sender_node_id=cert.node_id,
+            sender_public_key=sender,
+            payload=envelope[offset:-SIGNATURE_BYTES],
+            certificate=cert,
+            sent_at=timestamp_us / 1_000_000,
+            counter=counter,
+            addressed=addressed,
+            new_session=new_session,
+        )
+
+    def _note_skew(
         self,
         envelope: bytes,
         flags: int,
         sender: bytes,
         timestamp_us: int,
-        counter: int,
         now_real: float,
-        cached: EnrollmentCertificate | None,
-    ) -> Opened:
-        now_us = int(now_real * 1_000_000)
+        source: Hashable | None,
+    ) -> None:
+        """Keep signed evidence that `sender`'s clock is off (see `clock_skews`).
+
+        The timestamp is only believed once the signature verifies, so nobody can make us
+        blame a member's clock. Each check spends the gate's budget even when it passes
+        (a stale packet is refused anyway), so replayed old packets cost little.
+        """
+        known = sender in self._certs
+        if not self.gate.admit(source, sender, known=known, continues=False, now=now_real):
+            return
+        self.gate.failed(source, sender, known=known, now=now_real)
+        try:
+            cert, _, _ = self._authenticate(envelope, flags, sender, now_real)
+        except AuthError:
+            return
+        previous = self._skews.pop(cert.node_id, None)
+        self._skews[cert.node_id] = ClockSkew(
+            node_id=cert.node_id,
+            offset=timestamp_us / 1_000_000 - now_real,
+            packets=1 if previous is None else previous.packets + 1,
+            seen_at=now_real,
+        )
+        while len(self._skews) > MAX_SKEW_REPORTS:
+            self._skews.popitem(last=False)
+
+    def clock_skews(self) -> dict[str, ClockSkew]:
+        """Members whose signed packets we refused as stale, by node id, oldest first.
+
+        Each entry is the latest evidence: `offset` is the sender's clock minus ours,
+        seconds (positive: it is ahead). An entry goes when a packet from that member
+        is accepted again. Bounded to `MAX_SKEW_REPORTS` members.
+        """
+        return dict(self._skews)
+
+    def _authenticate(
+        self, envelope: bytes, flags: int, sender: bytes, now_real: float
+    ) -> tuple[EnrollmentCertificate, int, bool]:
+        """Check the certificate and the signature; change nothing.
+
+        Returns:
+            The sender's certificate, where the payload starts, and whether ADDRESSED.
+        """
         offset = _HEADER.size
+        cached = self._certs.get(sender)
         if flags & FLAG_CERT:
             if len(envelope) < offset + _CERT_LENGTH.size + SIGNATURE_BYTES:
                 raise AuthError("malformed", "truncated certificate length")
@@ -455,21 +545,7 @@ class PacketAuthenticator:
         context = _recipient_context(self._identity.node_id if addressed else None)
         if not verify_signature(sender, context, body, signature):
             raise AuthError("bad_signature", f"from {sender.hex()}")
-
-        # Authenticated: only now may the packet change state.
-        self._replay.commit(sender, counter, timestamp_us, now_us)
-        new_session = self._session(sender, counter, timestamp_us)
-        self._remember(sender, cert)
-        return Opened(
-            sender_node_id=cert.node_id,
-            sender_public_key=sender,
-            payload=envelope[offset:-SIGNATURE_BYTES],
-            certificate=cert,
-            sent_at=timestamp_us / 1_000_000,
-            counter=counter,
-            addressed=addressed,
-            new_session=new_session,
-        )
+        return cert, offset, addressed
 
     def _session(self, sender: bytes, counter: int, timestamp_us: int) -> bool:
         """Whether this packet starts a new session of `sender` (see `Opened`).
