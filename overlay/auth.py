@@ -52,19 +52,14 @@ import nacl.secret
 
 from overlay.admission import AdmissionGate, DropCounters
 from overlay.replay import ReplayTable
-from populi_p2p.certificate import (
-    DEFAULT_CLOCK_SKEW,
-    DEFAULT_SCOPE,
-    CertificateError,
-    EnrollmentCertificate,
-)
-from populi_p2p.identity import (
+from overlay.verifier import (
     NODE_ID_LENGTH,
     SIGNATURE_BYTES,
-    NodeIdentity,
-    verify_signature,
+    CredentialError,
+    PacketSigner,
+    PeerCredential,
+    PeerVerifier,
 )
-from populi_p2p.revocation import RevocationList
 
 __all__ = [
     "AUTH_REASONS",
@@ -86,7 +81,7 @@ FLAG_CERT: Final = 0x01
 #: Flag: the signature also covers the recipient's node id.
 FLAG_ADDRESSED: Final = 0x02
 _KNOWN_FLAGS: Final = FLAG_CERT | FLAG_ADDRESSED
-#: Signature context: see `populi_p2p.identity.verify_signature`.
+#: Signature context (never sent: a signature made for one purpose is useless for another).
 PACKET_CONTEXT: Final = b"populi/packet/v1"
 _HEADER: Final = struct.Struct(">BB32sQQ")
 _CERT_LENGTH: Final = struct.Struct(">H")
@@ -157,8 +152,9 @@ class Opened:
     sender_node_id: str
     sender_public_key: bytes
     payload: bytes
-    #: The sender's (verified) enrollment certificate: its scope, serial, expiry.
-    certificate: EnrollmentCertificate = attrs.field(repr=False)
+    #: The sender's (verified) credential: in populi an `EnrollmentCertificate`, with its
+    #: scope, serial and expiry.
+    certificate: PeerCredential = attrs.field(repr=False)
     #: The sender's signed timestamp, Unix seconds.
     sent_at: float
     #: The sender's packet counter.
@@ -216,71 +212,57 @@ class PacketAuthenticator:
     """Seals outgoing packets and opens incoming ones for one node.
 
     Pure: no I/O, no clock (realtime is passed in), state bounded by `max_senders` and
-    `max_certificates`. Open packets are counted by reason in `drops`.
+    `max_certificates`. Open packets are counted by reason in `drops`. Knows nothing of
+    certificates itself: it is handed a `signer` and a `verifier` (`overlay/verifier.py`;
+    populi's are `populi_p2p.envelope_keys.EnvelopeKeys`).
 
     Args:
-        identity: this node's key.
-        certificate: this node's enrollment certificate bytes (sent with CERT).
-        authority_public_key: the cluster authority; only its enrollees get through.
+        signer: this node's key and credential (sent with CERT).
+        verifier: checks senders' credentials and signatures.
         cluster_secret: 32 bytes to seal every packet in a SecretBox, or None.
-        revocations: revocations heard so far (replace with `update_revocations`).
-        required_scope: the certificate scope a sender needs (None: any scope).
         max_packet_size: largest packet `open` accepts unless told otherwise.
         freshness: the allowed clock skew: seconds a packet's timestamp may differ from
             our clock, either way (default `DEFAULT_FRESHNESS`, 120 s). Packets beyond
             it are refused as `stale`, and signed ones leave `clock_skews` evidence.
         replay_window: counters below a sender's highest that may still arrive.
         max_senders: senders whose replay windows are remembered.
-        max_certificates: verified certificates cached (by sender key, exact bytes).
+        max_certificates: verified credentials cached (by sender key, exact bytes).
         counter_floor: the first counter used is at least this (see module doc).
-        clock_skew: seconds a certificate's issue time may be ahead of our clock.
         gate: decides which packets earn a signature check (`open` with a `source`).
 
     Raises:
-        ValueError: `certificate` is not for `identity`'s key, or a bad secret length.
+        ValueError: the signer's credential is too large, or a bad secret length.
     """
 
     def __init__(
         self,
-        identity: NodeIdentity,
-        certificate: bytes,
-        authority_public_key: bytes,
+        signer: PacketSigner,
+        verifier: PeerVerifier,
         *,
         cluster_secret: bytes | None = None,
-        revocations: RevocationList | None = None,
-        required_scope: str | None = DEFAULT_SCOPE,
         max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
         freshness: float = DEFAULT_FRESHNESS,
         replay_window: int = 1024,
         max_senders: int = 4096,
         max_certificates: int = 4096,
         counter_floor: int = 0,
-        clock_skew: float = DEFAULT_CLOCK_SKEW,
         gate: AdmissionGate | None = None,
     ) -> None:
-        own = EnrollmentCertificate.from_bytes(certificate, authority_public_key)
-        if own.node_public_key != identity.public_key:
-            raise ValueError(
-                f"the certificate is for node {own.node_id}, but this node is {identity.node_id}"
-            )
-        if len(certificate) > 0xFFFF:
+        if len(signer.credential) > 0xFFFF:
             raise ValueError("the certificate is too large for the envelope")
         if cluster_secret is not None and len(cluster_secret) != nacl.secret.SecretBox.KEY_SIZE:
             raise ValueError(f"a cluster secret is {nacl.secret.SecretBox.KEY_SIZE} bytes")
-        self._identity = identity
-        self._certificate = certificate
-        self._authority = authority_public_key
+        self.signer = signer
+        self.verifier = verifier
+        self._certificate = signer.credential
         self._box = None if cluster_secret is None else nacl.secret.SecretBox(cluster_secret)
-        self._revocations = revocations if revocations is not None else RevocationList()
-        self._scope = required_scope
         self.max_packet_size = max_packet_size
-        self._skew = clock_skew
         self._replay = ReplayTable(
             window=replay_window,
             freshness_us=int(freshness * 1_000_000),
             max_senders=max_senders,
         )
-        self._certs: OrderedDict[bytes, EnrollmentCertificate] = OrderedDict()
+        self._certs: OrderedDict[bytes, PeerCredential] = OrderedDict()
         #: Per sender key: the highest counter and its timestamp (see `_session`).
         self._sessions: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._max_certs = max_certificates
@@ -347,15 +329,13 @@ class PacketAuthenticator:
                 raise ValueError(f"recipient must be a node id, got {recipient!r}")
             flags |= FLAG_ADDRESSED
         parts = [
-            _HEADER.pack(
-                KIND_PLAIN_V1, flags, self._identity.public_key, timestamp_us, self._counter
-            )
+            _HEADER.pack(KIND_PLAIN_V1, flags, self.signer.public_key, timestamp_us, self._counter)
         ]
         if include_certificate:
             parts += [_CERT_LENGTH.pack(len(self._certificate)), self._certificate]
         parts.append(payload)
         body = b"".join(parts)
-        envelope = body + self._identity.sign(_recipient_context(recipient), body)
+        envelope = body + self.signer.sign(_recipient_context(recipient), body)
         if self._box is None:
             return envelope
         return bytes([KIND_SECRETBOX_V1]) + bytes(self._box.encrypt(envelope))
@@ -363,10 +343,6 @@ class PacketAuthenticator:
     ####################################################################################
     # Receiving
     ####################################################################################
-
-    def update_revocations(self, revocations: RevocationList) -> None:
-        """Adopt a (merged) revocation list; cached certificates are re-checked per packet."""
-        self._revocations = revocations
 
     def open(
         self,
@@ -509,7 +485,7 @@ class PacketAuthenticator:
 
     def _authenticate(
         self, envelope: bytes, flags: int, sender: bytes, now_real: float
-    ) -> tuple[EnrollmentCertificate, int, bool]:
+    ) -> tuple[PeerCredential, int, bool]:
         """Check the certificate and the signature; change nothing.
 
         Returns:
@@ -528,22 +504,21 @@ class PacketAuthenticator:
             offset += cert_length
             if cached is None or cached.raw != cert_bytes:
                 try:
-                    cached = EnrollmentCertificate.from_bytes(cert_bytes, self._authority)
-                except CertificateError as exc:
-                    raise AuthError("bad_certificate", str(exc)) from None
+                    cached = self.verifier.load(cert_bytes)
+                except CredentialError as exc:
+                    raise AuthError(exc.reason, str(exc)) from None
         elif cached is None:
             raise AuthError("unknown_sender", f"no certificate known for {sender.hex()}")
         cert = cached
         try:
-            cert.check(sender, now_real, self._scope, self._revocations, clock_skew=self._skew)
-        except CertificateError as exc:
-            reason: AuthReason = "revoked" if exc.reason == "revoked" else "bad_certificate"
-            raise AuthError(reason, str(exc)) from None
+            self.verifier.admit(cert, sender, now_real)
+        except CredentialError as exc:
+            raise AuthError(exc.reason, str(exc)) from None
 
         body, signature = envelope[:-SIGNATURE_BYTES], envelope[-SIGNATURE_BYTES:]
         addressed = bool(flags & FLAG_ADDRESSED)
-        context = _recipient_context(self._identity.node_id if addressed else None)
-        if not verify_signature(sender, context, body, signature):
+        context = _recipient_context(self.signer.node_id if addressed else None)
+        if not self.verifier.verify(sender, context, body, signature):
             raise AuthError("bad_signature", f"from {sender.hex()}")
         return cert, offset, addressed
 
@@ -572,7 +547,7 @@ class PacketAuthenticator:
             sessions.popitem(last=False)
         return new
 
-    def _remember(self, sender: bytes, cert: EnrollmentCertificate) -> None:
+    def _remember(self, sender: bytes, cert: PeerCredential) -> None:
         self._certs[sender] = cert
         self._certs.move_to_end(sender)
         while len(self._certs) > self._max_certs:

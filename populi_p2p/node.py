@@ -77,6 +77,7 @@ from .authority import cluster_fingerprint, read_authority_public_key, read_clus
 from .certificate import CertificateError, read_certificate, verify_certificate
 from .config import NodeConfig
 from .driver import Driver
+from .envelope_keys import EnvelopeKeys
 from .identity import NodeIdentity
 from .record import Capabilities, NodeRecord, NodeStatus, SignedNodeRecord, next_sequence
 from .record_book import RecordBook
@@ -308,12 +309,13 @@ class Node:
                     f"cluster secret refused: {exc} (check --cluster-secret)"
                 ) from None
         tcp_frame_max = TransportConfig().tcp.max_frame_size
+        self.envelope_keys = EnvelopeKeys(
+            self.identity, self.certificate, self.authority_key, revocations=revocations
+        )
         auth = PacketAuthenticator(
-            self.identity,
-            self.certificate,
-            self.authority_key,
+            self.envelope_keys,
+            self.envelope_keys,
             cluster_secret=secret,
-            revocations=revocations,
             max_packet_size=TransportConfig().max_datagram_size,
         )
         self.codec = _AuthCodec(auth, tcp_frame_max, self._on_control)
@@ -660,7 +662,7 @@ class Node:
             return
         new = [r for r in merged if r not in self.revocations.revocations]
         self.revocations = merged
-        self.codec.auth.update_revocations(merged)
+        self.envelope_keys.update_revocations(merged)
         for node_id in self.records.update_revocations(merged, time.time()):
             event(_log, 30, "record.revoked", id=node_id)
         directory = self.config.state_dir / "revocations"

@@ -54,7 +54,7 @@ def test_replayed_old_packets_cost_a_bounded_number_of_checks(bob: PacketAuthent
     alice = make_authenticator(ALICE)
     old = [alice.seal(b"old", NOW - 1000 + i / 1000) for i in range(200)]
     real = populi_p2p.identity.verify_signature
-    with mock.patch("overlay.auth.verify_signature", side_effect=real) as checks:
+    with mock.patch("populi_p2p.envelope_keys.verify_signature", side_effect=real) as checks:
         for packet in old:
             stale(bob, packet)
     assert checks.call_count <= 21  # the source's burst, then its rate
