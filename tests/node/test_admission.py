@@ -148,7 +148,9 @@ def test_forged_replayed_and_missigned(tmp_path: Path) -> None:
         )
         before = drops(a, "records", "bad_signature")
         sock.sendto(auth.seal(alive, time.time(), recipient=a.node_id), target)
-        wait_until(lambda: drops(a, "records", "bad_signature") > before, 10, "bad record counted")
+        wait_until(
+            lambda: drops(a, "records", "bad_signature") > before, 10, "bad record counted"
+        )
         # Until b hears the forged rumor and refutes it, a's view of b carries a record
         # that did not verify: a says so, once, and shows b as unverified meanwhile.
         refused = f"record.refused id={b.node_id} reason=bad_signature"
