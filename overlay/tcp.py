@@ -48,10 +48,9 @@ from overlay.base import (
     make_socket,
     normalize_source,
 )
-from overlay.inbox import Incoming, PriorityInbox
+from overlay.inbox import Classifier, PriorityInbox, bulk_only, classify_and_offer
 from overlay.netfilter import AcceptPolicy
 from overlay.peerpaths import PathHealth
-from overlay.udp import Classifier, bulk_only
 
 #: Largest frame accepted or sent by default: a push-pull of a few hundred signed
 #: NodeRecords fits; 64 inbound connections x 1 MiB stays well inside a small daemon.
@@ -390,15 +389,15 @@ class TcpEndpoint:
 
     def _deliver(self, source: Address, payload: bytes, vouch: Callable[[], None] | None) -> None:
         c = self._c
-        try:
-            lane = self._classify(payload)
-        except Exception:
-            c.unclassified += 1
-            return
-        if self._inbox.offer(Incoming(source, payload, True, lane, vouch)):
+        outcome = classify_and_offer(
+            self._inbox, self._classify, source, payload, reliable=True, vouch=vouch
+        )
+        if outcome == "queued":
             c.frames_queued += 1
-        else:
+        elif outcome == "queue_full":
             c.queue_full += 1
+        else:
+            c.unclassified += 1
 
     ####################################################################################
     # Outbound

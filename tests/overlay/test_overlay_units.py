@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import pytest
 import trio
@@ -258,3 +259,31 @@ def test_configs_validate(make, message) -> None:
 def test_format_address() -> None:
     assert format_address(("10.0.0.1", 7950)) == "10.0.0.1:7950"
     assert format_address(("fd77::1", 7950)) == "[fd77::1]:7950"
+
+
+def test_classify_and_offer_is_the_one_step_to_the_inbox() -> None:
+    """UDP and TCP both go through it (issue 8: the step was written twice)."""
+    import overlay.tcp
+    import overlay.udp
+    from overlay.inbox import LaneLimit, PriorityInbox, classify_and_offer
+
+    inbox = PriorityInbox([LaneLimit(1, 100)])
+    source = ("127.0.0.1", 1)
+    assert classify_and_offer(inbox, lambda p: 1 // 0, source, b"x", reliable=False) == (
+        "unclassified"
+    )
+    vouched: list[bool] = []
+    outcome = classify_and_offer(
+        inbox, lambda p: 0, source, b"x", reliable=True, vouch=lambda: vouched.append(True)
+    )
+    assert outcome == "queued"
+    assert classify_and_offer(inbox, lambda p: 0, source, b"y", reliable=False) == "queue_full"
+    item = inbox.receive_nowait()
+    assert (item.payload, item.reliable, item.lane) == (b"x", True, 0)
+    assert item.vouch is not None
+    item.vouch()
+    assert vouched == [True]
+    for module in (overlay.udp, overlay.tcp):
+        assert module.classify_and_offer is classify_and_offer
+        source_text = Path(str(module.__file__)).read_text()
+        assert "Incoming(" not in source_text  # nobody builds its own
