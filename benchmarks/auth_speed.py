@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from overlay.auth import AuthError, PacketAuthenticator
 from populi_p2p.authority import ClusterAuthority, generate_cluster_secret
+from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.record import Capabilities, NodeRecord, NodeStatus, next_sequence
 from populi_p2p.record_book import RecordBook
@@ -36,7 +37,7 @@ def bench_envelope(label: str, count: int, payload_size: int, **options: object)
 
     def make(identity: NodeIdentity) -> PacketAuthenticator:
         cert = authority.enroll(identity.public_key, now=NOW).raw
-        return PacketAuthenticator(identity, cert, authority.public_key, **options)  # type: ignore[arg-type]
+        return packet_authenticator(identity, cert, authority.public_key, **options)  # type: ignore[arg-type]
 
     sender, receiver = make(alice), make(bob)
     payload = os.urandom(payload_size)

@@ -1,9 +1,29 @@
 """What an unauthenticated source may cost us, and counters of what we dropped and why.
 
 Checking an Ed25519 signature costs about 60 microseconds; anybody who can reach the
-port can send packets that force that work. `SourceRateLimiter` gives every source
+port can send packets that force that work. But a source *address* proves nothing: a
+second process on a member's host, or a spoofed source on the LAN, can send junk "from"
+a member. So the budget must never be one that junk can spend on the member's behalf.
+`AdmissionGate` decides which packets earn a signature check, in three tiers:
+
+1. Shape: a packet whose envelope does not even parse (size, kind, flags, length) or
+   that is stale or replayed is refused before any bucket is touched. It costs no
+   crypto, so it needs no budget; it is only counted. Random junk ends here.
+2. Known sender: a packet that names a sender whose certificate we already verified is
+   judged by that *claimed sender*, never by its source address. If its counter
+   continues the sender's replay window (`continues`), it is always verified: the real
+   sender's packets do, and a blind forger cannot guess the window. Other packets naming
+   that sender (a restart, or a forger's guess) spend the claimed sender's own bucket,
+   which only failed verifications drain.
+3. Unknown sender: a per-source-address `SourceRateLimiter` (and an optional global
+   one), drained only by packets that failed a signature or certificate check.
+
+So a member's correctly signed packets are never dropped because of packets that did
+not verify, whatever address those came from.
+
+`SourceRateLimiter` gives every source
 address a token bucket that only *failed* packets drain: a member whose packets
-authenticate never notices it, while a source that keeps sending garbage or forgeries is
+authenticate never notices it, while a source that keeps sending forgeries is
 cut to `rate` examined packets per second, and the rest are dropped before any crypto
 (counted as `rate_limited`). The table of buckets is bounded (least recently used
 sources are forgotten first), and an optional global bucket caps the total work spent on
@@ -25,7 +45,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["DropCounters", "SourceRateLimiter", "TokenBucket", "source_key"]
+__all__ = ["AdmissionGate", "DropCounters", "SourceRateLimiter", "TokenBucket", "source_key"]
 
 #: IPv6 prefix length treated as one source (a typical end-site allocation).
 IPV6_SOURCE_PREFIX: Final = 64
@@ -174,3 +194,59 @@ class SourceRateLimiter:
         else:
             self._buckets.move_to_end(source)
         bucket.take(now, cost)
+
+
+class AdmissionGate:
+    """Which packets earn a signature check (see the module doc for the three tiers).
+
+    The authenticator asks `admit` after the cheap checks and before any crypto, and
+    reports `failed` when a packet that was admitted did not verify. A packet that
+    verifies costs no budget at all.
+
+    Args:
+        unauthenticated: the per-source-address limiter for senders we do not know yet.
+        claimed_rate: failed verifications per second a known sender's *name* may cost us
+            when the packets do not continue its replay window.
+        claimed_burst: the same, at once.
+        max_claimed: known senders whose buckets are remembered (LRU beyond).
+    """
+
+    def __init__(
+        self,
+        *,
+        unauthenticated: SourceRateLimiter | None = None,
+        claimed_rate: float = 5.0,
+        claimed_burst: float = 20.0,
+        max_claimed: int = 4096,
+    ) -> None:
+        self.unauthenticated = (
+            unauthenticated if unauthenticated is not None else SourceRateLimiter()
+        )
+        self.claimed = SourceRateLimiter(
+            rate=claimed_rate, burst=claimed_burst, max_sources=max_claimed
+        )
+
+    def admit(
+        self, source: Hashable | None, sender: bytes, *, known: bool, continues: bool, now: float
+    ) -> bool:
+        """Whether this packet may have its certificate and signature checked now.
+
+        Args:
+            source: the rate-limiting key of the source address (`source_key`), or None
+                when there is none (a test, a local caller): then only known-sender
+                budgets apply.
+            sender: the sender public key the envelope claims.
+            known: we hold a verified certificate for `sender`.
+            continues: its counter continues `sender`'s live replay window.
+            now: seconds (any clock, used consistently).
+        """
+        if known:
+            return continues or self.claimed.allow(sender, now)
+        return source is None or self.unauthenticated.allow(source, now)
+
+    def failed(self, source: Hashable | None, sender: bytes, *, known: bool, now: float) -> None:
+        """An admitted packet failed its certificate or signature check: charge it."""
+        if known:
+            self.claimed.charge(sender, now)
+        elif source is not None:
+            self.unauthenticated.charge(source, now)

@@ -43,27 +43,23 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Final, Literal
 
 import attrs
 import nacl.exceptions
 import nacl.secret
 
-from overlay.admission import DropCounters
+from overlay.admission import AdmissionGate, DropCounters
 from overlay.replay import ReplayTable
-from populi_p2p.certificate import (
-    DEFAULT_CLOCK_SKEW,
-    DEFAULT_SCOPE,
-    CertificateError,
-    EnrollmentCertificate,
-)
-from populi_p2p.identity import (
+from overlay.verifier import (
     NODE_ID_LENGTH,
     SIGNATURE_BYTES,
-    NodeIdentity,
-    verify_signature,
+    CredentialError,
+    PacketSigner,
+    PeerCredential,
+    PeerVerifier,
 )
-from populi_p2p.revocation import RevocationList
 
 __all__ = [
     "AUTH_REASONS",
@@ -71,6 +67,7 @@ __all__ = [
     "AuthError",
     "AuthReason",
     "AuthStatistics",
+    "ClockSkew",
     "Opened",
     "PacketAuthenticator",
 ]
@@ -84,7 +81,7 @@ FLAG_CERT: Final = 0x01
 #: Flag: the signature also covers the recipient's node id.
 FLAG_ADDRESSED: Final = 0x02
 _KNOWN_FLAGS: Final = FLAG_CERT | FLAG_ADDRESSED
-#: Signature context: see `populi_p2p.identity.verify_signature`.
+#: Signature context (never sent: a signature made for one purpose is useless for another).
 PACKET_CONTEXT: Final = b"populi/packet/v1"
 _HEADER: Final = struct.Struct(">BB32sQQ")
 _CERT_LENGTH: Final = struct.Struct(">H")
@@ -95,6 +92,15 @@ SECRETBOX_OVERHEAD: Final = 1 + nacl.secret.SecretBox.NONCE_SIZE + nacl.secret.S
 #: A sender's counter must leap this much further than its clock moved (microseconds)
 #: to count as a restart: a second's worth, which no sender's packet rate comes near.
 RESTART_SLACK: Final = 1_000_000
+#: How far above a known sender's highest counter a packet still "continues" its
+#: window (see `AdmissionGate`): the packets it may send to others between two to us.
+CONTINUATION_REACH: Final = 1 << 16
+#: Refusals that cost a certificate or signature check; only these charge a budget.
+_COSTLY: Final = frozenset({"bad_signature", "bad_certificate", "revoked"})
+#: Members whose clock-skew evidence is kept (see `PacketAuthenticator.clock_skews`).
+MAX_SKEW_REPORTS: Final = 256
+#: Default allowed difference, either way, between a packet's timestamp and our clock.
+DEFAULT_FRESHNESS: Final = 120.0
 #: Largest datagram accepted by default; the swim packet budget is this minus overhead.
 DEFAULT_MAX_PACKET_SIZE: Final = 1400
 
@@ -112,8 +118,7 @@ AuthReason = Literal[
     "rate_limited",
 ]
 #: Every reason a packet is dropped for, in a fixed order (for counters and status).
-#: `rate_limited` is never raised here: it is for the daemon's `SourceRateLimiter`
-#: drops, so one `DropCounters` holds all of them.
+#: `rate_limited`: the `AdmissionGate` refused to spend a signature check on it.
 AUTH_REASONS: Final[tuple[AuthReason, ...]] = (
     "too_large",
     "malformed",
@@ -147,8 +152,9 @@ class Opened:
     sender_node_id: str
     sender_public_key: bytes
     payload: bytes
-    #: The sender's (verified) enrollment certificate: its scope, serial, expiry.
-    certificate: EnrollmentCertificate = attrs.field(repr=False)
+    #: The sender's (verified) credential: in populi an `EnrollmentCertificate`, with its
+    #: scope, serial and expiry.
+    certificate: PeerCredential = attrs.field(repr=False)
     #: The sender's signed timestamp, Unix seconds.
     sent_at: float
     #: The sender's packet counter.
@@ -158,6 +164,30 @@ class Opened:
     #: The first packet we see from this sender key, or one whose counter leapt ahead
     #: of its clock (the sender restarted): either way it may not hold our certificate.
     new_session: bool = False
+
+
+@attrs.frozen
+class ClockSkew:
+    """Signed evidence that a member's realtime clock is off: its packets were refused.
+
+    The node logs it once and shows it in `status` (`describe()` is the sentence).
+    """
+
+    node_id: str
+    #: The sender's clock minus ours, seconds, from its last refused packet (positive:
+    #: it is ahead of us). Beyond `freshness` either way, its packets are refused.
+    offset: float
+    #: Signed packets refused as stale since it was last accepted (or first seen).
+    packets: int
+    #: Our realtime when the last one arrived, Unix seconds.
+    seen_at: float
+
+    def describe(self) -> str:
+        """One line for the log and `status`, with the fix."""
+        way = "in the future" if self.offset > 0 else "in the past"
+        return (
+            f"packets from {self.node_id} are {abs(self.offset):.0f} s {way}: check its clock (NTP)"
+        )
 
 
 @attrs.frozen
@@ -182,72 +212,64 @@ class PacketAuthenticator:
     """Seals outgoing packets and opens incoming ones for one node.
 
     Pure: no I/O, no clock (realtime is passed in), state bounded by `max_senders` and
-    `max_certificates`. Open packets are counted by reason in `drops`.
+    `max_certificates`. Open packets are counted by reason in `drops`. Knows nothing of
+    certificates itself: it is handed a `signer` and a `verifier` (`overlay/verifier.py`;
+    populi's are `populi_p2p.envelope_keys.EnvelopeKeys`).
 
     Args:
-        identity: this node's key.
-        certificate: this node's enrollment certificate bytes (sent with CERT).
-        authority_public_key: the cluster authority; only its enrollees get through.
+        signer: this node's key and credential (sent with CERT).
+        verifier: checks senders' credentials and signatures.
         cluster_secret: 32 bytes to seal every packet in a SecretBox, or None.
-        revocations: revocations heard so far (replace with `update_revocations`).
-        required_scope: the certificate scope a sender needs (None: any scope).
         max_packet_size: largest packet `open` accepts unless told otherwise.
-        freshness: seconds a packet's timestamp may differ from our clock.
+        freshness: the allowed clock skew: seconds a packet's timestamp may differ from
+            our clock, either way (default `DEFAULT_FRESHNESS`, 120 s). Packets beyond
+            it are refused as `stale`, and signed ones leave `clock_skews` evidence.
         replay_window: counters below a sender's highest that may still arrive.
         max_senders: senders whose replay windows are remembered.
-        max_certificates: verified certificates cached (by sender key, exact bytes).
+        max_certificates: verified credentials cached (by sender key, exact bytes).
         counter_floor: the first counter used is at least this (see module doc).
-        clock_skew: seconds a certificate's issue time may be ahead of our clock.
+        gate: decides which packets earn a signature check (`open` with a `source`).
 
     Raises:
-        ValueError: `certificate` is not for `identity`'s key, or a bad secret length.
+        ValueError: the signer's credential is too large, or a bad secret length.
     """
 
     def __init__(
         self,
-        identity: NodeIdentity,
-        certificate: bytes,
-        authority_public_key: bytes,
+        signer: PacketSigner,
+        verifier: PeerVerifier,
         *,
         cluster_secret: bytes | None = None,
-        revocations: RevocationList | None = None,
-        required_scope: str | None = DEFAULT_SCOPE,
         max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
-        freshness: float = 120.0,
+        freshness: float = DEFAULT_FRESHNESS,
         replay_window: int = 1024,
         max_senders: int = 4096,
         max_certificates: int = 4096,
         counter_floor: int = 0,
-        clock_skew: float = DEFAULT_CLOCK_SKEW,
+        gate: AdmissionGate | None = None,
     ) -> None:
-        own = EnrollmentCertificate.from_bytes(certificate, authority_public_key)
-        if own.node_public_key != identity.public_key:
-            raise ValueError(
-                f"the certificate is for node {own.node_id}, but this node is {identity.node_id}"
-            )
-        if len(certificate) > 0xFFFF:
+        if len(signer.credential) > 0xFFFF:
             raise ValueError("the certificate is too large for the envelope")
         if cluster_secret is not None and len(cluster_secret) != nacl.secret.SecretBox.KEY_SIZE:
             raise ValueError(f"a cluster secret is {nacl.secret.SecretBox.KEY_SIZE} bytes")
-        self._identity = identity
-        self._certificate = certificate
-        self._authority = authority_public_key
+        self.signer = signer
+        self.verifier = verifier
+        self._certificate = signer.credential
         self._box = None if cluster_secret is None else nacl.secret.SecretBox(cluster_secret)
-        self._revocations = revocations if revocations is not None else RevocationList()
-        self._scope = required_scope
         self.max_packet_size = max_packet_size
-        self._skew = clock_skew
         self._replay = ReplayTable(
             window=replay_window,
             freshness_us=int(freshness * 1_000_000),
             max_senders=max_senders,
         )
-        self._certs: OrderedDict[bytes, EnrollmentCertificate] = OrderedDict()
+        self._certs: OrderedDict[bytes, PeerCredential] = OrderedDict()
         #: Per sender key: the highest counter and its timestamp (see `_session`).
         self._sessions: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._max_certs = max_certificates
         self._counter_floor = counter_floor
         self._counter: int | None = None
+        self._skews: OrderedDict[str, ClockSkew] = OrderedDict()
+        self.gate = gate if gate is not None else AdmissionGate()
         #: Packets refused by `open`, by reason (see `AUTH_REASONS`).
         self.drops = DropCounters(AUTH_REASONS)
 
@@ -307,15 +329,13 @@ class PacketAuthenticator:
                 raise ValueError(f"recipient must be a node id, got {recipient!r}")
             flags |= FLAG_ADDRESSED
         parts = [
-            _HEADER.pack(
-                KIND_PLAIN_V1, flags, self._identity.public_key, timestamp_us, self._counter
-            )
+            _HEADER.pack(KIND_PLAIN_V1, flags, self.signer.public_key, timestamp_us, self._counter)
         ]
         if include_certificate:
             parts += [_CERT_LENGTH.pack(len(self._certificate)), self._certificate]
         parts.append(payload)
         body = b"".join(parts)
-        envelope = body + self._identity.sign(_recipient_context(recipient), body)
+        envelope = body + self.signer.sign(_recipient_context(recipient), body)
         if self._box is None:
             return envelope
         return bytes([KIND_SECRETBOX_V1]) + bytes(self._box.encrypt(envelope))
@@ -324,27 +344,32 @@ class PacketAuthenticator:
     # Receiving
     ####################################################################################
 
-    def update_revocations(self, revocations: RevocationList) -> None:
-        """Adopt a (merged) revocation list; cached certificates are re-checked per packet."""
-        self._revocations = revocations
-
-    def open(self, packet: bytes, now_real: float, *, max_size: int | None = None) -> Opened:
+    def open(
+        self,
+        packet: bytes,
+        now_real: float,
+        *,
+        max_size: int | None = None,
+        source: Hashable | None = None,
+    ) -> Opened:
         """Authenticate a received packet.
 
         Checks run cheapest first (size, format, freshness, replay window, certificate
-        cache) so that junk costs no signature check; state (replay window, certificate
-        cache) changes only after the signature verified.
+        cache) so that junk costs no signature check; then `gate` decides whether the
+        packet earns one (refused as `rate_limited` if not). State (replay window,
+        certificate cache) changes only after the signature verified.
 
         Args:
             packet: the bytes as received.
             now_real: realtime, Unix seconds.
             max_size: overrides `max_packet_size` (for TCP frames).
+            source: the source address's rate-limiting key (`source_key`), or None.
 
         Raises:
             AuthError: the only exception, for any input; already counted in `drops`.
         """
         try:
-            return self._open(packet, now_real, max_size)
+            return self._open(packet, now_real, max_size, source)
         except AuthError as exc:
             self.drops.add(exc.reason)
             raise
@@ -367,7 +392,9 @@ class PacketAuthenticator:
             return packet
         raise AuthError("bad_version", f"unknown packet kind {kind:#04x}")
 
-    def _open(self, packet: bytes, now_real: float, max_size: int | None) -> Opened:
+    def _open(
+        self, packet: bytes, now_real: float, max_size: int | None, source: Hashable | None
+    ) -> Opened:
         limit = self.max_packet_size if max_size is None else max_size
         if len(packet) > limit:
             raise AuthError("too_large", f"{len(packet)} bytes, limit {limit}")
@@ -381,9 +408,89 @@ class PacketAuthenticator:
             raise AuthError("malformed", f"unknown flags {flags:#04x}")
         now_us = int(now_real * 1_000_000)
         verdict = self._replay.check(sender, counter, timestamp_us, now_us)
+        if verdict == "stale":
+            self._note_skew(envelope, flags, sender, timestamp_us, now_real, source)
         if verdict is not None:
             raise AuthError(verdict, f"counter {counter}, timestamp {timestamp_us}")
 
+        cached = self._certs.get(sender)
+        known = cached is not None
+        continues = known and self._replay.continues(sender, counter, now_us, CONTINUATION_REACH)
+        if not self.gate.admit(source, sender, known=known, continues=continues, now=now_real):
+            raise AuthError("rate_limited", f"claims {sender.hex()}")
+        try:
+            cert, offset, addressed = self._authenticate(envelope, flags, sender, now_real)
+        except AuthError as exc:
+            if exc.reason in _COSTLY:
+                self.gate.failed(source, sender, known=known, now=now_real)
+            raise
+
+        # Authenticated: only now may the packet change state.
+        self._replay.commit(sender, counter, timestamp_us, now_us)
+        new_session = self._session(sender, counter, timestamp_us)
+        self._remember(sender, cert)
+        self._skews.pop(cert.node_id, None)  # its clock agrees with ours again
+        return Opened(
+            sender_node_id=cert.node_id,
+            sender_public_key=sender,
+            payload=envelope[offset:-SIGNATURE_BYTES],
+            certificate=cert,
+            sent_at=timestamp_us / 1_000_000,
+            counter=counter,
+            addressed=addressed,
+            new_session=new_session,
+        )
+
+    def _note_skew(
+        self,
+        envelope: bytes,
+        flags: int,
+        sender: bytes,
+        timestamp_us: int,
+        now_real: float,
+        source: Hashable | None,
+    ) -> None:
+        """Keep signed evidence that `sender`'s clock is off (see `clock_skews`).
+
+        The timestamp is only believed once the signature verifies, so nobody can make us
+        blame a member's clock. Each check spends the gate's budget even when it passes
+        (a stale packet is refused anyway), so replayed old packets cost little.
+        """
+        known = sender in self._certs
+        if not self.gate.admit(source, sender, known=known, continues=False, now=now_real):
+            return
+        self.gate.failed(source, sender, known=known, now=now_real)
+        try:
+            cert, _, _ = self._authenticate(envelope, flags, sender, now_real)
+        except AuthError:
+            return
+        previous = self._skews.pop(cert.node_id, None)
+        self._skews[cert.node_id] = ClockSkew(
+            node_id=cert.node_id,
+            offset=timestamp_us / 1_000_000 - now_real,
+            packets=1 if previous is None else previous.packets + 1,
+            seen_at=now_real,
+        )
+        while len(self._skews) > MAX_SKEW_REPORTS:
+            self._skews.popitem(last=False)
+
+    def clock_skews(self) -> dict[str, ClockSkew]:
+        """Members whose signed packets we refused as stale, by node id, oldest first.
+
+        Each entry is the latest evidence: `offset` is the sender's clock minus ours,
+        seconds (positive: it is ahead). An entry goes when a packet from that member
+        is accepted again. Bounded to `MAX_SKEW_REPORTS` members.
+        """
+        return dict(self._skews)
+
+    def _authenticate(
+        self, envelope: bytes, flags: int, sender: bytes, now_real: float
+    ) -> tuple[PeerCredential, int, bool]:
+        """Check the certificate and the signature; change nothing.
+
+        Returns:
+            The sender's certificate, where the payload starts, and whether ADDRESSED.
+        """
         offset = _HEADER.size
         cached = self._certs.get(sender)
         if flags & FLAG_CERT:
@@ -397,38 +504,23 @@ class PacketAuthenticator:
             offset += cert_length
             if cached is None or cached.raw != cert_bytes:
                 try:
-                    cached = EnrollmentCertificate.from_bytes(cert_bytes, self._authority)
-                except CertificateError as exc:
-                    raise AuthError("bad_certificate", str(exc)) from None
+                    cached = self.verifier.load(cert_bytes)
+                except CredentialError as exc:
+                    raise AuthError(exc.reason, str(exc)) from None
         elif cached is None:
             raise AuthError("unknown_sender", f"no certificate known for {sender.hex()}")
         cert = cached
         try:
-            cert.check(sender, now_real, self._scope, self._revocations, clock_skew=self._skew)
-        except CertificateError as exc:
-            reason: AuthReason = "revoked" if exc.reason == "revoked" else "bad_certificate"
-            raise AuthError(reason, str(exc)) from None
+            self.verifier.admit(cert, sender, now_real)
+        except CredentialError as exc:
+            raise AuthError(exc.reason, str(exc)) from None
 
         body, signature = envelope[:-SIGNATURE_BYTES], envelope[-SIGNATURE_BYTES:]
         addressed = bool(flags & FLAG_ADDRESSED)
-        context = _recipient_context(self._identity.node_id if addressed else None)
-        if not verify_signature(sender, context, body, signature):
+        context = _recipient_context(self.signer.node_id if addressed else None)
+        if not self.verifier.verify(sender, context, body, signature):
             raise AuthError("bad_signature", f"from {sender.hex()}")
-
-        # Authenticated: only now may the packet change state.
-        self._replay.commit(sender, counter, timestamp_us, now_us)
-        new_session = self._session(sender, counter, timestamp_us)
-        self._remember(sender, cert)
-        return Opened(
-            sender_node_id=cert.node_id,
-            sender_public_key=sender,
-            payload=envelope[offset:-SIGNATURE_BYTES],
-            certificate=cert,
-            sent_at=timestamp_us / 1_000_000,
-            counter=counter,
-            addressed=addressed,
-            new_session=new_session,
-        )
+        return cert, offset, addressed
 
     def _session(self, sender: bytes, counter: int, timestamp_us: int) -> bool:
         """Whether this packet starts a new session of `sender` (see `Opened`).
@@ -455,7 +547,7 @@ class PacketAuthenticator:
             sessions.popitem(last=False)
         return new
 
-    def _remember(self, sender: bytes, cert: EnrollmentCertificate) -> None:
+    def _remember(self, sender: bytes, cert: PeerCredential) -> None:
         self._certs[sender] = cert
         self._certs.move_to_end(sender)
         while len(self._certs) > self._max_certs:

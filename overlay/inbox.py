@@ -16,7 +16,8 @@ packet is dropped and counted for that lane. Memory is bounded by
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import attrs
 import trio
@@ -27,6 +28,20 @@ from overlay.base import Address
 URGENT = 0
 #: Lane for everything else (push-pull state, user payloads).
 BULK = 1
+
+
+#: Classifies a raw payload into a lane (`URGENT` or `BULK`). It runs in the reader task
+#: on unauthenticated bytes, so it must be cheap (peek at a type byte) and may raise on
+#: garbage: the packet is then dropped and counted as `unclassified`.
+Classifier = Callable[[bytes], int]
+
+#: What became of a packet handed to `classify_and_offer`.
+Outcome = Literal["queued", "unclassified", "queue_full"]
+
+
+def bulk_only(payload: bytes) -> int:
+    """The default classifier: every packet in the bulk lane (no priority)."""
+    return BULK
 
 
 @attrs.frozen
@@ -40,12 +55,16 @@ class Incoming:
         reliable: True for a TCP frame, False for a UDP datagram (the core may treat a
             reliable push-pull differently, and the daemon learns TCP reached this peer).
         lane: the lane `classify` put it in (`URGENT` or `BULK`).
+        vouch: for a frame on an inbound TCP connection, call it once the payload
+            authenticated: the connection then counts as a member's (its keepalives
+            renew it, and it is never evicted to make room). None otherwise.
     """
 
     source: Address
     payload: bytes
     reliable: bool = False
     lane: int = BULK
+    vouch: Callable[[], None] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -224,3 +243,26 @@ class PriorityInbox:
             dropped_full=tuple(self._dropped),
             delivered=tuple(self._delivered),
         )
+
+
+def classify_and_offer(
+    inbox: PriorityInbox,
+    classify: Classifier,
+    source: Address,
+    payload: bytes,
+    *,
+    reliable: bool,
+    vouch: Callable[[], None] | None = None,
+) -> Outcome:
+    """The one step from a received packet or frame to the inbox, for UDP and TCP alike.
+
+    Classifies `payload` (a classifier that raises on garbage drops it), then offers it
+    without blocking. The caller counts the outcome under its own counter names.
+    """
+    try:
+        lane = classify(payload)
+    except Exception:
+        return "unclassified"
+    if inbox.offer(Incoming(source, payload, reliable, lane, vouch)):
+        return "queued"
+    return "queue_full"

@@ -3,12 +3,24 @@
 A known pain of memberlist deployments: a firewall drops UDP between two hosts while
 TCP works, and the only symptom is flapping suspicions. The swim core retries a failed
 UDP probe over TCP; this module gives the daemon the evidence to say so in the log, once
-per peer: we keep sending UDP to an address, nothing comes back from it over UDP, yet
-our TCP frames to that same address get through.
+per peer. "UDP blocked, TCP works" is a strong claim, so it needs strong evidence, all
+in one episode of UDP silence (since the peer was last heard over UDP):
+
+* at least `udp_silence_threshold` (5) datagrams in a row went unanswered, and the
+  first of them is at least `udp_silence_min` (10 s) older than the last: one probe
+  that timed out while a daemon was starved of CPU (100 daemons starting on 2 cores)
+  is not a blocked path;
+* and a TCP exchange with that peer *succeeded* during the silence: a connection
+  handshake completed (`record_tcp_connected`) or the peer sent a frame back on our
+  connection (`record_tcp_received`). A write into an already open connection proves
+  nothing (the kernel buffers it even when every packet is dropped), so
+  `record_tcp_sent` is counted but is not evidence. A node cut off completely is
+  therefore never told that TCP works.
 
 Keys are the addresses we *send to*. UDP replies come from the peer's bound port (one
 socket sends and receives), so they match; inbound TCP comes from ephemeral ports and is
 not attributed to a peer here. Memory is bounded: least recently used peers are evicted.
+Times are monotonic seconds passed in by the transports.
 """
 
 from __future__ import annotations
@@ -20,7 +32,9 @@ import attrs
 from overlay.base import Address
 
 #: UDP datagrams sent since the last one heard back, before UDP "seems blocked".
-DEFAULT_UDP_SILENCE_THRESHOLD = 3
+DEFAULT_UDP_SILENCE_THRESHOLD = 5
+#: Seconds between the first and the last unanswered datagram, before UDP "seems blocked".
+DEFAULT_UDP_SILENCE_MIN = 10.0
 #: Peers tracked at most; the least recently touched is forgotten first.
 DEFAULT_MAX_PEERS = 4096
 
@@ -33,9 +47,11 @@ class PeerPathStatistics:
         udp_sent: datagrams sent to the peer.
         udp_received: datagrams received from it.
         udp_sent_since_received: datagrams sent since the last one received.
-        tcp_sent: frames sent to it successfully.
+        tcp_sent: frames written to it (not evidence that it got them).
         tcp_failed: frame sends (connect or write) that failed.
-        tcp_ok_since_udp_received: a TCP send succeeded since UDP was last heard.
+        tcp_ok_since_udp_received: a TCP exchange (a handshake, or a frame back) succeeded
+            while datagrams to it went unanswered.
+        udp_silent_for: seconds between the first and the last unanswered datagram.
     """
 
     udp_sent: int
@@ -44,6 +60,7 @@ class PeerPathStatistics:
     tcp_sent: int
     tcp_failed: int
     tcp_ok_since_udp_received: bool
+    udp_silent_for: float
 
 
 @attrs.define
@@ -54,6 +71,8 @@ class _Peer:
     tcp_sent: int = 0
     tcp_failed: int = 0
     tcp_ok_since_udp_received: bool = False
+    first_unanswered: float = 0.0
+    last_sent: float = 0.0
     warned: bool = False
 
 
@@ -62,6 +81,7 @@ class PathHealth:
 
     Args:
         udp_silence_threshold: datagrams sent with no reply before UDP "seems blocked".
+        udp_silence_min: seconds the silence must span (first to last unanswered datagram).
         max_peers: peers remembered at most (LRU).
     """
 
@@ -69,11 +89,15 @@ class PathHealth:
         self,
         *,
         udp_silence_threshold: int = DEFAULT_UDP_SILENCE_THRESHOLD,
+        udp_silence_min: float = DEFAULT_UDP_SILENCE_MIN,
         max_peers: int = DEFAULT_MAX_PEERS,
     ) -> None:
-        if udp_silence_threshold < 1 or max_peers < 1:
-            raise ValueError("udp_silence_threshold and max_peers must be positive")
+        if udp_silence_threshold < 1 or max_peers < 1 or udp_silence_min < 0:
+            raise ValueError(
+                "udp_silence_threshold and max_peers must be positive, udp_silence_min >= 0"
+            )
         self._threshold = udp_silence_threshold
+        self._silence_min = udp_silence_min
         self._max = max_peers
         self._peers: collections.OrderedDict[Address, _Peer] = collections.OrderedDict()
 
@@ -88,11 +112,14 @@ class PathHealth:
             self._peers.move_to_end(address)
         return peer
 
-    def record_udp_sent(self, address: Address) -> None:
-        """A datagram to `address` left our socket."""
+    def record_udp_sent(self, address: Address, now: float) -> None:
+        """A datagram to `address` left our socket at `now`."""
         peer = self._touch(address)
         peer.udp_sent += 1
+        if peer.udp_sent_since_received == 0:
+            peer.first_unanswered = now
         peer.udp_sent_since_received += 1
+        peer.last_sent = now
 
     def record_udp_received(self, address: Address) -> None:
         """A datagram from `address` arrived (and passed the accept policy).
@@ -109,21 +136,39 @@ class PathHealth:
         peer.warned = False
 
     def record_tcp_sent(self, address: Address) -> None:
-        """A frame to `address` was written on an established connection."""
-        peer = self._touch(address)
-        peer.tcp_sent += 1
-        peer.tcp_ok_since_udp_received = True
+        """A frame to `address` was written (into the kernel: no evidence it arrived)."""
+        self._touch(address).tcp_sent += 1
+
+    def record_tcp_connected(self, address: Address) -> None:
+        """A TCP handshake with `address` completed: its host answered over TCP."""
+        self._tcp_ok(self._touch(address))
+
+    def record_tcp_received(self, address: Address) -> None:
+        """A frame arrived on our connection to `address`: it answered over TCP."""
+        peer = self._peers.get(address)
+        if peer is not None:
+            self._tcp_ok(peer)
+
+    @staticmethod
+    def _tcp_ok(peer: _Peer) -> None:
+        # Evidence only while UDP to it is going unanswered (the same episode).
+        if peer.udp_sent_since_received > 0:
+            peer.tcp_ok_since_udp_received = True
 
     def record_tcp_failed(self, address: Address) -> None:
         """Connecting to or writing to `address` failed."""
         self._touch(address).tcp_failed += 1
 
     def udp_seems_blocked(self, address: Address) -> bool:
-        """True if UDP to `address` has gone unanswered while TCP to it worked."""
+        """True if UDP to `address` has gone unanswered while TCP to it worked.
+
+        See the module doc for the evidence this needs.
+        """
         peer = self._peers.get(address)
         return (
             peer is not None
             and peer.udp_sent_since_received >= self._threshold
+            and peer.last_sent - peer.first_unanswered >= self._silence_min
             and peer.tcp_ok_since_udp_received
         )
 
@@ -157,6 +202,9 @@ class PathHealth:
             tcp_sent=peer.tcp_sent,
             tcp_failed=peer.tcp_failed,
             tcp_ok_since_udp_received=peer.tcp_ok_since_udp_received,
+            udp_silent_for=(
+                peer.last_sent - peer.first_unanswered if peer.udp_sent_since_received else 0.0
+            ),
         )
 
     def __len__(self) -> int:

@@ -90,6 +90,18 @@ class ReplayTable:
             return "replayed"
         return None
 
+    def continues(self, sender: bytes, counter: int, now_us: int, reach: int) -> bool:
+        """Whether `counter` lies in `sender`'s live window or at most `reach` above it.
+
+        A running sender's counters to us climb by the packets it sent in between (to us
+        and to others), so its next packet lands here; a blind forger's guess almost never
+        does. `AdmissionGate` verifies such packets without spending any budget.
+        """
+        entry = self._live(sender, now_us)
+        if entry is None:
+            return False
+        return entry.highest - self.window < counter <= entry.highest + reach
+
     def commit(self, sender: bytes, counter: int, timestamp_us: int, now_us: int) -> None:
         """Remember an authenticated packet. Call only after `check` returned None."""
         entry = self._live(sender, now_us)

@@ -4,15 +4,21 @@ TCP carries what does not fit or must not be lost in a datagram: push-pull state
 exchange, large records, and the retry of a UDP probe when UDP seems filtered.
 
 Framing: a 4-byte big-endian length, then that many payload bytes. A zero length is a
-keepalive and is not delivered. A length above `max_frame_size` closes the connection
-(the stream cannot be resynchronised, and a peer sending that is broken or hostile).
+keepalive and is not delivered; it needs no authentication, so it renews the idle timer
+only of an inbound connection that has already carried an authenticated frame (the
+daemon says so through `Incoming.vouch`). A length above `max_frame_size` closes the
+connection (the stream cannot be resynchronised, and a peer sending that is broken or
+hostile).
 
-Inbound: one accept loop; a connection from outside the accept policy or beyond
-`max_inbound_connections` is closed at once and counted. Each accepted connection gets
-one reader task (a task per connection, never per frame) that must deliver a frame's
-body within `frame_timeout` of its header (slow-loris) and is closed after
-`idle_timeout` without a frame. Memory per connection is bounded by `max_frame_size`
-plus one receive buffer.
+Inbound: one accept loop; a connection from outside the accept policy is closed at once
+and counted. When `max_inbound_connections` are open, the unauthenticated connection
+idle the longest (no data frame for the longest time) is evicted to make room; only if
+every connection is authenticated is the new one closed at once and counted. So
+connections that send nothing, or only keepalives, cannot hold the slots a member needs.
+Each accepted connection gets one reader task (a task per connection, never per frame)
+that must deliver a frame's body within `frame_timeout` of its header (slow-loris) and
+is closed after `idle_timeout` without a data frame (or a vouched-for keepalive).
+Memory per connection is bounded by `max_frame_size` plus one receive buffer.
 
 Outbound: `send_frame(address, payload)` reuses a pooled connection to `address` or
 opens one within `connect_timeout`, then writes within `send_timeout`. The pool holds
@@ -29,6 +35,7 @@ import errno
 import math
 import socket
 import struct
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -41,10 +48,9 @@ from overlay.base import (
     make_socket,
     normalize_source,
 )
-from overlay.inbox import Incoming, PriorityInbox
+from overlay.inbox import Classifier, PriorityInbox, bulk_only, classify_and_offer
 from overlay.netfilter import AcceptPolicy
 from overlay.peerpaths import PathHealth
-from overlay.udp import Classifier, bulk_only
 
 #: Largest frame accepted or sent by default: a push-pull of a few hundred signed
 #: NodeRecords fits; 64 inbound connections x 1 MiB stays well inside a small daemon.
@@ -102,7 +108,9 @@ class TcpStatistics:
     Attributes:
         inbound_accepted: connections accepted and served.
         inbound_refused_source: connections closed because the source is outside the policy.
-        inbound_refused_capacity: connections closed because `max_inbound_connections` were open.
+        inbound_refused_capacity: connections closed because `max_inbound_connections`
+            authenticated connections were open.
+        inbound_evicted: unauthenticated connections closed to make room for a new one.
         inbound_active: accepted connections open now.
         accept_errors: errors from accept (out of file descriptors and the like).
         frames_received: complete frames read (inbound and on pooled connections).
@@ -123,6 +131,7 @@ class TcpStatistics:
     inbound_accepted: int
     inbound_refused_source: int
     inbound_refused_capacity: int
+    inbound_evicted: int
     inbound_active: int
     accept_errors: int
     frames_received: int
@@ -145,6 +154,7 @@ class _Counters:
     inbound_accepted: int = 0
     inbound_refused_source: int = 0
     inbound_refused_capacity: int = 0
+    inbound_evicted: int = 0
     accept_errors: int = 0
     frames_received: int = 0
     frames_queued: int = 0
@@ -158,6 +168,18 @@ class _Counters:
     connect_failures: int = 0
     send_failures: int = 0
     pool_evictions: int = 0
+
+
+@attrs.define(eq=False)
+class _Inbound:
+    """One accepted connection: whether it proved to be a member's, and when it last spoke."""
+
+    scope: trio.CancelScope
+    last_active: float
+    authenticated: bool = False
+
+    def vouch(self) -> None:
+        self.authenticated = True
 
 
 @attrs.define(eq=False)
@@ -203,7 +225,7 @@ class TcpEndpoint:
         self._classify = classify
         self._paths = paths
         self._c = _Counters()
-        self._inbound_active = 0
+        self._inbound: set[_Inbound] = set()
         self._pool: dict[Address, _Outbound] = {}
         self._nursery: trio.Nursery | None = None
         name = sock.getsockname()
@@ -281,30 +303,55 @@ class TcpEndpoint:
                 c.inbound_refused_source += 1
                 conn.close()
                 continue
-            if self._inbound_active >= self._config.max_inbound_connections:
+            full = len(self._inbound) >= self._config.max_inbound_connections
+            if full and not self._evict_inbound():
                 c.inbound_refused_capacity += 1
                 conn.close()
                 continue
             c.inbound_accepted += 1
-            self._inbound_active += 1
-            nursery.start_soon(self._serve_inbound, trio.SocketStream(conn), source)
+            entry = _Inbound(trio.CancelScope(), trio.current_time())
+            self._inbound.add(entry)
+            nursery.start_soon(self._serve_inbound, trio.SocketStream(conn), source, entry)
 
-    async def _serve_inbound(self, stream: trio.SocketStream, source: Address) -> None:
+    def _evict_inbound(self) -> bool:
+        """Close the unauthenticated connection idle the longest; False if there is none."""
+        candidates = [e for e in self._inbound if not e.authenticated]
+        if not candidates:
+            return False
+        victim = min(candidates, key=lambda e: e.last_active)
+        self._inbound.discard(victim)
+        victim.scope.cancel()
+        self._c.inbound_evicted += 1
+        return True
+
+    async def _serve_inbound(
+        self, stream: trio.SocketStream, source: Address, entry: _Inbound
+    ) -> None:
         try:
-            await self._read_frames(stream, source, self._config.idle_timeout)
+            with entry.scope:
+                await self._read_frames(stream, source, self._config.idle_timeout, entry)
         finally:
-            self._inbound_active -= 1
+            self._inbound.discard(entry)
             stream.socket.close()
 
     async def _read_frames(
-        self, stream: trio.SocketStream, source: Address, idle_timeout: float
+        self,
+        stream: trio.SocketStream,
+        source: Address,
+        idle_timeout: float,
+        inbound: _Inbound | None = None,
     ) -> None:
-        """Read frames from `stream` and deliver them, until EOF, error or a limit."""
+        """Read frames from `stream` and deliver them, until EOF, error or a limit.
+
+        The idle timer restarts on every data frame, and on a keepalive only when the
+        connection is outbound (ours) or `inbound` was vouched for.
+        """
         cfg = self._config
         c = self._c
         buf = bytearray()
+        last_active = trio.current_time()
         while True:
-            with trio.move_on_after(idle_timeout) as idle:
+            with trio.move_on_at(last_active + idle_timeout) as idle:
                 ok = await _fill(stream, buf, _HEADER.size)
             if idle.cancelled_caught:
                 c.idle_closed += 1
@@ -328,22 +375,29 @@ class TcpEndpoint:
                 return
             payload = bytes(buf[_HEADER.size : end])
             del buf[:end]
-            if length == 0:
-                continue  # keepalive
+            if length == 0:  # keepalive
+                if inbound is None or inbound.authenticated:
+                    last_active = trio.current_time()
+                continue
+            last_active = trio.current_time()
             c.frames_received += 1
-            self._deliver(source, payload)
+            if inbound is not None:
+                inbound.last_active = last_active
+            elif self._paths is not None:
+                self._paths.record_tcp_received(source)  # it answered on our connection
+            self._deliver(source, payload, None if inbound is None else inbound.vouch)
 
-    def _deliver(self, source: Address, payload: bytes) -> None:
+    def _deliver(self, source: Address, payload: bytes, vouch: Callable[[], None] | None) -> None:
         c = self._c
-        try:
-            lane = self._classify(payload)
-        except Exception:
-            c.unclassified += 1
-            return
-        if self._inbox.offer(Incoming(source, payload, True, lane)):
+        outcome = classify_and_offer(
+            self._inbox, self._classify, source, payload, reliable=True, vouch=vouch
+        )
+        if outcome == "queued":
             c.frames_queued += 1
-        else:
+        elif outcome == "queue_full":
             c.queue_full += 1
+        else:
+            c.unclassified += 1
 
     ####################################################################################
     # Outbound
@@ -410,6 +464,8 @@ class TcpEndpoint:
         except TransportError:
             self._forget(entry)
             raise
+        if self._paths is not None:
+            self._paths.record_tcp_connected(entry.address)
         if self._pool.get(entry.address) is not entry:
             self._pool[entry.address] = entry
         self._nursery.start_soon(self._watch_outbound, entry, entry.stream)
@@ -442,6 +498,8 @@ class TcpEndpoint:
         """Pool full of busy connections: use a throwaway one rather than wait."""
         try:
             stream = await self._connect(address)
+            if self._paths is not None:
+                self._paths.record_tcp_connected(address)
             try:
                 with trio.fail_after(self._config.send_timeout):
                     await stream.send_all(frame)
@@ -538,7 +596,7 @@ class TcpEndpoint:
     def statistics(self) -> TcpStatistics:
         """A snapshot of the counters."""
         return TcpStatistics(
-            inbound_active=self._inbound_active,
+            inbound_active=len(self._inbound),
             pool_connections=sum(1 for e in self._pool.values() if e.stream is not None),
             **attrs.asdict(self._c),
         )

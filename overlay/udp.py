@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Callable
 
 import attrs
 import trio
@@ -32,7 +31,7 @@ from overlay.base import (
     make_socket,
     normalize_source,
 )
-from overlay.inbox import BULK, Incoming, PriorityInbox
+from overlay.inbox import Classifier, PriorityInbox, bulk_only, classify_and_offer
 from overlay.netfilter import AcceptPolicy
 from overlay.peerpaths import PathHealth
 
@@ -47,15 +46,14 @@ DEFAULT_RECEIVE_BUFFER = 4 << 20
 #: Datagrams drained per wake-up before the reader yields to other tasks.
 _RECEIVE_BATCH = 64
 
-#: Classifies a raw payload into a lane (`URGENT` or `BULK`). It runs in the reader task
-#: on unauthenticated bytes, so it must be cheap (peek at a type byte) and may raise on
-#: garbage: the packet is then dropped and counted as `unclassified`.
-Classifier = Callable[[bytes], int]
-
-
-def bulk_only(payload: bytes) -> int:
-    """The default classifier: every packet in the bulk lane (no priority)."""
-    return BULK
+__all__ = [
+    "DEFAULT_MAX_DATAGRAM_SIZE",
+    "DEFAULT_RECEIVE_BUFFER",
+    "Classifier",
+    "UdpEndpoint",
+    "UdpStatistics",
+    "bulk_only",
+]
 
 
 @attrs.frozen
@@ -227,15 +225,13 @@ class UdpEndpoint:
             return
         if self._paths is not None:
             self._paths.record_udp_received(source)
-        try:
-            lane = self._classify(data)
-        except Exception:
-            c.unclassified += 1
-            return
-        if self._inbox.offer(Incoming(source, data, False, lane)):
+        outcome = classify_and_offer(self._inbox, self._classify, source, data, reliable=False)
+        if outcome == "queued":
             c.queued += 1
-        else:
+        elif outcome == "queue_full":
             c.queue_full += 1
+        else:
+            c.unclassified += 1
 
     async def send(self, address: Address, payload: bytes) -> None:
         """Send one datagram to `address` (a numeric host and a port).
@@ -273,7 +269,7 @@ class UdpEndpoint:
             ) from exc
         self._c.sent += 1
         if self._paths is not None:
-            self._paths.record_udp_sent(address)
+            self._paths.record_udp_sent(address, trio.current_time())
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def close(self) -> None:

@@ -5,9 +5,9 @@ admission (keys, certificates, revocations), signed NodeRecords and the book tha
 verifies them, the member store and the daemon's configuration. GPU truth has its own
 package, `populi_p2p.gpu`. The daemon itself (`populi_p2p.node.Node`, `run_node`,
 `NodeStartError`) and the local API client (`populi_p2p.api.ApiClient`) are imported
-from their modules: they pull in Trio, hypercorn, httpx and the overlay, and the
-overlay's packet envelope (`overlay.auth`) imports the certificates from here, so
-importing the daemon at package level would be circular as well as heavy.
+from their modules: they pull in Trio, hypercorn, httpx and the overlay, which would
+make importing this package heavy. (`overlay/` imports nothing from here: the packet
+envelope is handed populi's keys by `populi_p2p.envelope_keys`.)
 """
 
 from .authority import ClusterAuthority as ClusterAuthority

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 import trio
 
-from overlay.admission import SourceRateLimiter, source_key
+from overlay.admission import source_key
 from overlay.auth import AuthError, PacketAuthenticator
 from overlay.base import Address, TransportError, format_address
 from overlay.bootstrap import Backoff, Bootstrapper
@@ -77,6 +77,7 @@ from .authority import cluster_fingerprint, read_authority_public_key, read_clus
 from .certificate import CertificateError, read_certificate, verify_certificate
 from .config import NodeConfig
 from .driver import Driver
+from .envelope_keys import EnvelopeKeys
 from .identity import NodeIdentity
 from .record import Capabilities, NodeRecord, NodeStatus, SignedNodeRecord, next_sequence
 from .record_book import RecordBook
@@ -143,8 +144,8 @@ def _lane(payload: bytes) -> int:
 class _AuthCodec:
     """Seals outgoing payloads and opens incoming packets (the driver's `PacketCodec`).
 
-    A source whose packets keep failing authentication is cut to a few examined packets
-    per second before any signature check (`SourceRateLimiter`); every drop is counted
+    Which packets earn a signature check is the authenticator's `AdmissionGate`: junk
+    forged from a member's address never costs that member its packets; every drop is counted
     by reason in the authenticator's `drops`. Our certificate rides only in packets to
     peers that may not know us (`introductions`, fed by the node's membership events
     and by senders that start a new session).
@@ -162,7 +163,6 @@ class _AuthCodec:
         self.auth = auth
         self._clock = clock
         self._realtime = realtime
-        self.limiter = SourceRateLimiter()
         self.recipients: dict[Address, str] = {}
         self.introductions = Introductions()
         self.datagrams_with_certificate = 0
@@ -191,18 +191,19 @@ class _AuthCodec:
         now = self._realtime()
         self.bytes_in += len(incoming.payload)
         key = source_key(incoming.source[0])
-        if not self.limiter.allow(key, now):
-            self.auth.drops.add("rate_limited")
-            return None
         try:
             opened = self.auth.open(
-                incoming.payload, now, max_size=self._max_frame if incoming.reliable else None
+                incoming.payload,
+                now,
+                max_size=self._max_frame if incoming.reliable else None,
+                source=key,
             )
         except AuthError as exc:
-            self.limiter.charge(key, now)
             source = format_address(incoming.source)
             event(_log, 10, "packet.dropped", source=source, reason=str(exc))
             return None
+        if incoming.vouch is not None:
+            incoming.vouch()  # a member's TCP connection: keep it (overlay/tcp.py)
         if opened.new_session:
             # New to us, or restarted: it may not hold our certificate (any more).
             self.introductions.introduce(opened.sender_node_id, self._clock())
@@ -308,12 +309,13 @@ class Node:
                     f"cluster secret refused: {exc} (check --cluster-secret)"
                 ) from None
         tcp_frame_max = TransportConfig().tcp.max_frame_size
+        self.envelope_keys = EnvelopeKeys(
+            self.identity, self.certificate, self.authority_key, revocations=revocations
+        )
         auth = PacketAuthenticator(
-            self.identity,
-            self.certificate,
-            self.authority_key,
+            self.envelope_keys,
+            self.envelope_keys,
             cluster_secret=secret,
-            revocations=revocations,
             max_packet_size=TransportConfig().max_datagram_size,
         )
         self.codec = _AuthCodec(auth, tcp_frame_max, self._on_control)
@@ -660,7 +662,7 @@ class Node:
             return
         new = [r for r in merged if r not in self.revocations.revocations]
         self.revocations = merged
-        self.codec.auth.update_revocations(merged)
+        self.envelope_keys.update_revocations(merged)
         for node_id in self.records.update_revocations(merged, time.time()):
             event(_log, 30, "record.revoked", id=node_id)
         directory = self.config.state_dir / "revocations"

@@ -9,6 +9,7 @@ import pytest
 
 from overlay.auth import PacketAuthenticator
 from populi_p2p.authority import ClusterAuthority
+from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
 
 #: Realtime used by these tests (Unix seconds).
@@ -27,7 +28,7 @@ Factory = Callable[..., PacketAuthenticator]
 
 
 def make_authenticator(identity: NodeIdentity, **kwargs: Any) -> PacketAuthenticator:
-    return PacketAuthenticator(identity, CERTS[identity.node_id], AUTHORITY.public_key, **kwargs)
+    return packet_authenticator(identity, CERTS[identity.node_id], AUTHORITY.public_key, **kwargs)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import populi_p2p.identity
 from overlay.auth import AUTH_REASONS, BASE_OVERHEAD, AuthError, PacketAuthenticator
 from populi_p2p.authority import ClusterAuthority, generate_cluster_secret
+from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.revocation import RevocationList
 
@@ -184,7 +185,7 @@ def test_steady_stream_costs_one_signature_check(
 
         return verify
 
-    monkeypatch.setattr("overlay.auth.verify_signature", counting("packet"))
+    monkeypatch.setattr("populi_p2p.envelope_keys.verify_signature", counting("packet"))
     monkeypatch.setattr("populi_p2p.certificate.verify_signature", counting("certificate"))
     for i in range(50):
         bob.open(alice.seal(b"%d" % i, NOW), NOW)
@@ -194,13 +195,13 @@ def test_steady_stream_costs_one_signature_check(
 def test_wrong_authority_and_revoked(alice: PacketAuthenticator) -> None:
     rogue = ClusterAuthority.from_seed(b"R" * 32)
     outsider = NodeIdentity.from_seed(b"o" * 32)
-    rogue_auth = PacketAuthenticator(
+    rogue_auth = packet_authenticator(
         outsider, rogue.enroll(outsider.public_key, now=NOW).raw, rogue.public_key
     )
     bob = make_authenticator(BOB)
     assert refused(bob, rogue_auth.seal(b"let me in", NOW)) == "bad_certificate"
     bob.open(alice.seal(b"before", NOW), NOW)  # cached
-    bob.update_revocations(
+    bob.verifier.update_revocations(  # type: ignore[attr-defined]
         RevocationList().with_revocation(
             AUTHORITY.revoke(now=NOW, node_public_key=ALICE.public_key)
         )
@@ -212,7 +213,7 @@ def test_wrong_authority_and_revoked(alice: PacketAuthenticator) -> None:
 def test_scope_and_expiry() -> None:
     observer = NodeIdentity.from_seed(b"w" * 32)
     cert = AUTHORITY.enroll(observer.public_key, "observer", 100, now=NOW).raw
-    sender = PacketAuthenticator(observer, cert, AUTHORITY.public_key)
+    sender = packet_authenticator(observer, cert, AUTHORITY.public_key)
     assert refused(make_authenticator(BOB), sender.seal(b"x", NOW)) == "bad_certificate"
     anyone = make_authenticator(BOB, required_scope=None)
     assert anyone.open(sender.seal(b"x", NOW), NOW).certificate.scope == "observer"
@@ -261,7 +262,7 @@ def test_bad_version_and_flags(alice: PacketAuthenticator, bob: PacketAuthentica
 
 def test_constructor_checks_own_certificate() -> None:
     with pytest.raises(ValueError, match="certificate is for node"):
-        PacketAuthenticator(ALICE, CERTS[BOB.node_id], AUTHORITY.public_key)
+        packet_authenticator(ALICE, CERTS[BOB.node_id], AUTHORITY.public_key)
     with pytest.raises(ValueError, match="cluster secret"):
         make_authenticator(ALICE, cluster_secret=b"short")
 
@@ -271,7 +272,7 @@ def test_replay_state_is_bounded() -> None:
     senders = [make_authenticator(n) for n in (ALICE, CAROL)]
     extra = NodeIdentity.from_seed(b"d" * 32)
     senders.append(
-        PacketAuthenticator(
+        packet_authenticator(
             extra, AUTHORITY.enroll(extra.public_key, now=NOW).raw, AUTHORITY.public_key
         )
     )

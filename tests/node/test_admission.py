@@ -10,8 +10,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from overlay.auth import PacketAuthenticator
 from populi_p2p.authority import ClusterAuthority
+from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.record import RECORD_CONTEXT, Capabilities, NodeRecord, NodeStatus
 from swim import wire
@@ -84,7 +84,7 @@ def test_forged_replayed_and_missigned(tmp_path: Path) -> None:
         # An insider key, enrolled by the real authority, speaking from the test.
         insider = NodeIdentity.generate()
         cert = mesh.authority.enroll(insider.public_key, now=time.time())
-        auth = PacketAuthenticator(insider, cert.raw, mesh.authority.public_key)
+        auth = packet_authenticator(insider, cert.raw, mesh.authority.public_key)
         sock.bind(("127.0.0.1", 0))
         sock.settimeout(5.0)
         me = sock.getsockname()

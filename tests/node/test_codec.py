@@ -3,10 +3,10 @@ and a peer that restarts (a new session in its envelopes) is introduced to again
 
 from __future__ import annotations
 
-from overlay.auth import PacketAuthenticator
 from overlay.inbox import URGENT, Incoming
 from overlay.introductions import INTRODUCTION_PACKETS, INTRODUCTION_SECONDS
 from populi_p2p.authority import ClusterAuthority
+from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.node import _AuthCodec
 
@@ -31,7 +31,7 @@ class Clock:
 
 def codec(identity: NodeIdentity, clock: Clock) -> _AuthCodec:
     cert = AUTHORITY.enroll(identity.public_key, now=START - 60, serial=1).raw
-    auth = PacketAuthenticator(identity, cert, AUTHORITY.public_key)
+    auth = packet_authenticator(identity, cert, AUTHORITY.public_key)
     return _AuthCodec(auth, 1 << 20, clock=clock.monotonic, realtime=clock.real)
 
 

@@ -15,6 +15,7 @@ from ovtest_support import LOOPBACK, needs_ipv6
 from overlay.base import DEFAULT_PORT, TransportError, normalize_source
 from overlay.inbox import BULK, URGENT
 from overlay.netfilter import AcceptPolicy
+from overlay.peerpaths import PathHealth
 from overlay.tcp import TcpConfig, encode_frame
 from overlay.transport import Transport, TransportConfig
 
@@ -337,7 +338,9 @@ async def test_inbound_connection_limit(start_transport) -> None:
     for s in held:  # make sure both are being served before the third arrives
         await s.send_all(encode_frame(b"hi"))
     for _ in held:
-        await b.receive()
+        got = await b.receive()
+        assert got.vouch is not None
+        got.vouch()  # members' connections (unauthenticated ones would be evicted)
     third = await trio.open_tcp_stream(*b.local_address)
     with trio.fail_after(5):
         assert await third.receive_some(10) == b""
@@ -426,12 +429,13 @@ async def test_peer_can_answer_on_the_pooled_connection(start_transport) -> None
 
 
 async def test_udp_seems_blocked_while_tcp_works(start_transport) -> None:
-    a = await start_transport()
+    paths = PathHealth(udp_silence_threshold=3, udp_silence_min=0.0)
+    a = await start_transport(paths=paths)
     b = await start_transport()
-    for _ in range(3):
+    await a.send_datagram(b.local_address, b"probe")
+    await a.send_frame(b.local_address, b"probe over tcp")  # the handshake completes
+    for _ in range(2):
         await a.send_datagram(b.local_address, b"probe")
-    assert not a.paths.udp_seems_blocked(b.local_address)  # no TCP evidence yet
-    await a.send_frame(b.local_address, b"probe over tcp")
     assert a.paths.udp_seems_blocked(b.local_address)
     assert a.statistics().udp_blocked_peers == (b.local_address,)
     assert a.paths.warn_udp_blocked_once(b.local_address) is True
@@ -440,6 +444,21 @@ async def test_udp_seems_blocked_while_tcp_works(start_transport) -> None:
     await a.receive()
     assert not a.paths.udp_seems_blocked(b.local_address)
     assert a.paths.get(b.local_address).udp_received == 1
+
+
+async def test_unreachable_peer_gets_no_tcp_works_claim(start_transport) -> None:
+    """Issue 7 §7: a peer unreachable over both UDP and TCP is never "TCP works"."""
+    paths = PathHealth(udp_silence_threshold=3, udp_silence_min=0.0)
+    a = await start_transport(paths=paths)
+    with socket.socket() as probe:  # a port where nothing listens, neither UDP nor TCP
+        probe.bind(("127.0.0.1", 0))
+        address = probe.getsockname()
+    for _ in range(5):
+        await a.send_datagram(address, b"probe")
+        with pytest.raises(TransportError):
+            await a.send_frame(address, b"probe over tcp")
+    assert not a.paths.udp_seems_blocked(address)
+    assert a.statistics().udp_blocked_peers == ()
 
 
 async def test_receive_batch_takes_urgent_first_then_bulk(start_transport) -> None:
