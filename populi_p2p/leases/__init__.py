@@ -12,20 +12,40 @@ from ._entry import TaskEntry as TaskEntry
 from ._entry import TaskPhase as TaskPhase
 from ._entry import TaskResult as TaskResult
 from ._entry import merge as merge
+from ._events import LeaseEvent as LeaseEvent
+from ._events import LeaseExpired as LeaseExpired
+from ._events import LeaseStatistics as LeaseStatistics
+from ._events import StaleResultRejected as StaleResultRejected
+from ._events import TaskChanged as TaskChanged
+from ._events import TaskCompacted as TaskCompacted
 from ._spec import Requirements as Requirements
 from ._spec import Signer as Signer
 from ._spec import TaskKind as TaskKind
 from ._spec import TaskSpec as TaskSpec
 from ._spec import Verifier as Verifier
+from ._table import LeaseError as LeaseError
+from ._table import LeaseTable as LeaseTable
+from ._table import StateMerge as StateMerge
+from .config import LeaseConfig as LeaseConfig
 from .wire import DecodeError as DecodeError
 
 __all__ = [
     "Cancel",
     "ClaimRecord",
     "DecodeError",
+    "LeaseConfig",
+    "LeaseError",
+    "LeaseEvent",
+    "LeaseExpired",
+    "LeaseStatistics",
+    "LeaseTable",
     "Phase",
     "Requirements",
     "Signer",
+    "StaleResultRejected",
+    "StateMerge",
+    "TaskChanged",
+    "TaskCompacted",
     "TaskEntry",
     "TaskKind",
     "TaskPhase",

@@ -93,3 +93,24 @@ def entries(draw: st.DrawFn) -> TaskEntry:
         tuple(by_epoch[e] for e in sorted(by_epoch)),
         cancel,
     )
+
+
+def table(me: str, config=None, **kw):
+    from populi_p2p.leases import LeaseConfig, LeaseTable
+
+    return LeaseTable(config or LeaseConfig.local(), me, fake_sign(me), fake_verify, **kw)
+
+
+def anti_entropy(a, b, now: float = 0.0, *, direct: bool = False) -> int:
+    """Run one digest-first exchange initiated by `a`; return the bytes moved."""
+    moved = 0
+    digest = a.digest()
+    moved += len(digest)
+    msg = b.state_for(digest, direct=direct)
+    sides = [a, b]  # the receiver of msg is sides[0]
+    while msg is not None:
+        moved += len(msg)
+        result = sides[0].merge_state(msg, now)
+        msg = result.reply
+        sides.reverse()
+    return moved
