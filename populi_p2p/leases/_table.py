@@ -41,6 +41,7 @@ from ._events import (
 )
 from ._spec import Signer, TaskSpec, Verifier
 from .config import LeaseConfig
+from .reliability import Outcome, outcomes_of
 from .wire import (
     DELTA_BYTES_MAX,
     DecodeError,
@@ -111,6 +112,7 @@ class LeaseTable:
         # task id -> (epoch, owner, renewals, seen at): renewals observed on OUR clock.
         self._seen: dict[str, tuple[int, str, int, float]] = {}
         self._finished_since: dict[str, float] = {}
+        self._changed_at: dict[str, float] = {}
         self._tombstones: dict[str, float] = {}
         self._hash: dict[str, int] = {}
         self._dirty: dict[str, None] = {}
@@ -139,6 +141,13 @@ class LeaseTable:
             and e.current is not None
             and e.current.phase in _LIVE
             and e.cancel is None
+        ]
+
+    def outcomes(self) -> list[Outcome]:
+        """Reliability evidence in the table, stamped with when this replica last saw
+        each entry change (see `reliability.earned_reliability`)."""
+        return [
+            o for tid, e in self._entries.items() for o in outcomes_of(e, self._changed_at[tid])
         ]
 
     def statistics(self) -> LeaseStatistics:
@@ -263,6 +272,7 @@ class LeaseTable:
         if new == old:
             return
         self._entries[tid] = new
+        self._changed_at[tid] = now
         self._dirty[tid] = None
         self._stats["entries_changed"] += 1
         if self._persist is not None:
@@ -324,6 +334,7 @@ class LeaseTable:
     def _compact(self, tid: str, now: float) -> None:
         del self._finished_since[tid]
         del self._entries[tid]
+        del self._changed_at[tid]
         self._seen.pop(tid, None)
         self._dirty[tid] = None
         self._tombstones[tid] = now
