@@ -45,11 +45,7 @@ def test_each_gate_removes_and_explains() -> None:
         gpu_node("small", vram=16),  # 16 GiB minus 10 % headroom < 16 GiB
         Candidate("old", gpus=(Gpu(24 * GIB, (6, 1)),), cpu_cores=16, ram=64 * GIB),
         gpu_node("failed"),
-        gpu_node("unhealthy")
-        if False
-        else Candidate(
-            "unhealthy", gpus=(Gpu(24 * GIB, (8, 6), healthy=False),), cpu_cores=16, ram=GIB
-        ),
+        Candidate("unhealthy", gpus=(Gpu(24 * GIB, (8, 6), healthy=False),), cpu_cores=16, ram=GIB),
     ]
     p = place(
         task(compute_capability_min=(7, 0)),
