@@ -207,8 +207,10 @@ def _rendezvous(task_id: str, node: str) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
-def _score(c: Candidate, spec: TaskSpec, held: Sequence[Requirements], w: Weights) -> Score:
-    r = spec.requirements
+def _fit_and_load(
+    c: Candidate, r: Requirements, held: Sequence[Requirements]
+) -> tuple[float, float]:
+    """The capability-fit and load parts: a function of the node class and its leases."""
     parts = []
     if r.gpu_count:
         vrams = sorted(g.vram_allocatable for g in c.gpus if g.healthy)
@@ -225,6 +227,10 @@ def _score(c: Candidate, spec: TaskSpec, held: Sequence[Requirements], w: Weight
         load = 1.0 - min(1.0, sum(h.gpu_count for h in held) / len(c.gpus))
     else:
         load = 1.0 - min(1.0, len(held) / max(1.0, c.cpu_cores))
+    return fit, load
+
+
+def _score(c: Candidate, r: Requirements, fit: float, load: float, w: Weights) -> Score:
     rtt = 0.5 if c.rtt is None else 1.0 / (1.0 + c.rtt / 0.05)
     pref = r.labels_preferred
     preferred = len(pref & c.labels) / len(pref) if pref else 0.0
@@ -295,7 +301,19 @@ def place(
             continue
         feasible.append(c)
     tid = spec.task_id()
-    scores = {c.node_id: _score(c, spec, committed.get(c.node_id, ()), weights) for c in feasible}
+    req = spec.requirements
+    parts: dict[int, tuple[float, float]] = {}
+    scores: dict[str, Score] = {}
+    for c in feasible:
+        held = committed.get(c.node_id, ())
+        if held:
+            fit, load = _fit_and_load(c, req, held)
+        else:
+            try:
+                fit, load = parts[c.node_class]
+            except KeyError:
+                fit, load = parts[c.node_class] = _fit_and_load(c, req, ())
+        scores[c.node_id] = _score(c, req, fit, load, weights)
     ranked = sorted(
         scores, key=lambda node: (scores[node].total, _rendezvous(tid, node)), reverse=True
     )
