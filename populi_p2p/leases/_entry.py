@@ -21,11 +21,15 @@ product:
     epoch, and every re-placement takes the next epoch. Records of the same epoch join
     as a *lexicographic sum*: the claim with the greater identity ``(rank, owner,
     claim signature, explanation)`` wins outright (the loser's progress is dropped: a
-    loser that started must stop), and two copies of the *same* claim join field by
-    field: ``renewals`` by max, and ``(phase, result)`` by max in the total order
-    ``claimed < running < released < failed < succeeded``, results of one phase ordered
-    by their canonical bytes. (Two results in one epoch only come from a faulty owner;
-    success beats failure so a retry is never wasted on a task that did complete.)
+    loser that started must stop), and two copies of the *same* claim keep the one with
+    the greater progress ``(phase, result, renewals, progress signature)``, phases in
+    the order ``claimed < running < released < failed < succeeded`` and results of one
+    phase ordered by their canonical bytes. Progress is one unit because the owner signs
+    it as one (phase, renewal counter and result together), so a merged record always
+    carries a signature that matches it; a result is posted after the last renewal, so
+    ordering phase before renewals loses nothing. (Two results in one epoch only come
+    from a faulty owner; success beats failure so a retry is never wasted on a task that
+    did complete.)
     Keeping the top K keys of a union is itself associative, so the bound costs no law.
 
 ``cancel`` (``None`` < a cancel record, records ordered by (by, signature))
@@ -63,6 +67,7 @@ RANK_MAX = 1 << 62
 CLAIM_CONTEXT = b"populi-lease-claim\x00"
 RESULT_CONTEXT = b"populi-lease-result\x00"
 CANCEL_CONTEXT = b"populi-lease-cancel\x00"
+PROGRESS_CONTEXT = b"populi-lease-progress\x00"
 
 
 def _pack(value: Any) -> bytes:
@@ -132,7 +137,8 @@ class TaskResult:
 @attrs.frozen
 class ClaimRecord:
     """One claim of one epoch, with its progress. The identity (rank, owner, signature,
-    explanation) is fixed when the claim is made; phase, renewals and result grow."""
+    explanation) is fixed and signed when the claim is made; the progress (phase,
+    renewals, result) grows, each step signed by the owner as `progress_signature`."""
 
     epoch: int
     rank: int
@@ -142,12 +148,28 @@ class ClaimRecord:
     phase: Phase = Phase.CLAIMED
     renewals: int = 0
     result: TaskResult | None = None
+    progress_signature: bytes = b""
 
     def identity(self) -> tuple[int, str, bytes, str]:
         return (self.rank, self.owner, self.signature, self.explanation)
 
-    def outcome_key(self) -> tuple[int, bytes]:
-        return (int(self.phase), b"" if self.result is None else self.result.sort_key())
+    def progress_key(self) -> tuple[int, bytes, int, bytes]:
+        result = b"" if self.result is None else self.result.sort_key()
+        return (int(self.phase), result, self.renewals, self.progress_signature)
+
+    def progress_bytes(self, task_id: str) -> bytes:
+        """What the owner signs at each step: the claim, phase, renewals and result."""
+        result = None if self.result is None else self.result.to_wire()
+        body = [
+            task_id,
+            self.epoch,
+            self.owner,
+            self.signature,
+            int(self.phase),
+            self.renewals,
+            result,
+        ]
+        return PROGRESS_CONTEXT + _pack(body)
 
     def signed_bytes(self, task_id: str) -> bytes:
         return claim_bytes(task_id, self.epoch, self.rank, self.owner, self.explanation)
@@ -162,6 +184,7 @@ class ClaimRecord:
             int(self.phase),
             self.renewals,
             None if self.result is None else self.result.to_wire(),
+            self.progress_signature,
         ]
 
 
@@ -254,6 +277,9 @@ def verify_entry(entry: TaskEntry, verify: Verifier) -> tuple[TaskEntry, int]:
         if not verify(c.owner, c.signed_bytes(entry.task_id), c.signature):
             dropped += 1
             continue
+        if not verify(c.owner, c.progress_bytes(entry.task_id), c.progress_signature):
+            dropped += 1
+            continue
         if c.result is not None and not verify(
             c.owner, c.result.signed_bytes(entry.task_id, c.epoch, c.owner), c.result.signature
         ):
@@ -288,11 +314,7 @@ def merge_claim(a: ClaimRecord, b: ClaimRecord) -> ClaimRecord:
     ia, ib = a.identity(), b.identity()
     if ia != ib:
         return a if ia > ib else b
-    top = a if a.outcome_key() >= b.outcome_key() else b
-    renewals = max(a.renewals, b.renewals)
-    if top.renewals == renewals:
-        return top
-    return attrs.evolve(top, renewals=renewals)
+    return a if a.progress_key() >= b.progress_key() else b
 
 
 def merge_claims(a: tuple[ClaimRecord, ...], b: tuple[ClaimRecord, ...]) -> tuple[ClaimRecord, ...]:

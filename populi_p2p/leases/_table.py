@@ -173,7 +173,7 @@ class LeaseTable:
             raise LeaseError(f"epoch {epoch} of {task_id} is not above {entry.epoch}")
         explanation = explanation[:EXPLANATION_CHARS_MAX]
         sig = self._sign(claim_bytes(task_id, epoch, rank, self.me, explanation))
-        rec = ClaimRecord(epoch, rank, self.me, sig, explanation)
+        rec = self._signed(ClaimRecord(epoch, rank, self.me, sig, explanation), task_id)
         return self._local(TaskEntry(task_id, claims=(rec,)), now)
 
     def mark_running(self, task_id: str, now: float) -> bytes:
@@ -219,8 +219,12 @@ class LeaseTable:
         cur = self._mine(task_id)
         if "phase" in changes and changes["phase"] < cur.phase:
             raise LeaseError(f"{task_id}: phase {cur.phase.name} cannot go back")
-        rec = attrs.evolve(cur, **changes)
+        rec = self._signed(attrs.evolve(cur, **changes), task_id)
         return self._local(TaskEntry(task_id, claims=(rec,)), now)
+
+    def _signed(self, rec: ClaimRecord, task_id: str) -> ClaimRecord:
+        sig = self._sign(rec.progress_bytes(task_id))
+        return attrs.evolve(rec, progress_signature=sig)
 
     def _local(self, delta: TaskEntry, now: float) -> bytes:
         self._install(delta, now, [])

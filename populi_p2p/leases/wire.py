@@ -116,8 +116,8 @@ def _result(raw: Any) -> TaskResult:
 
 
 def _claim(raw: Any) -> ClaimRecord:
-    _need(isinstance(raw, list) and len(raw) == 8, "bad claim layout")
-    epoch, rank, owner, sig, expl, phase, renewals, result = raw
+    _need(isinstance(raw, list) and len(raw) == 9, "bad claim layout")
+    epoch, rank, owner, sig, expl, phase, renewals, result, progress_sig = raw
     _need(isinstance(expl, str) and len(expl) <= EXPLANATION_CHARS_MAX, "bad explanation")
     _need(type(phase) is int and phase in Phase._value2member_map_, "bad phase")
     ph = Phase(phase)
@@ -132,6 +132,7 @@ def _claim(raw: Any) -> ClaimRecord:
         ph,
         _int(renewals, RENEWALS_MAX),
         res,
+        _sig(progress_sig),
     )
 
 

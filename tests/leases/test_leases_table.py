@@ -8,6 +8,7 @@ import pytest
 from populi_p2p.leases import (
     LeaseError,
     LeaseExpired,
+    Phase,
     StaleResultRejected,
     TaskChanged,
     TaskCompacted,
@@ -91,6 +92,18 @@ def test_forged_parts_and_junk_are_dropped_and_counted() -> None:
     )
     a.apply(bad, 1.0)
     assert a.get(s.task_id()).spec is None  # the unsigned spec never lands
+
+
+def test_a_forged_renewal_or_phase_is_dropped() -> None:
+    """Progress is signed by the owner: bumping renewals or the phase of someone
+    else's claim (to keep a dead owner's lease alive) does not verify."""
+    a, b, tid = _submitted()
+    a.apply(b.claim(tid, 1, 0, "", 1.0), 1.0)
+    cur = a.get(tid).current
+    for forged in (attrs.evolve(cur, renewals=99), attrs.evolve(cur, phase=Phase.RUNNING)):
+        assert a.apply(encode_entries([attrs.evolve(a.get(tid), claims=(forged,))]), 2.0) == []
+    assert a.get(tid).current == cur
+    assert a.statistics().forged_parts_dropped == 2
 
 
 def test_expiry_on_own_clock_and_on_membership() -> None:
