@@ -265,35 +265,54 @@ class TaskEntry:
         return self.phase in (TaskPhase.PENDING, TaskPhase.RELEASED, TaskPhase.FAILED)
 
 
-def verify_entry(entry: TaskEntry, verify: Verifier) -> tuple[TaskEntry, int]:
+def verify_entry(
+    entry: TaskEntry, verify: Verifier, known: TaskEntry | None = None
+) -> tuple[TaskEntry, int]:
     """Drop every part of `entry` whose signature does not check; return the rest and how
-    many parts were dropped. Results must be signed by their claim's owner."""
+    many parts were dropped. Results must be signed by their claim's owner.
+
+    Parts equal to parts of `known` (this replica's verified entry) are not checked
+    again: a renewal repeats its claim, whose signature was verified when it arrived.
+    """
     dropped = 0
+    tid = entry.task_id
     spec, spec_sig = entry.spec, entry.spec_signature
-    if spec is not None and not spec.verify(spec_sig, verify):
+    if (
+        spec is not None
+        and not (known is not None and known.spec is not None and known.spec_signature == spec_sig)
+        and not spec.verify(spec_sig, verify)
+    ):
         spec, spec_sig, dropped = None, b"", dropped + 1
+    have = {} if known is None else {c.epoch: c for c in known.claims}
     claims = []
     for c in entry.claims:
-        if not verify(c.owner, c.signed_bytes(entry.task_id), c.signature):
+        old = have.get(c.epoch)
+        if old is not None and old == c:
+            claims.append(c)
+            continue
+        same_claim = old is not None and old.identity() == c.identity()
+        if not same_claim and not verify(c.owner, c.signed_bytes(tid), c.signature):
             dropped += 1
             continue
-        if not verify(c.owner, c.progress_bytes(entry.task_id), c.progress_signature):
+        if not verify(c.owner, c.progress_bytes(tid), c.progress_signature):
             dropped += 1
             continue
         if c.result is not None and not verify(
-            c.owner, c.result.signed_bytes(entry.task_id, c.epoch, c.owner), c.result.signature
+            c.owner, c.result.signed_bytes(tid, c.epoch, c.owner), c.result.signature
         ):
             dropped += 1
             continue
         claims.append(c)
     cancel = entry.cancel
-    if cancel is not None and not verify(
-        cancel.by, cancel_bytes(entry.task_id, cancel.by), cancel.signature
+    if (
+        cancel is not None
+        and not (known is not None and known.cancel == cancel)
+        and not verify(cancel.by, cancel_bytes(tid, cancel.by), cancel.signature)
     ):
         cancel, dropped = None, dropped + 1
     if dropped == 0:
         return entry, 0
-    return TaskEntry(entry.task_id, spec, spec_sig, tuple(claims), cancel), dropped
+    return TaskEntry(tid, spec, spec_sig, tuple(claims), cancel), dropped
 
 
 def sign_result(

@@ -256,7 +256,7 @@ class LeaseTable:
         if entry.task_id in self._tombstones:
             self._stats["resurrections_blocked"] += 1
             return
-        checked, dropped = verify_entry(entry, self._verify)
+        checked, dropped = verify_entry(entry, self._verify, self._entries.get(entry.task_id))
         self._stats["forged_parts_dropped"] += dropped
         self._install(checked, now, events)
 
