@@ -427,7 +427,8 @@ class LeaseTable:
             if group is not None:
                 group.append(tid)
         if direct:
-            chosen = [self._entries[t] for g in groups.values() for t in sorted(g)]
+            cap = self.config.anti_entropy_entries_max
+            chosen = [self._entries[t] for g in groups.values() for t in sorted(g)][:cap]
             self._stats["anti_entropy_entries_sent"] += len(chosen)
             return encode_entries(chosen)
         summary = []
@@ -491,12 +492,20 @@ class LeaseTable:
         for tid in self._entries:
             if _leaf(tid) >> shift in wanted_buckets:
                 mine[bytes.fromhex(tid[: 2 * _PREFIX])] = (self._hash[tid] & 0xFFFFFFFF, tid)
+        cap = self.config.anti_entropy_entries_max
         push = [
             self._entries[tid]
             for prefix, (h, tid) in sorted(mine.items())
             if remote.get(prefix) != h
-        ]
-        want = b"".join(p for p in sorted(remote) if p not in mine or mine[p][0] != remote[p])
+        ][:cap]
+        compacted = {bytes.fromhex(t[: 2 * _PREFIX]) for t in self._tombstones}
+        want = b"".join(
+            [
+                p
+                for p in sorted(remote)
+                if (p not in mine or mine[p][0] != remote[p]) and p not in compacted
+            ][:cap]
+        )
         if not push and not want:
             return None
         self._stats["anti_entropy_entries_sent"] += len(push)
@@ -522,6 +531,6 @@ class LeaseTable:
             ]
             if wanted
             else []
-        )
+        )[: self.config.anti_entropy_entries_max]
         self._stats["anti_entropy_entries_sent"] += len(back)
         return StateMerge(events, encode_entries(back) if back else None)

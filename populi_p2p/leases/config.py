@@ -61,6 +61,9 @@ class LeaseConfig:
     #: Anti-entropy sizes its digest at about this many entries per bucket (256..65536
     #: buckets): fewer per bucket is a bigger digest but a smaller summary.
     anti_entropy_entries_per_bucket: int = attrs.field(default=4, validator=_positive)
+    #: At most this many entries in one anti-entropy message (~250 bytes each); the
+    #: rest follows in the next exchange, since their buckets still differ.
+    anti_entropy_entries_max: int = attrs.field(default=20_000, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if self.lease_ttl < 2 * self.lease_renew_interval:

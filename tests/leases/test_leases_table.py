@@ -6,6 +6,7 @@ import attrs
 import pytest
 
 from populi_p2p.leases import (
+    LeaseConfig,
     LeaseError,
     LeaseExpired,
     Phase,
@@ -172,3 +173,28 @@ def test_anti_entropy_converges_and_moves_only_differences(direct: bool) -> None
     assert len(a) == 407
     assert moved < full / 2
     assert anti_entropy(a, b) == len(a.digest())  # in sync: the digest alone
+
+
+def test_anti_entropy_is_bounded_per_message_and_finishes_over_rounds() -> None:
+    cfg = attrs.evolve(LeaseConfig.local(), anti_entropy_entries_max=10)
+    a, b = table("a", cfg), table("b", cfg)
+    for i in range(35):
+        a.submit(spec(i, by="a"), 0.0)
+    rounds = 0
+    while {e.task_id for e in b} != {e.task_id for e in a}:
+        before = len(b)
+        anti_entropy(a, b)
+        assert len(b) - before <= 10
+        rounds += 1
+        assert rounds < 10
+    assert rounds == 4
+
+
+def test_compacted_ids_are_not_wanted_back() -> None:
+    a, b, tid = _submitted()
+    a.apply(b.claim(tid, 1, 0, "", 1.0), 1.0)
+    a.apply(b.post_result(tid, TaskResult(0), 2.0), 2.0)
+    a.tick(2.0 + a.config.finished_retention)
+    assert a.get(tid) is None and b.get(tid) is not None
+    anti_entropy(b, a)  # b offers it; a neither asks for it nor keeps it
+    assert a.get(tid) is None
