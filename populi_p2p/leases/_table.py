@@ -20,6 +20,7 @@ import attrs
 
 from ._entry import (
     EXPLANATION_CHARS_MAX,
+    HISTORY_EPOCHS_MAX,
     Cancel,
     ClaimRecord,
     Phase,
@@ -149,6 +150,30 @@ class LeaseTable:
         return [
             o for tid, e in self._entries.items() for o in outcomes_of(e, self._changed_at[tid])
         ]
+
+    def check_invariants(self) -> None:
+        """Assert the table's internal consistency (tests and simulation call this after
+        each step, TigerBeetle-style); O(n), not for production loops."""
+        for tid, (epoch, owner, renewals, _) in self._seen.items():
+            cur = self._entries[tid].current
+            assert cur is not None and cur.phase in _LIVE, tid
+            assert (cur.epoch, cur.owner, cur.renewals) == (epoch, owner, renewals), tid
+        for tid in self._finished_since:
+            assert self._entries[tid].finished(), tid
+        assert not self._entries.keys() & self._tombstones.keys()
+        assert self._entries.keys() == self._changed_at.keys()
+        for tid, e in self._entries.items():
+            assert e.task_id == tid
+            epochs = [c.epoch for c in e.claims]
+            assert epochs == sorted(set(epochs)) and len(epochs) <= HISTORY_EPOCHS_MAX, tid
+        self._flush()
+        leaves: dict[int, int] = {}
+        for tid, h in self._hash.items():
+            leaves[_leaf(tid)] = leaves.get(_leaf(tid), 0) ^ h
+        assert self._hash.keys() == self._entries.keys()
+        nonzero = {leaf: h for leaf, h in leaves.items() if h}
+        assert all(self._leaves[leaf] == h for leaf, h in nonzero.items()), "stale leaves"
+        assert _LEAVES - self._leaves.count(0) == len(nonzero), "stale leaves"
 
     def statistics(self) -> LeaseStatistics:
         return LeaseStatistics(**self._stats)
@@ -290,6 +315,8 @@ class LeaseTable:
             self._seen.pop(tid, None)
         if new.finished():
             self._finished_since.setdefault(tid, now)
+        else:  # a concurrent claim of a later epoch re-opened it: the clock restarts
+            self._finished_since.pop(tid, None)
         events.append(TaskChanged(tid, new.phase, new.epoch, new.owner, new))
 
     def _stale(self, tid: str, rec: ClaimRecord, events: list[LeaseEvent]) -> None:

@@ -174,6 +174,8 @@ def test_cluster_runs_every_task_once_accepted_through_a_crash(seed: int) -> Non
                 c.crashed[victim] = c.now
                 c.nodes[victim].running.clear()
         live = [c.nodes[n].table for n in NAMES if n not in c.crashed]
+        for tb in live:
+            tb.check_invariants()
         if (
             victim
             and all(

@@ -95,6 +95,11 @@ class Replicas(RuleBasedStateMachine):
                     assert {e.task_id: e for e in tx} == {e.task_id: e for e in ty}
 
     @invariant()
+    def tables_are_consistent(self) -> None:
+        for tb in self.tables.values():
+            tb.check_invariants()
+
+    @invariant()
     def accepted_result_is_the_current_epochs(self) -> None:
         for tb in self.tables.values():
             for e in tb:
