@@ -196,5 +196,9 @@ def test_cluster_runs_every_task_once_accepted_through_a_crash(seed: int) -> Non
         assert e.phase is TaskPhase.SUCCEEDED, f"task lost: {e}"
         assert e.accepted_result is not None and e.owner != victim
         assert e.accepted_result.output_tail == e.owner.encode()  # the current owner's
+    # nobody is still running anything: every duplicate start was stopped
+    assert all(not c.nodes[n].running for n in NAMES)
+    duplicates = sum(len(v) - 1 for v in c.starts.values())
+    assert c.stops <= duplicates
     # the victim's task was re-placed at a later epoch and ran elsewhere
     assert any(e.epoch >= 2 for e in (live[0].get(t) for t in tids))
