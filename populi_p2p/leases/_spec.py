@@ -1,0 +1,206 @@
+"""`TaskSpec`: what to run and on what, immutable, content-addressed, signed.
+
+The task id is the hash of the canonical msgpack encoding of the spec, so two replicas
+that hold the same id hold the same spec (a forged spec cannot reuse an id), and the
+spec part of the lease lattice never conflicts. The accepting node signs the encoding;
+signing and verifying are callables passed in, so this package needs no key types.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import msgpack
+
+#: Signs bytes with the local node's key (e.g. `identity.sign` with a context string).
+Signer = Callable[[bytes], bytes]
+#: `verify(node_id, data, signature) -> bool`: checks a signature by `node_id`.
+Verifier = Callable[[str, bytes, bytes], bool]
+
+#: Hex characters of a task id (blake2b-128): collisions need 2**64 submissions.
+TASK_ID_CHARS = 32
+SPEC_VERSION = 1
+#: Named bounds on a spec; each keeps one entry (and one delta) small.
+COMMAND_ARGS_MAX = 64
+COMMAND_BYTES_MAX = 4096
+ENV_ENTRIES_MAX = 64
+ENV_BYTES_MAX = 4096
+LABELS_MAX = 32
+LABEL_CHARS_MAX = 64
+NODE_ID_CHARS_MAX = 128
+GPU_COUNT_MAX = 64
+TIMEOUT_MAX = 30 * 86400.0
+RETRY_LIMIT_MAX = 8
+SIZE_MAX = 1 << 50  # bytes; anything larger is a typo, not a machine
+
+SPEC_CONTEXT = b"populi-lease-spec\x00"
+
+
+class TaskKind(enum.Enum):
+    """The kind of work; a node can be degraded for one kind and fine for another."""
+
+    INFERENCE = "inference"
+    TRAINING = "training"
+    AGENT = "agent"
+    BATCH = "batch"
+
+
+def _labels(value: Any) -> frozenset[str]:
+    return frozenset(value)
+
+
+def _env(value: Mapping[str, str]) -> dict[str, str]:
+    return dict(sorted(value.items()))
+
+
+@attrs.frozen
+class Requirements:
+    """What a node must offer to run the task (Layer A/B capacity and Layer C labels)."""
+
+    gpu_count: int = 0
+    vram_per_gpu: int = 0  # bytes
+    compute_capability_min: tuple[int, int] = (0, 0)
+    cpu_cores: float = 0.0
+    ram: int = 0  # bytes
+    labels_required: frozenset[str] = attrs.field(default=frozenset(), converter=_labels)
+    labels_preferred: frozenset[str] = attrs.field(default=frozenset(), converter=_labels)
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.gpu_count <= GPU_COUNT_MAX:
+            raise ValueError(f"gpu_count must be in 0..{GPU_COUNT_MAX}, got {self.gpu_count}")
+        for name in ("vram_per_gpu", "ram"):
+            v = getattr(self, name)
+            if not 0 <= v <= SIZE_MAX:
+                raise ValueError(f"{name} must be a size in 0..{SIZE_MAX} bytes, got {v}")
+        if not 0 <= self.cpu_cores <= 4096:
+            raise ValueError(f"cpu_cores must be in 0..4096, got {self.cpu_cores}")
+        cc = self.compute_capability_min
+        if len(cc) != 2 or min(cc) < 0 or max(cc) > 99:
+            raise ValueError(f"compute_capability_min must be (major, minor) in 0..99, got {cc}")
+        for name in ("labels_required", "labels_preferred"):
+            labels = getattr(self, name)
+            if len(labels) > LABELS_MAX:
+                raise ValueError(f"{name}: at most {LABELS_MAX} labels, got {len(labels)}")
+            for label in labels:
+                if not isinstance(label, str) or not 0 < len(label) <= LABEL_CHARS_MAX:
+                    raise ValueError(f"{name}: each label is 1..{LABEL_CHARS_MAX} characters")
+
+
+@attrs.frozen
+class TaskSpec:
+    """An immutable task: kind, requirements, command and limits, and who accepted it.
+
+    Construction validates every field against the named bounds above and raises a
+    one-line `ValueError`, so a spec that exists is a spec that fits in a delta.
+    """
+
+    kind: TaskKind
+    requirements: Requirements
+    command: tuple[str, ...] = attrs.field(converter=tuple)
+    env: Mapping[str, str] = attrs.field(factory=dict, converter=_env)
+    timeout: float = 3600.0  # seconds of run time before the owner kills it
+    retry_limit: int = 2  # failed attempts tolerated before the task is failed for good
+    submitted_by: str = ""  # node id of the accepting node (the spec's signer)
+    submitted_at: float = 0.0  # realtime; informational only, never used for ordering
+
+    def __attrs_post_init__(self) -> None:
+        if not self.command:
+            raise ValueError("command is empty: give at least the program to run")
+        if len(self.command) > COMMAND_ARGS_MAX:
+            raise ValueError(f"command has {len(self.command)} args, at most {COMMAND_ARGS_MAX}")
+        if sum(len(a.encode()) for a in self.command) > COMMAND_BYTES_MAX:
+            raise ValueError(f"command is longer than {COMMAND_BYTES_MAX} bytes")
+        if not all(isinstance(a, str) for a in self.command):
+            raise ValueError("command arguments must be strings")
+        if len(self.env) > ENV_ENTRIES_MAX:
+            raise ValueError(f"env has {len(self.env)} entries, at most {ENV_ENTRIES_MAX}")
+        if sum(len(k.encode()) + len(v.encode()) for k, v in self.env.items()) > ENV_BYTES_MAX:
+            raise ValueError(f"env is larger than {ENV_BYTES_MAX} bytes")
+        if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in self.env.items()):
+            raise ValueError("env must map non-empty strings to strings")
+        if not 0 < self.timeout <= TIMEOUT_MAX:
+            raise ValueError(f"timeout must be in (0, {TIMEOUT_MAX}] seconds, got {self.timeout}")
+        if not 0 <= self.retry_limit <= RETRY_LIMIT_MAX:
+            raise ValueError(f"retry_limit must be in 0..{RETRY_LIMIT_MAX}")
+        if not 0 < len(self.submitted_by) <= NODE_ID_CHARS_MAX:
+            raise ValueError(f"submitted_by must be a node id of 1..{NODE_ID_CHARS_MAX} chars")
+
+    def to_wire(self) -> list[Any]:
+        """The canonical layout: a fixed array, version first, labels and env sorted."""
+        r = self.requirements
+        return [
+            SPEC_VERSION,
+            self.kind.value,
+            [
+                r.gpu_count,
+                r.vram_per_gpu,
+                list(r.compute_capability_min),
+                float(r.cpu_cores),
+                r.ram,
+                sorted(r.labels_required),
+                sorted(r.labels_preferred),
+            ],
+            list(self.command),
+            [[k, v] for k, v in sorted(self.env.items())],
+            float(self.timeout),
+            self.retry_limit,
+            self.submitted_by,
+            float(self.submitted_at),
+        ]
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> TaskSpec:
+        """Rebuild from `to_wire`'s layout; any mismatch raises `ValueError`/`TypeError`."""
+        if not isinstance(raw, list) or len(raw) != 9 or raw[0] != SPEC_VERSION:
+            raise ValueError("not a version-1 task spec")
+        _, kind, req, command, env, timeout, retry, by, at = raw
+        if not isinstance(req, list) or len(req) != 7:
+            raise ValueError("bad requirements layout")
+        gpus, vram, cc, cpu, ram, lreq, lpref = req
+        for v in (gpus, vram, ram, retry):
+            if type(v) is not int:
+                raise ValueError("integer field is not an int")
+        if not (isinstance(cc, list) and len(cc) == 2 and all(type(c) is int for c in cc)):
+            raise ValueError("bad compute capability")
+        if not all(isinstance(x, list) for x in (lreq, lpref, command, env)):
+            raise ValueError("bad list field")
+        if not all(isinstance(p, list) and len(p) == 2 for p in env):
+            raise ValueError("bad env layout")
+        if not all(isinstance(x, int | float) for x in (cpu, timeout, at)) or not isinstance(
+            by, str
+        ):
+            raise ValueError("bad scalar field")
+        return cls(
+            kind=TaskKind(kind),
+            requirements=Requirements(gpus, vram, (cc[0], cc[1]), float(cpu), ram, lreq, lpref),
+            command=tuple(command),
+            env={k: v for k, v in env},
+            timeout=float(timeout),
+            retry_limit=retry,
+            submitted_by=by,
+            submitted_at=float(at),
+        )
+
+    def canonical(self) -> bytes:
+        """One spec, one byte string: the input of the task id and of the signature."""
+        return msgpack.packb(self.to_wire(), use_bin_type=True)  # type: ignore[no-any-return]
+
+    def task_id(self) -> str:
+        """The content hash of the canonical spec (blake2b-128, hex)."""
+        return task_id_of(self.canonical())
+
+    def sign(self, sign: Signer) -> bytes:
+        """The accepting node's signature over the canonical spec."""
+        return sign(SPEC_CONTEXT + self.canonical())
+
+    def verify(self, signature: bytes, verify: Verifier) -> bool:
+        """True when `signature` is `submitted_by`'s over this spec."""
+        return verify(self.submitted_by, SPEC_CONTEXT + self.canonical(), signature)
+
+
+def task_id_of(canonical: bytes) -> str:
+    return hashlib.blake2b(canonical, digest_size=TASK_ID_CHARS // 2).hexdigest()

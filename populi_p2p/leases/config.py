@@ -1,0 +1,97 @@
+"""`LeaseConfig`: every knob of the lease table, election and placement, with presets.
+
+One frozen attrs class like `swim.SwimConfig`. Durations are seconds as float, measured
+on each node's own monotonic clock (leases never compare clocks across nodes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"LeaseConfig.{attribute.name} must be > 0, got {value!r}")
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value >= 0:
+        raise ValueError(f"LeaseConfig.{attribute.name} must be >= 0, got {value!r}")
+
+
+@attrs.frozen
+class LeaseConfig:
+    """Configuration of one `LeaseTable` and its election and placement helpers.
+
+    The defaults are the LAN preset; use `.lan()`, `.wan()`, `.local()` and
+    `attrs.evolve` for single fields.
+    """
+
+    #: The owner bumps its renewal counter this often. Each renewal is one small delta
+    #: (~100 bytes) gossiped to everyone, so shorter costs bytes, longer detects later.
+    lease_renew_interval: float = attrs.field(default=2.0, validator=_positive)
+    #: An observer that has seen no renewal for this long, on its own clock, re-places the
+    #: task at the next epoch. Must cover a few renewals plus gossip spread time, or a
+    #: slow-but-alive owner is replaced (a duplicate start, never a duplicate result).
+    lease_ttl: float = attrs.field(default=10.0, validator=_positive)
+    #: A claimant waits this long (about one gossip round to everyone) before starting,
+    #: so a competing claim for the same epoch can reach it. Shorter starts sooner and
+    #: risks more duplicate starts.
+    settle_time: float = attrs.field(default=0.6, validator=_non_negative)
+    #: Finished entries (succeeded, cancelled, out of retries) are kept this long after a
+    #: replica first saw them finished, for `explain` and reliability, then compacted.
+    finished_retention: float = attrs.field(default=3600.0, validator=_positive)
+    #: Compacted ids are remembered this long so a late delta cannot resurrect them. Must
+    #: exceed `finished_retention` plus the spread of compaction times across replicas.
+    tombstone_retention: float = attrs.field(default=7200.0, validator=_positive)
+    #: At most this many tombstones (oldest dropped first): bounds memory under floods.
+    tombstones_max: int = attrs.field(default=200_000, validator=_positive)
+    #: Placement scores at most this many feasible candidates (a seeded random sample
+    #: beyond that, as Nomad does); bigger is a better choice, linearly slower.
+    placement_sample_max: int = attrs.field(default=256, validator=_positive)
+    #: Fraction of each resource kept free when checking fit (0.1 = 10 % headroom).
+    headroom_fraction: float = attrs.field(default=0.1, validator=_non_negative)
+    #: Reliability evidence loses half its weight after this long (Beta decay).
+    reliability_half_life: float = attrs.field(default=86400.0, validator=_positive)
+    #: Beta prior (successes, losses): the mean a new node starts at is s/(s+l), low.
+    reliability_prior_successes: float = attrs.field(default=1.0, validator=_positive)
+    reliability_prior_losses: float = attrs.field(default=3.0, validator=_positive)
+    #: Anti-entropy sizes its digest at about this many entries per bucket (256..65536
+    #: buckets): fewer per bucket is a bigger digest but a smaller summary.
+    anti_entropy_entries_per_bucket: int = attrs.field(default=4, validator=_positive)
+    #: At most this many entries in one anti-entropy message (~250 bytes each); the
+    #: rest follows in the next exchange, since their buckets still differ.
+    anti_entropy_entries_max: int = attrs.field(default=20_000, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.lease_ttl < 2 * self.lease_renew_interval:
+            raise ValueError("LeaseConfig.lease_ttl must be >= 2 * lease_renew_interval")
+        if self.tombstone_retention < self.finished_retention:
+            raise ValueError("LeaseConfig.tombstone_retention must be >= finished_retention")
+
+    @classmethod
+    def lan(cls) -> LeaseConfig:
+        """A LAN or a WireGuard mesh in one region (SWIM's lan preset)."""
+        return cls()
+
+    @classmethod
+    def wan(cls) -> LeaseConfig:
+        """Across continents: slower gossip, so longer settle and ttl."""
+        return cls(
+            lease_renew_interval=5.0,  # gossip spreads in seconds, renew less often
+            lease_ttl=30.0,  # six missed renewals before re-placement
+            settle_time=3.0,  # a WAN gossip round is about 0.5 s x log(n) hops
+        )
+
+    @classmethod
+    def local(cls) -> LeaseConfig:
+        """One machine or the simulator: everything fast."""
+        return cls(
+            lease_renew_interval=0.5,  # loopback costs nothing
+            lease_ttl=2.5,  # five renewals
+            settle_time=0.2,  # one local gossip round
+            finished_retention=60.0,  # tests want compaction to happen soon
+            tombstone_retention=120.0,
+        )

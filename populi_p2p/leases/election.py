@@ -1,0 +1,64 @@
+"""Owner election: pure decisions for claim, settle, start, stop and re-placement.
+
+The protocol, driven by the node (or the simulator) with these functions:
+
+1. Every node runs `placement.place` over its own view. A node that finds itself ranked
+   first and sees the task needing an owner (`should_claim`) claims the next epoch with
+   its score as the rank (`LeaseTable.claim`) and gossips the delta.
+2. It waits `config.settle_time` (about one gossip round, `start_time`), then starts
+   only if `claim_stands`: no higher epoch and no better claim for the same epoch has
+   arrived. Concurrent claimants of one epoch resolve by (rank, owner) in `merge`, the
+   same way on every replica.
+3. A node that already started and sees its claim superseded (`must_stop`) stops at
+   once; its result, if it posts one, is fenced out by the epoch.
+4. Re-placement: when `LeaseTable.tick` reports `LeaseExpired` (owner dead/left per
+   SWIM, or no renewal seen for `lease_ttl` on this node's clock), `replacement_epoch`
+   gives the epoch to claim, if the lease is still the expired one; placement then
+   runs with the old owner excluded.
+"""
+
+from __future__ import annotations
+
+from ._entry import Phase, TaskEntry, TaskPhase
+from ._events import LeaseExpired
+from .config import LeaseConfig
+from .placement import Placement
+
+
+def should_claim(entry: TaskEntry, me: str, placement: Placement) -> int | None:
+    """The epoch `me` should claim now, or None (not needed, or not ranked first)."""
+    if not entry.needs_owner() or placement.chosen != me:
+        return None
+    return entry.epoch + 1
+
+
+def replacement_epoch(entry: TaskEntry, expired: LeaseExpired) -> int | None:
+    """The epoch to claim after `expired`, or None if the lease has moved on since."""
+    cur = entry.current
+    if cur is None or entry.finished() or entry.cancel is not None:
+        return None
+    if cur.epoch != expired.epoch or cur.owner != expired.owner:
+        return None
+    if cur.phase not in (Phase.CLAIMED, Phase.RUNNING):
+        return None
+    return cur.epoch + 1
+
+
+def start_time(claimed_at: float, config: LeaseConfig) -> float:
+    """When a claimant may start (its own monotonic clock)."""
+    return claimed_at + config.settle_time
+
+
+def claim_stands(entry: TaskEntry, me: str, epoch: int) -> bool:
+    """True while `me` holds exactly `epoch` and the task is not cancelled or done."""
+    return (
+        entry.epoch == epoch
+        and entry.owner == me
+        and entry.phase in (TaskPhase.CLAIMED, TaskPhase.RUNNING)
+    )
+
+
+def must_stop(entry: TaskEntry, me: str, epoch: int) -> bool:
+    """True when a node running `epoch` must stop: superseded, lost the tie, or
+    cancelled."""
+    return not claim_stands(entry, me, epoch)

@@ -1,0 +1,329 @@
+"""Placement: a Nomad-style pipeline of feasibility gates and rankers that explains itself.
+
+Every node runs the same function over its own view; nothing here is random except the
+seeded sample order. Gates remove candidates and count why (alive, not draining, not
+degraded for the kind, labels, compute capability, capacity with headroom after the
+leases the node already holds, not failed there before). Rankers score the rest in
+[0, 1]: capability fit (tighter is better, so big GPUs stay free for big tasks), earned
+reliability, current load, RTT from the accepting node, and preferred labels. Labels
+restrict and prefer; they never create capacity. A rendezvous hash of (task, node)
+breaks ties, so equal nodes share work without coordination.
+
+At large scale the pipeline visits candidates in a seeded pseudo-random order (a
+random start and a stride coprime with n) and stops once `placement_sample_max`
+feasible ones are found, as Nomad's limit iterator does; feasibility of nodes holding
+no leases is cached per hardware class, so homogeneous fleets cost one check per class.
+
+A task asking for several GPUs is placed on one node as one unit: the capacity gate
+demands that many suitable GPUs free on the same node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Collection, Mapping, Sequence
+
+import attrs
+
+from ._entry import EXPLANATION_CHARS_MAX, Phase, TaskEntry
+from ._spec import Requirements, TaskKind, TaskSpec
+from .config import LeaseConfig
+
+#: Gate names, in pipeline order; `Placement.removed` is keyed by them.
+GATES = (
+    "not_alive",
+    "draining",
+    "degraded",
+    "labels",
+    "compute_capability",
+    "capacity",
+    "failed_here",
+    "excluded",
+)
+
+
+@attrs.frozen
+class Gpu:
+    """One GPU as Layer A/B report it."""
+
+    vram_allocatable: int  # bytes
+    compute_capability: tuple[int, int] = (0, 0)
+    healthy: bool = True
+
+
+def _frozen(value: Collection[object]) -> frozenset[object]:
+    return frozenset(value)
+
+
+@attrs.frozen
+class Candidate:
+    """A plain view of one node, built by the caller from membership and NodeRecords."""
+
+    node_id: str
+    state: str = "alive"  # membership: alive | suspect | dead | left
+    draining: bool = False
+    degraded_kinds: frozenset[TaskKind] = attrs.field(default=frozenset(), converter=_frozen)
+    gpus: tuple[Gpu, ...] = ()
+    cpu_cores: float = 0.0
+    ram: int = 0
+    labels: frozenset[str] = attrs.field(default=frozenset(), converter=_frozen)
+    rtt: float | None = None  # seconds from the accepting node; None if unknown
+    reliability: float = 0.25  # from `reliability.earned_reliability`
+    node_class: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        key = repr(
+            (
+                self.state,
+                self.draining,
+                sorted(k.value for k in self.degraded_kinds),
+                self.gpus,
+                self.cpu_cores,
+                self.ram,
+                sorted(self.labels),
+            )
+        ).encode()
+        cls = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+        object.__setattr__(self, "node_class", cls)
+
+
+@attrs.frozen
+class Score:
+    """One candidate's ranking, each part in [0, 1]; `total` is the weighted sum."""
+
+    total: float
+    fit: float
+    reliability: float
+    load: float
+    rtt: float
+    preferred: float
+
+
+@attrs.frozen
+class Weights:
+    """How much each ranker counts. Reliability and fit lead; RTT is a tie-breaker-ish
+    nudge toward the accepting node (where the inputs usually are)."""
+
+    fit: float = 0.3
+    reliability: float = 0.3
+    load: float = 0.2
+    rtt: float = 0.1
+    preferred: float = 0.1
+
+
+@attrs.frozen
+class Placement:
+    """The decision and its explanation."""
+
+    task_id: str
+    chosen: str | None
+    ranked: tuple[str, ...]  # chosen first, then the fallbacks
+    removed: Mapping[str, int]  # gate -> candidates it removed
+    examples: Mapping[str, tuple[str, ...]]  # gate -> a few node ids it removed
+    scores: Mapping[str, Score]
+    visited: int
+    candidates: int
+
+    def rank_of(self, node: str) -> int:
+        """The claim rank for `node`: its score quantized (higher wins a tied epoch)."""
+        score = self.scores.get(node)
+        return 0 if score is None else int(score.total * 1_000_000)
+
+    def explain(self) -> str:
+        """A bounded one-paragraph explanation kept with the claim."""
+        removed = ", ".join(f"{g}={n}" for g, n in self.removed.items() if n)
+        top = "; ".join(
+            f"{n} {self.scores[n].total:.3f} (fit {self.scores[n].fit:.2f} rel "
+            f"{self.scores[n].reliability:.2f} load {self.scores[n].load:.2f})"
+            for n in self.ranked[:3]
+        )
+        text = (
+            f"visited {self.visited}/{self.candidates}; removed: {removed or 'none'}; "
+            f"top: {top or 'none'}"
+        )
+        return text[:EXPLANATION_CHARS_MAX]
+
+
+def committed_resources(entries: Collection[TaskEntry]) -> dict[str, list[Requirements]]:
+    """Requirements of the live leases (claimed or running) per owner, from the table."""
+    out: dict[str, list[Requirements]] = {}
+    for e in entries:
+        cur = e.current
+        if cur is None or e.spec is None or e.cancel is not None:
+            continue
+        if cur.phase in (Phase.CLAIMED, Phase.RUNNING):
+            out.setdefault(cur.owner, []).append(e.spec.requirements)
+    return out
+
+
+def failed_nodes(entry: TaskEntry) -> frozenset[str]:
+    """Nodes where this task already failed (not tried there again)."""
+    return frozenset(c.owner for c in entry.claims if c.phase is Phase.FAILED)
+
+
+def _suitable_gpus(c: Candidate, r: Requirements, headroom: float) -> list[Gpu]:
+    need = r.vram_per_gpu
+    return [
+        g
+        for g in c.gpus
+        if g.healthy
+        and g.compute_capability >= r.compute_capability_min
+        and g.vram_allocatable * (1.0 - headroom) >= need
+    ]
+
+
+def _gate(
+    c: Candidate, spec: TaskSpec, held: Sequence[Requirements], headroom: float
+) -> str | None:
+    """The first gate `c` fails, or None when it is feasible (failed/excluded aside)."""
+    r = spec.requirements
+    if c.state != "alive":
+        return "not_alive"
+    if c.draining:
+        return "draining"
+    if spec.kind in c.degraded_kinds:
+        return "degraded"
+    if not r.labels_required <= c.labels:
+        return "labels"
+    if r.gpu_count and not any(
+        g.compute_capability >= r.compute_capability_min for g in c.gpus if g.healthy
+    ):
+        return "compute_capability"
+    keep = 1.0 - headroom
+    used_gpus = sum(h.gpu_count for h in held)
+    if r.gpu_count and len(_suitable_gpus(c, r, headroom)) - used_gpus < r.gpu_count:
+        return "capacity"
+    if c.cpu_cores * keep - sum(h.cpu_cores for h in held) < r.cpu_cores:
+        return "capacity"
+    if c.ram * keep - sum(h.ram for h in held) < r.ram:
+        return "capacity"
+    return None
+
+
+def _rendezvous(task_id: str, node: str) -> int:
+    data = f"{task_id}\x00{node}".encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def _fit_and_load(
+    c: Candidate, r: Requirements, held: Sequence[Requirements]
+) -> tuple[float, float]:
+    """The capability-fit and load parts: a function of the node class and its leases."""
+    parts = []
+    if r.gpu_count:
+        vrams = sorted(g.vram_allocatable for g in c.gpus if g.healthy)
+        best = vrams[-r.gpu_count :] if len(vrams) >= r.gpu_count else vrams
+        parts.append(r.vram_per_gpu / max(1, min(best, default=1)))
+    elif c.gpus:
+        parts.append(0.0)  # a CPU task on a GPU node wastes the GPUs: worst fit
+    if r.cpu_cores and c.cpu_cores:
+        parts.append(r.cpu_cores / c.cpu_cores)
+    if r.ram and c.ram:
+        parts.append(r.ram / c.ram)
+    fit = min(1.0, sum(parts) / len(parts)) if parts else 0.5
+    if c.gpus:
+        load = 1.0 - min(1.0, sum(h.gpu_count for h in held) / len(c.gpus))
+    else:
+        load = 1.0 - min(1.0, len(held) / max(1.0, c.cpu_cores))
+    return fit, load
+
+
+def _score(c: Candidate, r: Requirements, fit: float, load: float, w: Weights) -> Score:
+    rtt = 0.5 if c.rtt is None else 1.0 / (1.0 + c.rtt / 0.05)
+    pref = r.labels_preferred
+    preferred = len(pref & c.labels) / len(pref) if pref else 0.0
+    rel = min(1.0, max(0.0, c.reliability))
+    total = (
+        w.fit * fit + w.reliability * rel + w.load * load + w.rtt * rtt + w.preferred * preferred
+    )
+    return Score(total, fit, rel, load, rtt, preferred)
+
+
+def place(
+    spec: TaskSpec,
+    candidates: Sequence[Candidate],
+    *,
+    config: LeaseConfig,
+    rng: random.Random,
+    committed: Mapping[str, Sequence[Requirements]] | None = None,
+    failed_on: Collection[str] = (),
+    exclude: Collection[str] = (),
+    weights: Weights = Weights(),
+) -> Placement:
+    """Rank `candidates` for `spec`.
+
+    Args:
+        committed: requirements of leases each node already holds (see
+            `committed_resources`); they reduce its free capacity.
+        failed_on: nodes where the task already failed (see `failed_nodes`).
+        exclude: nodes not to consider this time (e.g. the owner whose lease expired).
+        rng: seeds the visit order when there are more candidates than the sample.
+    """
+    committed = committed or {}
+    n = len(candidates)
+    removed = dict.fromkeys(GATES, 0)
+    examples: dict[str, list[str]] = {}
+    cache: dict[int, str | None] = {}
+    feasible: list[Candidate] = []
+    limit = config.placement_sample_max
+    headroom = config.headroom_fraction
+    start, stride = 0, 1
+    if n > limit:
+        start = rng.randrange(n)
+        stride = rng.randrange(1, n)
+        while math.gcd(stride, n) != 1:
+            stride += 1
+    visited = 0
+    for i in range(n):
+        if len(feasible) >= limit:
+            break
+        c = candidates[(start + i * stride) % n]
+        visited += 1
+        held = committed.get(c.node_id, ())
+        if held:
+            gate = _gate(c, spec, held, headroom)
+        else:
+            try:
+                gate = cache[c.node_class]
+            except KeyError:
+                gate = cache[c.node_class] = _gate(c, spec, (), headroom)
+        if gate is None and c.node_id in failed_on:
+            gate = "failed_here"
+        if gate is None and c.node_id in exclude:
+            gate = "excluded"
+        if gate is not None:
+            removed[gate] += 1
+            ex = examples.setdefault(gate, [])
+            if len(ex) < 3:
+                ex.append(c.node_id)
+            continue
+        feasible.append(c)
+    tid = spec.task_id()
+    req = spec.requirements
+    parts: dict[int, tuple[float, float]] = {}
+    scores: dict[str, Score] = {}
+    for c in feasible:
+        held = committed.get(c.node_id, ())
+        if held:
+            fit, load = _fit_and_load(c, req, held)
+        else:
+            try:
+                fit, load = parts[c.node_class]
+            except KeyError:
+                fit, load = parts[c.node_class] = _fit_and_load(c, req, ())
+        scores[c.node_id] = _score(c, req, fit, load, weights)
+    ranked = sorted(
+        scores, key=lambda node: (scores[node].total, _rendezvous(tid, node)), reverse=True
+    )
+    return Placement(
+        task_id=tid,
+        chosen=ranked[0] if ranked else None,
+        ranked=tuple(ranked),
+        removed=removed,
+        examples={g: tuple(v) for g, v in examples.items()},
+        scores=scores,
+        visited=visited,
+        candidates=n,
+    )

@@ -1,0 +1,186 @@
+"""The lease table's wire format: versioned msgpack, separate from the state machine.
+
+Every message is ``[VERSION, MessageType, body]``. Decoding checks sizes before
+unpacking, checks every field's type and bound, and recomputes each spec's task id; any
+mismatch raises one `DecodeError`, which the table counts and drops.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import re
+from typing import Any
+
+import msgpack
+
+from ._entry import (
+    EPOCH_MAX,
+    EXPLANATION_CHARS_MAX,
+    HISTORY_EPOCHS_MAX,
+    OUTPUT_TAIL_MAX,
+    RANK_MAX,
+    RENEWALS_MAX,
+    SIGNATURE_BYTES_MAX,
+    Cancel,
+    ClaimRecord,
+    Phase,
+    TaskEntry,
+    TaskResult,
+)
+from ._spec import NODE_ID_CHARS_MAX, TASK_ID_CHARS, TaskSpec, task_id_of
+
+VERSION = 1
+#: Largest delta (one gossip payload, a few entries); a submit with a full spec fits.
+DELTA_BYTES_MAX = 64 * 1024
+#: Largest anti-entropy payload (digest, summary or a batch of entries).
+STATE_BYTES_MAX = 32 * 1024 * 1024
+#: Entries in one message.
+ENTRIES_PER_MESSAGE_MAX = 200_000
+_TASK_ID = re.compile(rb"[0-9a-f]{%d}" % TASK_ID_CHARS)
+
+
+class MessageType(enum.IntEnum):
+    """ONLY APPEND; values are part of the protocol."""
+
+    ENTRIES = 1  # a delta or a batch of entries: merge each
+    DIGEST = 2  # anti-entropy step 1: per-bucket hashes
+    SUMMARY = 3  # step 2: (id prefix, entry hash) for each entry of the differing buckets
+    PUSH_WANT = 4  # step 3: entries the peer lacks, and ids we want back
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a valid lease message: a remote error, dropped and counted."""
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def entry_to_wire(entry: TaskEntry) -> list[Any]:
+    return [
+        entry.task_id,
+        None if entry.spec is None else entry.spec.to_wire(),
+        entry.spec_signature,
+        [c.to_wire() for c in entry.claims],
+        None if entry.cancel is None else [entry.cancel.by, entry.cancel.signature],
+    ]
+
+
+def encode_entry(entry: TaskEntry) -> bytes:
+    """The canonical bytes of one entry (also its stored form and hash input)."""
+    return _pack(entry_to_wire(entry))
+
+
+def encode_message(kind: MessageType, body: Any) -> bytes:
+    return _pack([VERSION, int(kind), body])
+
+
+def encode_entries(entries: list[TaskEntry]) -> bytes:
+    return encode_message(MessageType.ENTRIES, [entry_to_wire(e) for e in entries])
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise DecodeError(what)
+
+
+def _node_id(v: Any) -> str:
+    _need(isinstance(v, str) and 0 < len(v) <= NODE_ID_CHARS_MAX, "bad node id")
+    return str(v)
+
+
+def _sig(v: Any) -> bytes:
+    _need(isinstance(v, bytes) and len(v) <= SIGNATURE_BYTES_MAX, "bad signature")
+    return bytes(v)
+
+
+def _int(v: Any, hi: int) -> int:
+    _need(type(v) is int and 0 <= v <= hi, "bad integer")
+    return int(v)
+
+
+def task_id_from_wire(v: Any) -> str:
+    _need(isinstance(v, str) and _TASK_ID.fullmatch(v.encode()) is not None, "bad task id")
+    return str(v)
+
+
+def _result(raw: Any) -> TaskResult:
+    _need(isinstance(raw, list) and len(raw) == 5, "bad result layout")
+    code, tail, duration, fault, sig = raw
+    _need(type(code) is int and -(1 << 31) <= code < (1 << 31), "bad exit code")
+    _need(isinstance(tail, bytes) and len(tail) <= OUTPUT_TAIL_MAX, "bad output tail")
+    _need(isinstance(duration, float) and 0 <= duration <= 1e9, "bad duration")
+    _need(isinstance(fault, bool), "bad node_fault")
+    return TaskResult(code, tail, duration, fault, _sig(sig))
+
+
+def _claim(raw: Any) -> ClaimRecord:
+    _need(isinstance(raw, list) and len(raw) == 9, "bad claim layout")
+    epoch, rank, owner, sig, expl, phase, renewals, result, progress_sig = raw
+    _need(isinstance(expl, str) and len(expl) <= EXPLANATION_CHARS_MAX, "bad explanation")
+    _need(type(phase) is int and phase in Phase._value2member_map_, "bad phase")
+    ph = Phase(phase)
+    res = None if result is None else _result(result)
+    _need((res is not None) == (ph in (Phase.FAILED, Phase.SUCCEEDED)), "result/phase mismatch")
+    return ClaimRecord(
+        _int(epoch, EPOCH_MAX),
+        _int(rank, RANK_MAX),
+        _node_id(owner),
+        _sig(sig),
+        expl,
+        ph,
+        _int(renewals, RENEWALS_MAX),
+        res,
+        _sig(progress_sig),
+    )
+
+
+def entry_from_wire(raw: Any) -> TaskEntry:
+    """Validate and rebuild one entry; raises `DecodeError`."""
+    _need(isinstance(raw, list) and len(raw) == 5, "bad entry layout")
+    tid_raw, spec_raw, spec_sig, claims_raw, cancel_raw = raw
+    tid = task_id_from_wire(tid_raw)
+    spec = None
+    if spec_raw is not None:
+        try:
+            spec = TaskSpec.from_wire(spec_raw)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DecodeError(f"bad spec: {exc}") from None
+        _need(task_id_of(spec.canonical()) == tid, "spec does not hash to its task id")
+    _need(isinstance(claims_raw, list) and len(claims_raw) <= HISTORY_EPOCHS_MAX, "bad claims")
+    claims = tuple(_claim(c) for c in claims_raw)
+    _need(
+        all(a.epoch < b.epoch for a, b in itertools.pairwise(claims)),
+        "claims not in ascending epochs",
+    )
+    cancel = None
+    if cancel_raw is not None:
+        _need(isinstance(cancel_raw, list) and len(cancel_raw) == 2, "bad cancel")
+        cancel = Cancel(_node_id(cancel_raw[0]), _sig(cancel_raw[1]))
+    return TaskEntry(tid, spec, _sig(spec_sig) if spec is not None else b"", claims, cancel)
+
+
+def decode_message(data: bytes, size_max: int = STATE_BYTES_MAX) -> tuple[MessageType, Any]:
+    """Split a message into its type and (unvalidated) body; raises `DecodeError`."""
+    _need(isinstance(data, bytes | bytearray) and 0 < len(data) <= size_max, "bad size")
+    try:
+        raw = msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_array_len=ENTRIES_PER_MESSAGE_MAX,
+            max_map_len=1024,
+        )
+    except Exception as exc:  # msgpack raises many types on junk
+        raise DecodeError(f"not msgpack: {type(exc).__name__}") from None
+    _need(isinstance(raw, list) and len(raw) == 3, "bad envelope")
+    _need(raw[0] == VERSION, f"unsupported version {raw[0]!r}")
+    _need(type(raw[1]) is int and raw[1] in MessageType._value2member_map_, "bad type")
+    return MessageType(raw[1]), raw[2]
+
+
+def decode_entries(body: Any) -> list[TaskEntry]:
+    _need(isinstance(body, list), "bad entries body")
+    return [entry_from_wire(e) for e in body]

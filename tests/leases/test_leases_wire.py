@@ -1,0 +1,123 @@
+"""The codec treats every byte string as hostile: junk is one DecodeError, never a crash."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from populi_p2p.leases import DecodeError, TaskResult
+from populi_p2p.leases.wire import (
+    VERSION,
+    MessageType,
+    decode_entries,
+    decode_message,
+)
+
+from .helpers import anti_entropy, spec, table
+
+FUZZ = settings(derandomize=True, max_examples=300, deadline=None)
+
+
+def _valid_messages() -> list[bytes]:
+    a, b = table("a"), table("b")
+    tid, submit = a.submit(spec(1, by="a"), 0.0)
+    b.apply(submit, 0.0)
+    claim = b.claim(tid, 1, 3, "why", 1.0)
+    result = b.post_result(tid, TaskResult(0, b"ok"), 2.0)
+    a.submit(spec(2, by="a"), 0.0)
+    summary = b.state_for(a.digest())
+    assert summary is not None
+    push = a.merge_state(summary, 3.0).reply
+    assert push is not None
+    return [submit, claim, result, a.digest(), summary, push]
+
+
+VALID = _valid_messages()
+
+
+@FUZZ
+@given(st.sampled_from(VALID), st.data())
+def test_mutated_messages_never_crash(msg: bytes, data: st.DataObject) -> None:
+    flips = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, len(msg) - 1), st.integers(0, 255)), min_size=1, max_size=4
+        )
+    )
+    raw = bytearray(msg)
+    for i, v in flips:
+        raw[i] = v
+    cut = data.draw(st.integers(1, len(raw)))
+    mutated = bytes(raw[:cut])
+    t = table("c")
+    t.apply(VALID[0], 0.0)
+    t.apply(mutated, 1.0)  # must not raise
+    t.state_for(mutated)
+    t.merge_state(mutated, 1.0)
+    t.check_invariants()
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_random_bytes_are_decode_errors(data: bytes) -> None:
+    t = table("c")
+    assert t.apply(data, 0.0) == []  # random bytes are never a valid signed delta
+    t.state_for(data)
+    t.merge_state(data, 0.0)
+    try:
+        kind, body = decode_message(data)
+    except DecodeError:
+        return
+    if kind is MessageType.ENTRIES:
+        try:
+            decode_entries(body)
+        except DecodeError:
+            pass
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [VERSION + 1, 1, []],  # future version
+        [VERSION, 99, []],  # unknown type
+        [VERSION, 1, [["nothex", None, b"", [], None]]],
+        [VERSION, 1, [["0" * 32, None, b"", [[1, 0, "a", b"s", "", 5, 0, None, b""]], None]]],
+        [
+            VERSION,
+            1,
+            [
+                [
+                    "0" * 32,
+                    None,
+                    b"",
+                    [[2, 0, "a", b"", "", 1, 0, None, b""], [1, 0, "a", b"", "", 1, 0, None, b""]],
+                    None,
+                ]
+            ],
+        ],
+        [VERSION, 1, [["0" * 32, [1, "batch"], b"", [], None]]],  # bad spec
+    ],
+    ids=["version", "type", "task-id", "phase-without-result", "epoch-order", "spec"],
+)
+def test_specific_junk_is_rejected(body: list) -> None:
+    data = msgpack.packb(body)
+    with pytest.raises(DecodeError):
+        _, b = decode_message(data)
+        decode_entries(b)
+    t = table("c")
+    assert t.apply(data, 0.0) == []
+    assert t.statistics().decode_errors == 1
+
+
+def test_a_spec_that_does_not_hash_to_its_id_is_rejected() -> None:
+    s1, s2 = spec(1), spec(2)
+    body = [VERSION, 1, [[s1.task_id(), s2.to_wire(), b"sig", [], None]]]
+    with pytest.raises(DecodeError, match="hash"):
+        decode_entries(decode_message(msgpack.packb(body))[1])
+
+
+def test_digest_round_trip_is_quiet() -> None:
+    a, b = table("a"), table("b")
+    assert b.state_for(a.digest()) is None
+    assert anti_entropy(a, b) == len(a.digest())
