@@ -1,0 +1,119 @@
+"""Packet admission: seals what the node sends and opens what it receives.
+
+The driver's `PacketCodec`. Kept apart from the services so the driver, the tests and
+the benchmarks can use it without a node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final
+
+from overlay.admission import SourceRateLimiter, source_key
+from overlay.auth import AuthError, PacketAuthenticator
+from overlay.base import Address, format_address
+from overlay.inbox import BULK, URGENT, Incoming
+from overlay.introductions import Introductions
+
+from .._log import event, get_logger
+
+__all__ = ["CONTROL_PREFIX", "CONTROL_REVOCATIONS", "WIRE_PACKET_BUDGET", "AuthCodec", "lane"]
+
+#: Bytes a sealed datagram may occupy on the wire. Below WireGuard's 1420-byte MTU less
+#: IPv6 and UDP headers, so an overlay never fragments protocol packets.
+WIRE_PACKET_BUDGET: Final = 1350
+#: First byte of a populi control message inside an authenticated envelope. swim
+#: packets start with their protocol version byte, which is never 0xFF.
+CONTROL_PREFIX: Final = b"\xff"
+#: Control message kinds (second byte). ONLY APPEND; values are part of the protocol.
+CONTROL_REVOCATIONS: Final = b"R"
+
+_log = get_logger("node")
+
+
+def lane(payload: bytes) -> int:
+    """Inbox lane for a raw (still sealed) payload: big frames are state exchange.
+
+    Runs on unauthenticated bytes, so it only looks at the size: every protocol packet
+    (probe, ack, suspicion, refute) fits a datagram, push-pull state does not.
+    """
+    return BULK if len(payload) > WIRE_PACKET_BUDGET else URGENT
+
+
+class AuthCodec:
+    """Seals outgoing payloads and opens incoming packets (the driver's `PacketCodec`).
+
+    A source whose packets keep failing authentication is cut to a few examined packets
+    per second before any signature check (`SourceRateLimiter`); every drop is counted
+    by reason in the authenticator's `drops`. Our certificate rides only in packets to
+    peers that may not know us (`introductions`, fed by the node's membership events
+    and by senders that start a new session).
+    """
+
+    def __init__(
+        self,
+        auth: PacketAuthenticator,
+        max_frame_size: int,
+        on_control: Callable[[bytes], None] = lambda _: None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        realtime: Callable[[], float] = time.time,
+    ) -> None:
+        self.auth = auth
+        self._clock = clock
+        self._realtime = realtime
+        self.limiter = SourceRateLimiter()
+        self.recipients: dict[Address, str] = {}
+        self.introductions = Introductions()
+        self.datagrams_with_certificate = 0
+        self.datagrams_without_certificate = 0
+        self._max_frame = max_frame_size
+        self._on_control = on_control
+        self.bytes_out = 0
+        self.bytes_in = 0
+        self.control_in = 0
+
+    def set_control_handler(self, on_control: Callable[[bytes], None]) -> None:
+        """Where populi's own control messages go (the revocation service)."""
+        self._on_control = on_control
+
+    def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes:
+        recipient = self.recipients.get(destination)
+        include = self.introductions.include(recipient, reliable, self._clock())
+        if not reliable:
+            if include:
+                self.datagrams_with_certificate += 1
+            else:
+                self.datagrams_without_certificate += 1
+        sealed = self.auth.seal(
+            payload, self._realtime(), recipient=recipient, include_certificate=include
+        )
+        self.bytes_out += len(sealed)
+        return sealed
+
+    def open(self, incoming: Incoming) -> bytes | None:
+        now = self._realtime()
+        self.bytes_in += len(incoming.payload)
+        key = source_key(incoming.source[0])
+        if not self.limiter.allow(key, now):
+            self.auth.drops.add("rate_limited")
+            return None
+        try:
+            opened = self.auth.open(
+                incoming.payload, now, max_size=self._max_frame if incoming.reliable else None
+            )
+        except AuthError as exc:
+            self.limiter.charge(key, now)
+            source = format_address(incoming.source)
+            event(_log, 10, "packet.dropped", source=source, reason=str(exc))
+            return None
+        if opened.new_session:
+            # New to us, or restarted: it may not hold our certificate (any more).
+            self.introductions.introduce(opened.sender_node_id, self._clock())
+        if opened.payload[:1] == CONTROL_PREFIX:
+            # Not for the core: populi's own authenticated messages (revocation gossip).
+            self.control_in += 1
+            self._on_control(opened.payload[1:])
+            return None
+        return opened.payload
