@@ -55,6 +55,7 @@ from .services.links import LinkService
 from .services.mdns import MdnsService
 from .services.membership import MembershipService
 from .services.memory import StoreService
+from .services.preflight import check_state_dir, describe_os_error
 from .services.publisher import RecordPublisher
 from .services.revocations import RevocationService
 from .services.roster import Roster
@@ -134,6 +135,7 @@ class Node:
                 daemon on the same state dir.
         """
         config = self.config
+        check_state_dir(config.state_dir, config.api_socket)
         creds = load_credentials(config)
         parts = self._parts = _Parts(config, creds, self.started_at)
         if ApiClient(config.api_socket, timeout=2.0).is_running():
@@ -143,10 +145,17 @@ class Node:
             )
         addressing = await choose_addresses(config)
         store, incarnation = StoreService.open(config.store_path)
+        started = False
         try:
             async with trio.open_nursery() as nursery:
                 await self._start(nursery, creds, parts, addressing, store, incarnation)
+                started = True
                 task_status.started()
+        except BaseExceptionGroup as group:
+            error = None if started else _start_error(group)
+            if error is None:
+                raise
+            raise error from None
         finally:
             store.close()
             try:
@@ -295,6 +304,32 @@ class _Backend:
 
     def request_leave(self) -> None:
         self._node.request_leave()
+
+
+def _start_error(group: BaseExceptionGroup[BaseException]) -> NodeStartError | None:
+    """The one line to show for a start-up that failed inside the nursery, if any.
+
+    A service that cannot start raises `NodeStartError`, or an `OSError` from a library
+    (hypercorn binding the socket): either becomes one line. Anything else is a bug and
+    is left to propagate.
+    """
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    for exc in leaves:
+        if isinstance(exc, NodeStartError):
+            return exc
+    for exc in leaves:
+        if isinstance(exc, OSError):
+            return NodeStartError(
+                describe_os_error(exc, "start-up", "check --state-dir, --bind and --port")
+            )
+    return None
 
 
 def run_node(config: NodeConfig) -> None:

@@ -52,6 +52,12 @@ def load_credentials(config: NodeConfig) -> Credentials:
     public = encode_public_key(identity.public_key)
     try:
         authority_key = read_authority_public_key(config.authority_pubkey_path)
+    except OSError as exc:
+        raise NodeStartError(
+            f"cannot read the cluster authority key {config.authority_pubkey_path}:"
+            f" {exc.strerror or exc} (copy authority.pub from the authority machine again,"
+            " or pass --authority-pubkey)"
+        ) from None
     except KeyFileError as exc:
         raise NodeStartError(
             f"no cluster authority key: {exc} (copy authority.pub from the authority"
@@ -59,6 +65,12 @@ def load_credentials(config: NodeConfig) -> Credentials:
         ) from None
     try:
         certificate = read_certificate(config.cert_path)
+    except OSError as exc:
+        raise NodeStartError(
+            f"cannot read the enrollment certificate {config.cert_path}: {exc.strerror or exc}"
+            f" (make it a readable file, or enroll again on the authority machine:"
+            f" populi-node cluster enroll {public}, and pass it with --cert)"
+        ) from None
     except KeyFileError as exc:
         raise NodeStartError(
             f"no enrollment certificate: {exc} (on the authority machine run:"
