@@ -38,13 +38,15 @@ from overlay.auth import PacketAuthenticator
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport, TransportConfig
 
+from ._keyfiles import encode_public_key
 from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
 from .config import NodeConfig
 from .record_book import RecordBook
-from .services.addressing import Addressing, advertise_host, choose_addresses
+from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_server import ApiService
+from .services.clock import CertificateWatch, SkewWatch
 from .services.codec import WIRE_PACKET_BUDGET, AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
@@ -100,6 +102,10 @@ class _Parts:
             gossip_interval=self.swim_config.push_pull_interval,
         )  # fmt: skip
         self.codec.set_control_handler(self.revocations.on_control)
+        self.skew = SkewWatch()
+        self.codec.set_stale_handler(self.skew.observe)
+        public = encode_public_key(creds.identity.public_key)
+        self.certificate = CertificateWatch(creds.decoded, public, str(config.cert_path))
         self.revocations.on_change(auth.update_revocations)
         self.revocations.on_change(self.roster.update_revocations)
         self.publisher = RecordPublisher(
@@ -185,6 +191,9 @@ class Node:
                 " (is another node using the port? pick one with --port)"
             ) from None
         advertise: Address = (advertise_host(config, overlay, bind), local[1])
+        outside = outside_accept(advertise[0], addressing.policy, overlay)
+        if outside is not None:
+            event(_log, 30, "advertise.outside_accept", message=outside)
         parts.publisher.advertise = advertise
         # The first GPU report goes into the first record (bounded wait: a wedged driver
         # must not hold the node out of the mesh; a late report re-signs the record).
@@ -224,6 +233,11 @@ class Node:
             config, creds.identity, creds.authority_key, self.started_at, advertise, overlay,
             addressing.policy, codec, transport, membership, parts.roster, discovery,
             left=lambda: lifecycle.left,
+            notices=lambda: [
+                *([outside] if outside is not None else []),
+                *parts.certificate.notices(),
+                *parts.skew.notices(),
+            ],
         )  # fmt: skip
         # Subscribe before the core runs, so that no subscriber misses an event.
         subscribers = [(parts.roster.run, membership.subscribe()),
@@ -242,6 +256,7 @@ class Node:
             ) from None
         await nursery.start(discovery.run, discovery_events)
         await nursery.start(parts.revocations.run)
+        await nursery.start(parts.certificate.run)
         fingerprint = cluster_fingerprint(creds.authority_key)
         if config.mdns:
             mdns = MdnsService(

@@ -7,13 +7,13 @@ import socket
 
 import attrs
 
-from overlay.detect import OverlayInfo, OverlayNotFoundError, detect_overlay
+from overlay.detect import OverlayInfo, OverlayKind, OverlayNotFoundError, detect_overlay
 from overlay.netfilter import AcceptPolicy
 
 from ..config import NodeConfig
 from .errors import NodeStartError
 
-__all__ = ["Addressing", "advertise_host", "choose_addresses"]
+__all__ = ["Addressing", "advertise_host", "choose_addresses", "outside_accept"]
 
 
 @attrs.frozen
@@ -65,3 +65,27 @@ def _guess_local_address(*, ipv6: bool) -> str:
             return host
     except OSError:
         return "::1" if ipv6 else "127.0.0.1"
+
+
+def outside_accept(host: str, policy: AcceptPolicy, overlay: OverlayInfo) -> str | None:
+    """The warning when our advertised `host` is outside our own accept list, else None.
+
+    Peers then reach us from an address we refuse, or (with `--overlay auto` and no
+    overlay) we advertise an underlay address the mesh was never meant to use.
+    """
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None  # a name, not an address: nothing to compare
+    if policy.allows(host):
+        return None
+    network = "/128" if ":" in host else "/32"
+    found = (
+        "no overlay was found" if overlay.kind == OverlayKind.NONE else f"overlay {overlay.kind}"
+    )
+    return (
+        f"advertised address {host} is outside this node's accept list"
+        f" ({', '.join(policy.cidrs) or 'nothing'}; {found}): peers on that network are refused;"
+        f" add --allow-cidr {host}{network} (or its network's range), bring the overlay up,"
+        " or use --overlay none with --bind"
+    )

@@ -17,6 +17,7 @@ from overlay.inbox import BULK, URGENT, Incoming
 from overlay.introductions import Introductions
 
 from .._log import event, get_logger
+from .clock import stale_skew
 
 __all__ = ["CONTROL_PREFIX", "CONTROL_REVOCATIONS", "WIRE_PACKET_BUDGET", "AuthCodec", "lane"]
 
@@ -57,6 +58,7 @@ class AuthCodec:
         max_frame_size: int,
         on_control: Callable[[bytes], None] = lambda _: None,
         *,
+        on_stale: Callable[[Address, float], None] = lambda _source, _skew: None,
         clock: Callable[[], float] = time.monotonic,
         realtime: Callable[[], float] = time.time,
     ) -> None:
@@ -70,6 +72,7 @@ class AuthCodec:
         self.datagrams_without_certificate = 0
         self._max_frame = max_frame_size
         self._on_control = on_control
+        self._on_stale = on_stale
         self.bytes_out = 0
         self.bytes_in = 0
         self.control_in = 0
@@ -77,6 +80,10 @@ class AuthCodec:
     def set_control_handler(self, on_control: Callable[[bytes], None]) -> None:
         """Where populi's own control messages go (the revocation service)."""
         self._on_control = on_control
+
+    def set_stale_handler(self, on_stale: Callable[[Address, float], None]) -> None:
+        """Where the skew of packets refused as stale goes (source, seconds ahead)."""
+        self._on_stale = on_stale
 
     def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes:
         recipient = self.recipients.get(destination)
@@ -105,6 +112,10 @@ class AuthCodec:
             )
         except AuthError as exc:
             self.limiter.charge(key, now)
+            if exc.reason == "stale":
+                skew = stale_skew(exc, now)
+                if skew is not None:
+                    self._on_stale(incoming.source, skew)
             source = format_address(incoming.source)
             event(_log, 10, "packet.dropped", source=source, reason=str(exc))
             return None

@@ -12,7 +12,12 @@ import attrs
 
 from .._keyfiles import KeyFileError, encode_public_key, ensure_private_dir
 from ..authority import read_authority_public_key, read_cluster_secret
-from ..certificate import CertificateError, read_certificate, verify_certificate
+from ..certificate import (
+    CertificateError,
+    EnrollmentCertificate,
+    read_certificate,
+    verify_certificate,
+)
 from ..config import NodeConfig
 from ..identity import NodeIdentity
 from ..revocation import RevocationList
@@ -29,6 +34,7 @@ class Credentials:
     identity: NodeIdentity
     authority_key: bytes
     certificate: bytes
+    decoded: EnrollmentCertificate
     revocations: RevocationList
     files: RevocationFiles
     cluster_secret: bytes | None
@@ -79,7 +85,7 @@ def load_credentials(config: NodeConfig) -> Credentials:
     files = RevocationFiles(config.state_dir / "revocations", authority_key)
     revocations = files.load()
     try:
-        verify_certificate(
+        decoded = verify_certificate(
             certificate, authority_key, identity.public_key, time.time(), revocations=revocations
         )
     except CertificateError as exc:
@@ -95,4 +101,4 @@ def load_credentials(config: NodeConfig) -> Credentials:
             raise NodeStartError(
                 f"cluster secret refused: {exc} (check --cluster-secret)"
             ) from None
-    return Credentials(identity, authority_key, certificate, revocations, files, secret)
+    return Credentials(identity, authority_key, certificate, decoded, revocations, files, secret)

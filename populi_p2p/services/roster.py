@@ -92,8 +92,14 @@ class Roster:
         self._on_gone = on_gone
 
     def accept_own(self, raw: bytes, now: float) -> None:
-        """Our own freshly signed record (the publisher's `on_signed`)."""
-        self.records.accept(raw, now, node_id=self.node_id)
+        """Our own freshly signed record (the publisher's `on_signed`).
+
+        Our name counts for clashes too: a second node called like us is a clash that
+        this node, not only the others, must report.
+        """
+        record = self.records.accept(raw, now, node_id=self.node_id)
+        if record is not None:
+            self._note_name(record)
 
     def update_revocations(self, revocations: RevocationList) -> None:
         for node_id in self.records.update_revocations(revocations, self._clock()):
@@ -184,19 +190,27 @@ class Roster:
         """
         if record is None or self._membership is None:
             return
-        previous = self._names.get(record.node_id)
-        if previous is not None and previous != record.name:
-            self._by_name.get(previous, set()).discard(record.node_id)
-        self._names[record.node_id] = record.name
-        holders = self._by_name.setdefault(record.name, set())
-        holders.add(record.node_id)
+        holders = self._note_name(record)
         member = self._membership.member
         live = sorted(n for n in holders if (m := member(n)) is not None and m.state not in _GONE)
         if len(live) > 1:
             key = (record.name, tuple(live))
             if key not in self._clashes_logged:
                 self._clashes_logged.add(key)
-                event(_log, 30, "name.clash", name=record.name, ids=",".join(live))
+                others = [n for n in live if n != self.node_id]
+                event(_log, 30, "name.clash", name=record.name, me=self.node_id,
+                      ids=",".join(live), others=",".join(others),
+                      fix="give each node its own --name")  # fmt: skip
+
+    def _note_name(self, record: NodeRecord) -> set[str]:
+        """Index `record`'s name; the node ids that claim it."""
+        previous = self._names.get(record.node_id)
+        if previous is not None and previous != record.name:
+            self._by_name.get(previous, set()).discard(record.node_id)
+        self._names[record.node_id] = record.name
+        holders = self._by_name.setdefault(record.name, set())
+        holders.add(record.node_id)
+        return holders
 
     ####################################################################################
     # Queries
