@@ -37,6 +37,7 @@ import trio
 from overlay.auth import PacketAuthenticator
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport, TransportConfig
+from swim import Event
 
 from ._keyfiles import encode_public_key
 from ._log import event, get_logger
@@ -195,11 +196,6 @@ class Node:
         if outside is not None:
             event(_log, 30, "advertise.outside_accept", message=outside)
         parts.publisher.advertise = advertise
-        # The first GPU report goes into the first record (bounded wait: a wedged driver
-        # must not hold the node out of the mesh; a late report re-signs the record).
-        nursery.start_soon(parts.gpus.run)
-        with trio.move_on_after(GPU_FIRST_REPORT_WAIT):
-            await parts.gpus.ready.wait()
         node_id = creds.identity.node_id
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
@@ -254,7 +250,11 @@ class Node:
             raise NodeStartError(
                 f"cannot create the API socket {config.api_socket}: {exc}"
             ) from None
-        await nursery.start(discovery.run, discovery_events)
+        # The API answers from here. The GPU probe (and its imports) is off that path;
+        # joining waits for its first report (bounded: a wedged driver must not hold the
+        # node out of the mesh), so the record the mesh first hears carries the GPUs.
+        nursery.start_soon(parts.gpus.run)
+        nursery.start_soon(_join_once_probed, parts.gpus, discovery, discovery_events)
         await nursery.start(parts.revocations.run)
         await nursery.start(parts.certificate.run)
         fingerprint = cluster_fingerprint(creds.authority_key)
@@ -319,6 +319,14 @@ class _Backend:
 
     def request_leave(self) -> None:
         self._node.request_leave()
+
+
+async def _join_once_probed(
+    gpus: GpuService, discovery: Discovery, events: trio.MemoryReceiveChannel[Event]
+) -> None:
+    with trio.move_on_after(GPU_FIRST_REPORT_WAIT):
+        await gpus.ready.wait()
+    await discovery.run(events)
 
 
 def _start_error(group: BaseExceptionGroup[BaseException]) -> NodeStartError | None:
