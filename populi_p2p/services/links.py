@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 import trio
 
-from overlay.base import format_address
-from overlay.transport import Transport
+from overlay.base import Address, format_address
+from overlay.peerpaths import PathHealth
 from swim import (
     Event,
     MemberFailed,
@@ -48,6 +48,13 @@ class _Held:
         return isinstance(name, str) and self._holds(name)
 
 
+class HasPaths(Protocol):
+    """What the link service needs of the transport: its per-peer path health."""
+
+    @property
+    def paths(self) -> PathHealth: ...
+
+
 class LinkService:
     """Args: our node id, the codec, the transport, and `holds(node_id)` (the core's)."""
 
@@ -55,7 +62,7 @@ class LinkService:
         self,
         node_id: str,
         codec: AuthCodec,
-        transport: Transport,
+        transport: HasPaths,
         holds: Callable[[str], bool],
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -65,6 +72,7 @@ class LinkService:
         self._transport = transport
         self._held = _Held(holds)
         self._clock = clock
+        self._blocked_before: set[Address] = set()
 
     def on_event(self, ev: Event) -> None:
         introductions = self._codec.introductions
@@ -87,9 +95,18 @@ class LinkService:
             introductions.doubt(member.name, False)
 
     def check(self) -> None:
-        """Warn about newly blocked UDP paths; drop introductions for forgotten members."""
+        """Warn about UDP paths blocked at two checks in a row; drop introductions for
+        forgotten members.
+
+        Two in a row: a peer starved of CPU (many daemons starting on few cores) leaves
+        a few datagrams unanswered while a TCP fallback gets through, and answers again
+        a second later. A firewall that drops UDP is still there at the next check.
+        """
         paths = self._transport.paths
-        for peer in paths.blocked_peers():
+        blocked = set(paths.blocked_peers())
+        persistent = sorted(blocked & self._blocked_before)
+        self._blocked_before = blocked
+        for peer in persistent:
             if paths.warn_udp_blocked_once(peer):
                 name = self._codec.recipients.get(peer, "?")
                 event(

@@ -6,8 +6,10 @@ sockets, no daemon.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -15,6 +17,7 @@ from overlay.base import Address
 from overlay.inbox import URGENT, Incoming
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.record import NodeRecord, SignedNodeRecord
+from populi_p2p.services.codec import AuthCodec
 from populi_p2p.services.membership import MembershipService
 from populi_p2p.services.publisher import RecordPublisher
 from swim import Event, MemberJoined, SwimConfig
@@ -169,3 +172,53 @@ async def test_publisher_re_signs_on_a_gpu_change_and_publishes_once_attached(
     open_[0] = False  # left: nothing more is signed or published
     await publisher.gpu_changed(Report())
     assert len(published) == 1 and len(signed) == 2
+
+
+class Paths:
+    def __init__(self) -> None:
+        from overlay.peerpaths import PathHealth
+
+        self.paths = PathHealth()
+
+
+def blocked_warnings(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(1 for r in caplog.records if r.getMessage() == "udp.blocked")
+
+
+def starve(paths: Paths, peer: Address) -> None:
+    """Three datagrams unanswered while a TCP frame got through: "UDP seems blocked"."""
+    for _ in range(3):
+        paths.paths.record_udp_sent(peer)
+    paths.paths.record_tcp_sent(peer)
+
+
+def test_udp_blocked_is_warned_only_when_it_lasts_two_checks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from populi_p2p.services.links import LinkService
+
+    caplog.set_level(logging.DEBUG)
+    transport = Paths()
+    links = LinkService("me", _codec(), transport, lambda _n: True)
+    starve(transport, B)
+    links.check()
+    assert blocked_warnings(caplog) == 0  # one check: maybe a starved peer
+    transport.paths.record_udp_received(B)  # it answered: it was
+    links.check()
+    starve(transport, B)
+    links.check()
+    assert blocked_warnings(caplog) == 0
+    links.check()  # still blocked a check later: a firewall
+    assert blocked_warnings(caplog) == 1
+    links.check()
+    assert blocked_warnings(caplog) == 1  # once per episode
+
+
+def _codec() -> AuthCodec:
+    from overlay.auth import PacketAuthenticator
+    from populi_p2p.authority import ClusterAuthority
+
+    authority = ClusterAuthority.from_seed(b"A" * 32)
+    identity = NodeIdentity.from_seed(b"m" * 32)
+    cert = authority.enroll(identity.public_key, now=1_700_000_000.0, serial=1).raw
+    return AuthCodec(PacketAuthenticator(identity, cert, authority.public_key), 1 << 20)
