@@ -85,7 +85,11 @@ def main() -> None:
                     raise SystemExit("no convergence within the timeout")
                 time.sleep(0.1)
             converged = time.monotonic() - started
-            text = "".join(log.read_text(errors="replace") for log in logs)
+            text = "".join(
+                f"{log.stem} {line}\n"
+                for log in logs
+                for line in log.read_text(errors="replace").splitlines()
+            )
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGKILL)
@@ -96,6 +100,9 @@ def main() -> None:
     print(f"all see {args.n} alive after        {converged:.2f} s ({converged - apis:.2f} s more)")
     for what in COUNTED:
         print(f"{what:<30} {text.count(what + ' ')}")
+    for line in text.splitlines():
+        if any(what + " " in line for what in COUNTED[1:]):
+            print("  " + line[:160])
 
 
 if __name__ == "__main__":
