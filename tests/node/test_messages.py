@@ -1,13 +1,17 @@
 """Node-side messages that say plainly what is wrong and how to fix it (issue 7 §4, §7):
-an expired certificate, and an advertised address outside our own accept list."""
+an expired certificate, a peer's clock that is off, and an advertised address outside
+our own accept list."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
+from overlay.auth import PacketAuthenticator
 from populi_p2p.certificate import write_certificate
 from populi_p2p.identity import NodeIdentity
+from swim import wire
 
 from .harness import Mesh, wait_until
 
@@ -53,4 +57,33 @@ def test_advertised_address_outside_the_accept_list_is_warned(tmp_path: Path) ->
         ok = mesh.start("lan", "--advertise", "127.0.0.1", network=network)
         assert not [w for w in ok.status()["warnings"] if "accept list" in w]
     finally:
+        mesh.stop_all()
+
+
+def test_a_peer_whose_clock_is_10_minutes_ahead_is_named_in_status(tmp_path: Path) -> None:
+    """An enrolled key whose clock is 600 s ahead: its packets are refused as stale, and
+    the daemon says so once, in the log and in `status`."""
+    mesh = Mesh(tmp_path)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        a = mesh.start("a")
+        skewed = NodeIdentity.generate()
+        cert = mesh.authority.enroll(skewed.public_key, now=time.time())
+        auth = PacketAuthenticator(skewed, cert.raw, mesh.authority.public_key)
+        sock.bind(("127.0.0.1", 0))
+        me = sock.getsockname()
+        host, port = a.address.rsplit(":", 1)
+        for sequence in range(3):
+            ping = wire.encode(wire.Ping(sequence, a.node_id, skewed.node_id, me))
+            sock.sendto(auth.seal(ping, time.time() + 600, recipient=a.node_id), (host, int(port)))
+
+        def said() -> list[str]:
+            return [w for w in a.status()["warnings"] if "in the future" in w]
+
+        (warning,) = wait_until(said, 10, "the skew in status")
+        assert warning.startswith("packets from 127.0.0.1 are 60") and "(NTP)" in warning
+        assert a.status()["drops"]["auth"]["stale"] >= 3
+        assert a.log().count("clock.skew") == 1
+    finally:
+        sock.close()
         mesh.stop_all()
