@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-import httpx
 import trio
 
 from ._log import get_logger
@@ -231,6 +230,10 @@ class ApiClient:
             )
         if not os.path.exists(self.socket_path):
             raise self._not_running()
+        # Imported here: a daemon checks for a live socket at start and has none to ask
+        # on a fresh start, so it never pays for the HTTP client (issue 8, start-up CPU).
+        import httpx
+
         transport = httpx.HTTPTransport(uds=str(self.socket_path))
         try:
             with httpx.Client(

@@ -33,7 +33,7 @@ mock clocks); realtime (for packet timestamps and records) is the codec's busine
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
@@ -123,7 +123,8 @@ class Driver:
         transport: UDP+TCP; see `PacketTransport`.
         codec: authentication; see `PacketCodec`.
         on_event: called with every membership event, in order, from the driver's own
-            event task (so a long run of events never holds up the receive loop).
+            event task (so a long run of events never holds up the receive loop). When
+            it returns an awaitable (an async fan-out), that is awaited before the next.
         max_datagram_size: sealed payloads above this go over TCP instead of UDP.
     """
 
@@ -132,7 +133,7 @@ class Driver:
         core: Membership,
         transport: PacketTransport,
         codec: PacketCodec,
-        on_event: Callable[[Event], None],
+        on_event: Callable[[Event], Awaitable[None] | None],
         *,
         max_datagram_size: int,
     ) -> None:
@@ -142,9 +143,7 @@ class Driver:
         self._on_event = on_event
         self._max_datagram = max_datagram_size
         self._c = _Counters()
-        send, receive = trio.open_memory_channel[tuple[Address, bytes, bytes]](
-            RELIABLE_QUEUE_MAX
-        )
+        send, receive = trio.open_memory_channel[tuple[Address, bytes, bytes]](RELIABLE_QUEUE_MAX)
         self._reliable_send = send
         self._reliable_receive = receive
         events_in, events_out = trio.open_memory_channel[Event](EVENT_QUEUE_MAX)
@@ -257,7 +256,9 @@ class Driver:
     async def _deliver_events(self) -> None:
         # Each receive is a checkpoint: the receive loop runs between any two events.
         async for ev in self._events_out:
-            self._on_event(ev)
+            result = self._on_event(ev)
+            if result is not None:
+                await result
 
     async def _send(self, destination: Address, payload: bytes, reliable: bool) -> None:
         sealed = self._codec.seal(destination, payload, reliable)

@@ -3,6 +3,10 @@ and a peer that restarts (a new session in its envelopes) is introduced to again
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from overlay.inbox import URGENT, Incoming
 from overlay.introductions import INTRODUCTION_PACKETS, INTRODUCTION_SECONDS
 from populi_p2p.authority import ClusterAuthority
@@ -103,3 +107,52 @@ def test_unknown_addresses_and_streams_always_get_the_certificate() -> None:
     frame = alice.seal(BOB_AT, b"\x01state", True)
     assert bob.open(Incoming(ALICE_AT, frame, True, URGENT)) == b"\x01state"
     assert alice.introductions.with_certificate == 2
+
+
+class SkewedClock(Clock):
+    def __init__(self, ahead: float) -> None:
+        super().__init__()
+        self.ahead = ahead
+
+    def real(self) -> float:
+        return START + self.now + self.ahead
+
+
+def test_a_peer_clock_10_minutes_ahead_is_named_once_with_the_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from populi_p2p.services.clock import SkewWatch
+
+    caplog.set_level(logging.DEBUG)
+
+    bob_clock = SkewedClock(600.0)
+    alice, bob = codec(ALICE, Clock()), codec(BOB, bob_clock)
+    watch = SkewWatch()
+    alice.set_stale_handler(watch.observe)
+    for _ in range(3):
+        assert send(bob, ALICE_AT, alice, BOB_AT) is None  # refused as stale
+    assert alice.auth.drops.as_dict()["stale"] == 3
+    assert watch.notices() == [
+        "packets from 10.0.0.2 are 600 s in the future: check its clock (NTP)"
+    ]
+    from populi_p2p._log import _FIELDS_ATTR
+
+    logged = [getattr(r, _FIELDS_ATTR) for r in caplog.records if r.getMessage() == "clock.skew"]
+    assert len(logged) == 1 and "600 s in the future" in str(logged[0]["message"])
+    # And the skewed side says the same of its peers, the other way round.
+    bob_watch = SkewWatch()
+    bob.set_stale_handler(bob_watch.observe)
+    assert send(alice, BOB_AT, bob, ALICE_AT) is None
+    assert bob_watch.notices() == [
+        "packets from 10.0.0.1 are 600 s in the past: check its clock (NTP)"
+    ]
+
+
+def test_skew_within_the_freshness_window_is_not_reported() -> None:
+    from populi_p2p.services.clock import SkewWatch
+
+    alice, bob = codec(ALICE, Clock()), codec(BOB, SkewedClock(5.0))
+    watch = SkewWatch()
+    alice.set_stale_handler(watch.observe)
+    assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
+    assert watch.notices() == []

@@ -120,6 +120,13 @@ def test_name_clash_is_reported(tmp_path: Path) -> None:
         assert any("twin" in w for w in a.status()["warnings"])
         wait_until(lambda: "name.clash name=twin" in a.log(), 10, "the clash in the log")
         assert a.log().count("name.clash name=twin") == 1
+        assert f"name.clash name=twin me={a.node_id}" in a.log()
+        # Each twin says it too, naming itself and the other (both log to twin.log).
+        for me, other in ((twin1, twin2), (twin2, twin1)):
+            wanted = f"me={me.node_id} ids="
+            wait_until(lambda: wanted in me.log(), 10, "the clash in the twin's log")  # noqa: B023
+            line = next(x for x in me.log().splitlines() if wanted in x)
+            assert f"others={other.node_id}" in line
     finally:
         mesh.stop_all()
 

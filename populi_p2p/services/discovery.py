@@ -1,0 +1,165 @@
+"""The discovery service: joining, re-joining after a partition, and mDNS on the LAN.
+
+Events in: membership events (its own subscription: which members failed, and when
+somebody joined) and mDNS discoveries. Commands out: ``membership.join(seeds)``. The
+retry schedule is the `Bootstrapper`'s; this service only says whom to try and whether
+a join is needed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import trio
+
+from overlay.base import Address, format_address
+from overlay.bootstrap import Backoff, Bootstrapper, BootstrapStatistics
+from swim import Event, MemberFailed, MemberJoined, MemberLeft, MemberRecovered, MemberState
+
+from .._log import event, get_logger
+from .membership import MembershipService
+
+__all__ = ["JOIN_CANDIDATES_MAX", "RECONNECT_TIMEOUT", "Discovery"]
+
+#: Remembered failed members are retried for this long, seconds (a day, as Serf does).
+RECONNECT_TIMEOUT: Final = 24 * 3600.0
+#: At most this many addresses are tried per join attempt.
+JOIN_CANDIDATES_MAX: Final = 8
+_LIVE: Final = (MemberState.ALIVE, MemberState.SUSPECT)
+
+_log = get_logger("node")
+
+
+class Discovery:
+    """Whom to join, and when.
+
+    Args:
+        membership: the core's commands and queries.
+        advertise: our own address (never a candidate).
+        bootstrap: `--bootstrap` peers and the overlay's online peers.
+        remembered: addresses of members remembered from earlier runs (the store).
+        probe_interval: the swim probe interval (join waits and check interval).
+        clock: realtime, for `RECONNECT_TIMEOUT`.
+    """
+
+    def __init__(
+        self,
+        membership: MembershipService,
+        advertise: Address,
+        *,
+        bootstrap: Sequence[str | Address],
+        remembered: Callable[[], list[Address]],
+        probe_interval: float,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._membership = membership
+        self._advertise = advertise
+        self._remembered = remembered
+        self._probe_interval = probe_interval
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._failed_at: dict[str, tuple[Address, float]] = {}
+        self._mdns_peers: dict[str, tuple[Address, ...]] = {}
+        self._joined = trio.Event()
+        self.bootstrapper = Bootstrapper(
+            self._try_join,
+            bootstrap=bootstrap,
+            known_members=self._known_addresses,
+            needs_join=self._needs_join,
+            backoff=Backoff(jitter=0.2, rng=random.Random()),
+            check_interval=max(1.0, 5 * probe_interval),
+        )
+
+    def on_event(self, ev: Event) -> None:
+        if not isinstance(ev, MemberJoined | MemberRecovered | MemberFailed | MemberLeft):
+            return
+        member = ev.member
+        if member.name == self._membership.node_id:
+            return
+        if isinstance(ev, MemberJoined):
+            self._joined.set()
+        elif isinstance(ev, MemberRecovered):
+            self._failed_at.pop(member.name, None)
+            self._joined.set()
+        elif isinstance(ev, MemberFailed):
+            self._failed_at[member.name] = (member.address, self._clock())
+        else:
+            self._failed_at.pop(member.name, None)
+
+    def found_on_lan(self, node_id: str, addresses: tuple[Address, ...]) -> None:
+        """An mDNS discovery: an address to try (admission still needs a certificate)."""
+        if len(self._mdns_peers) >= JOIN_CANDIDATES_MAX * 8:
+            self._mdns_peers.pop(next(iter(self._mdns_peers)))
+        self._mdns_peers[node_id] = addresses
+        known = self._membership.member(node_id)
+        if known is None or known.state not in _LIVE:
+            event(_log, 20, "mdns.found", id=node_id,
+                  addr=",".join(format_address(a) for a in addresses))  # fmt: skip
+            self.bootstrapper.poke()
+
+    async def run(
+        self,
+        events: trio.MemoryReceiveChannel[Event],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.bootstrapper.run)
+            task_status.started()
+            async for ev in events:
+                self.on_event(ev)
+
+    def statistics(self) -> BootstrapStatistics:
+        return self.bootstrapper.statistics()
+
+    ####################################################################################
+    # The bootstrapper's questions
+
+    def _needs_join(self) -> bool:
+        membership = self._membership
+        if membership.has_left:
+            return False
+        if membership.num_alive() <= 1:
+            return True
+        if any(membership.member(nid) is None for nid in self._mdns_peers):
+            return True  # found on the LAN, not yet in the mesh
+        # Members we saw fail may be on the other side of a healed partition.
+        return any(
+            (m := membership.member(node_id)) is None or m.state in (MemberState.DEAD,)
+            for node_id in self._failed_at
+        )
+
+    def _known_addresses(self) -> list[Address]:
+        now = self._clock()
+        for node_id, (_, at) in list(self._failed_at.items()):
+            if now - at > RECONNECT_TIMEOUT:
+                del self._failed_at[node_id]
+        membership = self._membership
+        alive = {m.name for m in membership.members() if m.state in _LIVE}
+        out = [addr for nid, (addr, _) in self._failed_at.items() if nid not in alive]
+        for nid, addresses in self._mdns_peers.items():
+            if nid not in alive:
+                out.extend(addresses[:1])
+        if membership.num_alive() <= 1:
+            out += self._remembered()
+        deduped = list(dict.fromkeys(a for a in out if a != self._advertise))
+        self._rng.shuffle(deduped)
+        return deduped[:JOIN_CANDIDATES_MAX]
+
+    async def _try_join(self, candidates: Sequence[Address]) -> bool:
+        membership = self._membership
+        seeds = [c for c in candidates if c != self._advertise][: JOIN_CANDIDATES_MAX * 2]
+        if not seeds:
+            return membership.num_alive() > 1
+        event(_log, 10, "join.attempt", seeds=",".join(format_address(s) for s in seeds))
+        self._joined = trio.Event()
+        await membership.join(seeds)
+        with trio.move_on_after(max(1.0, 2 * self._probe_interval)):
+            while membership.num_alive() <= 1:
+                await self._joined.wait()
+                self._joined = trio.Event()
+        return membership.num_alive() > 1

@@ -1,0 +1,108 @@
+"""The store service: what the node remembers across restarts.
+
+Commands in: `remember` (a member worth retrying after a restart), `forget` (it left).
+Events in: `SelfRefuted` on its own subscription (the new incarnation is saved at once).
+Every `FLUSH_INTERVAL` the batch is written, with the current incarnation, so a restart
+starts above any incarnation this run used. A store that cannot be opened or written is
+logged and the node carries on without memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from swim import Event, SelfRefuted
+
+from .._log import event, get_logger
+from ..store import KnownMember, MemberStore, StoreError
+
+__all__ = ["FLUSH_INTERVAL", "StoreService"]
+
+#: How often remembered members and the incarnation are written, seconds.
+FLUSH_INTERVAL: Final = 2.0
+
+_log = get_logger("node")
+
+
+class StoreService:
+    """Batches member memory into the `MemberStore`; None store: remembers nothing."""
+
+    def __init__(self, store: MemberStore | None) -> None:
+        self._store = store
+        self._dirty: dict[str, KnownMember] = {}
+        self._forget: set[str] = set()
+        self._incarnation: Callable[[], int | None] = lambda: None
+
+    @classmethod
+    def open(cls, path: Path, clock: Callable[[], float] = time.time) -> tuple[StoreService, int]:
+        """The service and the incarnation to start with."""
+        try:
+            store = MemberStore(path)
+            return cls(store), store.start_incarnation()
+        except StoreError as exc:
+            event(_log, 30, "store.unusable", reason=str(exc), effect="starting without memory")
+            return cls(None), int(clock())  # still above anything a previous run used
+
+    def attach(self, incarnation: Callable[[], int | None]) -> None:
+        """Where the current incarnation is read at each flush."""
+        self._incarnation = incarnation
+
+    def remember(self, member: KnownMember) -> None:
+        self._forget.discard(member.node_id)
+        self._dirty[member.node_id] = member
+
+    def forget(self, node_id: str) -> None:
+        self._dirty.pop(node_id, None)
+        self._forget.add(node_id)
+
+    def known_members(self) -> list[KnownMember]:
+        return [] if self._store is None else list(self._store.known_members())
+
+    def flush(self) -> None:
+        if self._store is None:
+            self._dirty.clear()
+            self._forget.clear()
+            return
+        try:
+            if self._dirty:
+                self._store.remember(self._dirty.values())
+            if self._forget:
+                self._store.forget(self._forget)
+            incarnation = self._incarnation()
+            if incarnation is not None:
+                self._store.save_incarnation(incarnation)
+        except StoreError as exc:
+            event(_log, 30, "store.write_failed", reason=str(exc))
+        self._dirty.clear()
+        self._forget.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._store is not None:
+            self._store.close()
+
+    async def run(
+        self,
+        events: trio.MemoryReceiveChannel[Event],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_periodically)
+            task_status.started()
+            async for ev in events:
+                if isinstance(ev, SelfRefuted) and self._store is not None:
+                    try:
+                        self._store.save_incarnation(ev.incarnation)
+                    except StoreError as exc:
+                        event(_log, 30, "store.write_failed", reason=str(exc))
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await trio.sleep(FLUSH_INTERVAL)
+            self.flush()

@@ -1,0 +1,135 @@
+"""The record publisher: signs this node's `NodeRecord`, and re-signs it when the GPUs
+change.
+
+Events in: GPU reports (`gpu_changed`). Commands out: each new signed record goes to
+the record book (`on_signed`, so our own record is shown like anyone's) and, once the
+membership service is attached, into the core's member metadata (`publish`), which
+gossips it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from overlay.base import Address
+
+from .._log import event, get_logger
+from ..identity import NodeIdentity
+from ..record import Capabilities, NodeRecord, NodeStatus, next_sequence
+
+__all__ = ["RecordPublisher", "software_version"]
+
+_log = get_logger("node")
+
+
+def software_version() -> str:
+    try:
+        return importlib.metadata.version("populi-p2p")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.1.0+src"
+
+
+def _ram_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _protocol_version() -> int:
+    from swim import PROTOCOL_VERSION
+
+    return int(PROTOCOL_VERSION)
+
+
+class RecordPublisher:
+    """Owns the record's sequence number and the latest GPU report.
+
+    Args:
+        identity: signs the record.
+        certificate: carried in the record.
+        name: the node's name.
+        labels: operator labels.
+        started_at: realtime the daemon started.
+        max_bytes: the largest signed record (the core's metadata budget).
+        on_signed: handed every signed record (raw bytes) at once.
+        clock: realtime, for the sequence and the book.
+    """
+
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        certificate: bytes,
+        *,
+        name: str,
+        labels: Mapping[str, str],
+        started_at: float,
+        max_bytes: int,
+        on_signed: Callable[[bytes, float], None] = lambda _raw, _now: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._identity = identity
+        self._certificate = certificate
+        self._name = name
+        self._labels = dict(labels)
+        self._started_at = started_at
+        self._max_bytes = max_bytes
+        self._on_signed = on_signed
+        self._clock = clock
+        self.advertise: Address = ("", 0)
+        self.sequence: int | None = None
+        self.signed: bytes | None = None
+        self._gpu_report: Any = None
+        self._publish: Callable[[bytes], Awaitable[None]] | None = None
+        self._is_open: Callable[[], bool] = lambda: False
+
+    def attach(
+        self, publish: Callable[[bytes], Awaitable[None]], is_open: Callable[[], bool]
+    ) -> None:
+        """From now on re-signed records go to `publish`, while `is_open()` (not left)."""
+        self._publish = publish
+        self._is_open = is_open
+
+    def sign(self) -> bytes:
+        """A freshly signed record, with the next sequence number."""
+        now = self._clock()
+        self.sequence = next_sequence(self.sequence, now)
+        gpu = self._gpu_report.to_record() if self._gpu_report is not None else None
+        try:
+            signed = self._record_with(gpu).sign(self._identity, max_bytes=self._max_bytes)
+        except ValueError as exc:
+            event(_log, 30, "record.gpu_omitted", reason=str(exc))
+            signed = self._record_with(None).sign(self._identity, max_bytes=self._max_bytes)
+        self.signed = signed.raw
+        self._on_signed(signed.raw, now)
+        return signed.raw
+
+    async def gpu_changed(self, report: Any) -> None:
+        """A new GPU report: keep it, and re-sign and publish once attached."""
+        self._gpu_report = report
+        if self._publish is None or not self._is_open():
+            return
+        await self._publish(self.sign())
+        event(_log, 20, "record.updated", reason="gpu", sequence=self.sequence)
+
+    def _record_with(self, gpu: dict[str, Any] | None) -> NodeRecord:
+        assert self.sequence is not None
+        return NodeRecord(
+            node_id=self._identity.node_id,
+            public_key=self._identity.public_key,
+            name=self._name,
+            address=self.advertise[0],
+            port=self.advertise[1],
+            software_version=software_version(),
+            protocol_version=_protocol_version(),
+            started_at=float(self._started_at),
+            sequence=self.sequence,
+            status=NodeStatus.AVAILABLE,
+            capabilities=Capabilities(os.cpu_count() or 0, _ram_bytes(), gpu),
+            labels=dict(self._labels),
+            certificate=self._certificate,
+        )

@@ -1,0 +1,302 @@
+"""The roster: who the members are, as far as their signed records say.
+
+Events in: membership events (its own subscription). For each, the member's metadata is
+offered to the record book, the event is logged with the member's verified name, and
+name clashes are noticed. Commands out: members worth remembering across restarts go to
+`on_known`, members that left to `on_gone` (the store). Queries: the rows the API
+shows, unverified members and name clashes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+
+from overlay.base import format_address
+from swim import (
+    Event,
+    Member,
+    MemberFailed,
+    MemberJoined,
+    MemberLeft,
+    MemberRecovered,
+    MemberState,
+    MemberSuspected,
+    MemberUpdated,
+    SelfRefuted,
+)
+
+from .._log import event, get_logger
+from ..record import NodeRecord
+from ..record_book import RecordBook
+from ..revocation import RevocationList
+from ..store import KnownMember
+from .membership import MembershipService
+
+__all__ = ["REVALIDATE_INTERVAL", "Roster"]
+
+#: How often records are re-checked for expiry, seconds.
+REVALIDATE_INTERVAL: Final = 2.0
+_GONE: Final = (MemberState.DEAD, MemberState.LEFT)
+
+_log = get_logger("node")
+
+
+class Roster:
+    """Verified records and names of the members the core holds.
+
+    Args:
+        node_id: ours (not logged as a member).
+        records: the record book (the roster is its only writer, with the publisher's
+            own record through `accept_own`).
+        membership: read-only queries on the core.
+        on_known, on_gone: store commands.
+        clock: realtime, for record expiry and `KnownMember.last_seen`.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        records: RecordBook,
+        membership: MembershipService | None = None,
+        *,
+        on_known: Callable[[KnownMember], None] = lambda _m: None,
+        on_gone: Callable[[str], None] = lambda _n: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node_id = node_id
+        self.records = records
+        self._membership = membership
+        self._on_known = on_known
+        self._on_gone = on_gone
+        self._clock = clock
+        self._clashes_logged: set[tuple[str, tuple[str, ...]]] = set()
+        self._names: dict[str, str] = {}
+        self._by_name: dict[str, set[str]] = {}
+        # node id -> why its record is not trusted, as last logged (`record.refused`).
+        self._unverified: dict[str, str] = {}
+
+    def attach(
+        self,
+        membership: MembershipService,
+        *,
+        on_known: Callable[[KnownMember], None],
+        on_gone: Callable[[str], None],
+    ) -> None:
+        """The membership queries, and where store commands go."""
+        self._membership = membership
+        self._on_known = on_known
+        self._on_gone = on_gone
+
+    def accept_own(self, raw: bytes, now: float) -> None:
+        """Our own freshly signed record (the publisher's `on_signed`).
+
+        Our name counts for clashes too: a second node called like us is a clash that
+        this node, not only the others, must report.
+        """
+        record = self.records.accept(raw, now, node_id=self.node_id)
+        if record is not None:
+            self._note_name(record)
+
+    def update_revocations(self, revocations: RevocationList) -> None:
+        for node_id in self.records.update_revocations(revocations, self._clock()):
+            event(_log, 30, "record.revoked", id=node_id)
+
+    async def run(
+        self,
+        events: trio.MemoryReceiveChannel[Event],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._revalidate)
+            task_status.started()
+            async for ev in events:
+                self.on_event(ev)
+
+    async def _revalidate(self) -> None:
+        while True:
+            await trio.sleep(REVALIDATE_INTERVAL)
+            for node_id in self.records.revalidate(self._clock()):
+                event(_log, 30, "record.expired", id=node_id)
+
+    ####################################################################################
+    # Events
+
+    def on_event(self, ev: Event) -> None:
+        if isinstance(ev, SelfRefuted):
+            return
+        member = ev.member
+        if member.name == self.node_id:
+            return
+        record = self._verify(member)
+        name = record.name if record is not None else self._names.get(member.name, "?")
+        fields: dict[str, object] = {
+            "name": name,
+            "id": member.name,
+            "addr": format_address(member.address),
+            "inc": member.incarnation,
+            "unverified": self._unverified.get(member.name),  # left out when None
+        }
+        if isinstance(ev, MemberJoined):
+            event(_log, 20, "member.joined", **fields)
+            self._remember(member, name)
+            self._check_clash(record)
+        elif isinstance(ev, MemberRecovered):
+            event(_log, 20, "member.recovered", **fields)
+            self._remember(member, name)
+        elif isinstance(ev, MemberUpdated):
+            event(_log, 20, "member.updated", **fields)
+            self._remember(member, name)
+            self._check_clash(record)
+        elif isinstance(ev, MemberSuspected):
+            event(_log, 20, "member.suspected", **fields)
+        elif isinstance(ev, MemberFailed):
+            event(_log, 30, "member.failed", **fields)
+        elif isinstance(ev, MemberLeft):
+            event(_log, 20, "member.left", **fields)
+            self._on_gone(member.name)
+
+    def _remember(self, member: Member, name: str) -> None:
+        host, port = member.address
+        self._on_known(KnownMember(member.name, name, host, port, self._clock()))
+
+    def _verify(self, member: Member) -> NodeRecord | None:
+        """Offer the member's metadata to the record book; its record if it is trusted.
+
+        None when the member is *unverified*: its current record was refused (bad
+        signature, another cluster's certificate, revoked, expired, ...) or it never
+        had one. Logs `record.refused` once each time the reason changes.
+        """
+        if member.meta:
+            self.records.accept(member.meta, self._clock(), node_id=member.name)
+        reason = self.unverified_reason(member.name)
+        if reason is None:
+            self._unverified.pop(member.name, None)
+            return self.records.get(member.name)
+        if self._unverified.get(member.name) != reason:
+            self._unverified[member.name] = reason
+            event(_log, 30, "record.refused", id=member.name, reason=reason,
+                  effect="shown as unverified")  # fmt: skip
+        return None
+
+    def _check_clash(self, record: NodeRecord | None) -> None:
+        """Log once when `record`'s name is also used by another live node id.
+
+        O(members with that name), not O(members): this runs on every join and update.
+        """
+        if record is None or self._membership is None:
+            return
+        holders = self._note_name(record)
+        member = self._membership.member
+        live = sorted(n for n in holders if (m := member(n)) is not None and m.state not in _GONE)
+        if len(live) > 1:
+            key = (record.name, tuple(live))
+            if key not in self._clashes_logged:
+                self._clashes_logged.add(key)
+                others = [n for n in live if n != self.node_id]
+                event(_log, 30, "name.clash", name=record.name, me=self.node_id,
+                      ids=",".join(live), others=",".join(others),
+                      fix="give each node its own --name")  # fmt: skip
+
+    def _note_name(self, record: NodeRecord) -> set[str]:
+        """Index `record`'s name; the node ids that claim it."""
+        previous = self._names.get(record.node_id)
+        if previous is not None and previous != record.name:
+            self._by_name.get(previous, set()).discard(record.node_id)
+        self._names[record.node_id] = record.name
+        holders = self._by_name.setdefault(record.name, set())
+        holders.add(record.node_id)
+        return holders
+
+    ####################################################################################
+    # Queries
+
+    def name_of(self, node_id: str) -> str:
+        """The name `node_id` had when its record last verified, or "?"."""
+        return self._names.get(node_id, "?")
+
+    def unverified_reason(self, node_id: str) -> str | None:
+        """Why `node_id` is unverified (`bad_signature`, `wrong_authority`, `revoked`,
+        `expired`, `no_record`, ...), or None when its current record verified."""
+        reason = self.records.refusal(node_id)
+        if reason is None and self.records.get(node_id) is None:
+            return "no_record"
+        return reason
+
+    def unverified_members(self) -> list[dict[str, Any]]:
+        """Members the core holds whose record is not trusted, with the reason."""
+        out = []
+        for member in self._members():
+            reason = self.unverified_reason(member.name)
+            if reason is not None:
+                out.append({
+                    "node_id": member.name, "name": self.name_of(member.name),
+                    "state": member.state.name.lower(), "reason": reason,
+                })  # fmt: skip
+        return out
+
+    def name_clashes(self) -> list[dict[str, Any]]:
+        """Names claimed by more than one node id among members not gone."""
+        by_name: dict[str, list[str]] = {}
+        for member in self._members():
+            if member.state in _GONE:
+                continue
+            record = self.records.get(member.name)
+            if record is not None:
+                by_name.setdefault(record.name, []).append(member.name)
+        return [
+            {"name": name, "node_ids": sorted(ids)}
+            for name, ids in sorted(by_name.items())
+            if len(ids) > 1
+        ]
+
+    def member_rows(self) -> list[dict[str, Any]]:
+        """The rows of ``GET /v1/members``."""
+        from ..gpu import GpuReport, member_gpu_summary, report_to_dict
+
+        rows = []
+        for member in self._members():
+            reason = self.unverified_reason(member.name)
+            # What an unverified member's record claims is not shown: only its id,
+            # address and state (the core's own) and the name it had when it verified.
+            record = self.records.get(member.name) if reason is None else None
+            name = record.name if record is not None else self.name_of(member.name)
+            caps = "-"
+            gpu_detail: dict[str, Any] | None = None
+            if record is not None:
+                c = record.capabilities
+                gpu = member_gpu_summary(c.gpu) if c.gpu is not None else "no GPU"
+                caps = f"{c.cpu_cores} cpu, {c.ram_bytes / 2**30:.0f} GiB, {gpu}"
+                if c.gpu is not None:
+                    try:
+                        gpu_detail = report_to_dict(GpuReport.from_record(c.gpu))
+                    except ValueError:
+                        gpu_detail = None  # the summary already says "GPU record unreadable"
+            rows.append(
+                {
+                    "name": name,
+                    "node_id": member.name,
+                    "address": format_address(member.address),
+                    "state": member.state.name.lower(),
+                    "incarnation": member.incarnation,
+                    "rtt_ms": None if member.rtt is None else round(member.rtt * 1000, 3),
+                    "capabilities": caps,
+                    # The member's signed GPU record, in the `gpus --json` form: every
+                    # section says its layer (A verified, B derived, C operator).
+                    "gpu": gpu_detail,
+                    "labels": dict(record.labels) if record is not None else {},
+                    "status": record.status.value if record is not None else None,
+                    "verified": reason is None,
+                    "unverified": reason,
+                    "self": member.name == self.node_id,
+                    "state_since": round(trio.current_time() - member.state_since, 3),
+                }
+            )
+        return rows
+
+    def _members(self) -> list[Member]:
+        return [] if self._membership is None else self._membership.members()
