@@ -12,6 +12,7 @@ so Python's cyclic collector stops walking the ~n^2 entries of all the views.
 
 from ._events import Address as Address
 from ._events import Event as Event
+from ._events import IncarnationExhausted as IncarnationExhausted
 from ._events import Member as Member
 from ._events import MemberFailed as MemberFailed
 from ._events import MemberJoined as MemberJoined
@@ -32,17 +33,20 @@ from .broadcast import TransmitLimitedQueue as TransmitLimitedQueue
 from .config import SwimConfig as SwimConfig
 from .suspicion import Suspicion as Suspicion
 from .suspicion import remaining_suspicion_time as remaining_suspicion_time
+from .wire import INCARNATION_MAX as INCARNATION_MAX
 from .wire import PROTOCOL_VERSION as PROTOCOL_VERSION
 from .wire import DecodeError as DecodeError
 from .wire import MessageType as MessageType
 
 __all__ = [
+    "INCARNATION_MAX",
     "PROTOCOL_VERSION",
     "Address",
     "Awareness",
     "DecodeError",
     "Event",
     "Faults",
+    "IncarnationExhausted",
     "Member",
     "MemberFailed",
     "MemberJoined",

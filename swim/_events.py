@@ -104,6 +104,23 @@ class SelfRefuted:
     incarnation: int
 
 
+@attrs.frozen
+class IncarnationExhausted(SelfRefuted):
+    """We were accused at `swim.wire.INCARNATION_MAX`, which no refute can outbid.
+
+    Only a forged or corrupted rumor gets there (2**62 honest refutes would take longer
+    than the universe has). The core starts a new session: its incarnation goes back to
+    0, and peers take it back as a new member once they have declared the old session
+    dead and reaped it (`dead_retention` later; records at the limit are not remembered
+    after reaping). The driver should persist the new incarnation and log loudly: some
+    enrolled key is sending forged rumors. A subclass of `SelfRefuted` (with
+    `incarnation` 0), so a driver that only knows refutes persists the reset.
+    """
+
+    #: The incarnation we were accused at.
+    accused: int = 0
+
+
 Event = (
     MemberJoined
     | MemberUpdated

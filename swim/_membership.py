@@ -23,6 +23,7 @@ from typing import Any
 
 from ._events import (
     Address,
+    IncarnationExhausted,
     Member,
     MemberFailed,
     MemberJoined,
@@ -51,12 +52,14 @@ from .config import SwimConfig
 from .probe import ProbeOrder, ProbeRound
 from .suspicion import Suspicion
 from .wire import (
+    INCARNATION_MAX,
     PACKET_OVERHEAD,
     Ack,
     Alive,
     Dead,
     DecodeError,
     IndirectPing,
+    IntegerRangeError,
     Left,
     Nack,
     Ping,
@@ -258,14 +261,17 @@ class Membership:
             `config.check_invariants`).
 
         Raises:
-            ValueError: for metadata over the limit or a negative incarnation.
+            ValueError: for metadata over the limit, or an incarnation outside
+                0..`swim.wire.INCARNATION_MAX`.
         """
         if len(meta) > config.meta_size_max:
             raise ValueError(
                 f"meta is {len(meta)} bytes, over meta_size_max={config.meta_size_max}"
             )
-        if incarnation < 0:
-            raise ValueError(f"incarnation must be >= 0, got {incarnation}")
+        if not 0 <= incarnation <= INCARNATION_MAX:
+            raise ValueError(
+                f"incarnation must be in 0..{INCARNATION_MAX} (2**62), got {incarnation}"
+            )
         self._config = config
         self._name = name
         self._address = address
@@ -406,6 +412,9 @@ class Membership:
         counters.bytes_received += len(payload)
         try:
             messages = decode_packet(payload)
+        except IntegerRangeError:
+            counters.dropped_out_of_range += 1
+            return []
         except DecodeError:
             counters.dropped_malformed += 1
             return []
@@ -496,12 +505,13 @@ class Membership:
                 f"meta is {len(meta)} bytes, over meta_size_max={self._config.meta_size_max}"
             )
         self._self.meta = meta
-        self._self.incarnation += 1
+        out: list[Output] = []
+        self._outbid(self._self.incarnation, now, out)
         self._self.entry = None
         self._broadcast_self(now)
         if self._check:
             self._check_invariants()
-        return []
+        return out
 
     def send_failed(self, destination: Address, payload: bytes, now: float) -> list[Output]:
         """The driver could not deliver a reliable `Send` (e.g. TCP connection refused).
@@ -1036,13 +1046,33 @@ class Membership:
         if drop is not None and drop():
             return
         me = self._self
-        me.incarnation = max(me.incarnation, accused) + 1
+        exhausted = self._outbid(accused, now, out)
         me.entry = None
         if self._config.awareness_enabled:
             self._awareness.apply_delta(1)
         self._counters.refutes += 1
         self._broadcast_self(now)
-        out.append(SelfRefuted(me.incarnation))
+        if not exhausted:
+            out.append(SelfRefuted(me.incarnation))
+
+    def _outbid(self, held: int, now: float, out: list[Output]) -> bool:
+        """Move our incarnation above `held`, or start a new session at the limit.
+
+        The decoder accepts nothing above INCARNATION_MAX, so `held` is at most that,
+        and our incarnation never leaves 0..INCARNATION_MAX: it always encodes and
+        always fits a signed 64-bit store. A rumor at the limit cannot be outbid; we go
+        back to 0 and get back in as a new member once peers reap the old session.
+        Returns True for such a new session (an `IncarnationExhausted` was emitted).
+        """
+        me = self._self
+        floor = max(me.incarnation, held)
+        if floor < INCARNATION_MAX:
+            me.incarnation = floor + 1
+            return False
+        me.incarnation = 0
+        self._counters.incarnation_sessions += 1
+        out.append(IncarnationExhausted(0, accused=held))
+        return True
 
     ################################################################################
     # Gossip and anti-entropy
@@ -1190,9 +1220,12 @@ class Membership:
         """Forget a member that has been dead or left for `dead_retention`."""
         reaped = self._reaped
         reaped.pop(node.name, None)
-        reaped[node.name] = node.incarnation
-        if len(reaped) > self._config.reaped_memory_max:
-            del reaped[next(iter(reaped))]
+        if node.incarnation < INCARNATION_MAX:
+            reaped[node.name] = node.incarnation
+            if len(reaped) > self._config.reaped_memory_max:
+                del reaped[next(iter(reaped))]
+        # else: a record at the limit can only come from a forged rumor; forgetting it
+        # lets the member's new session (which restarts at 0) back in.
         del self._members[node.name]
         self._rtt.pop(node.name, None)
         self._counts[node.state] -= 1

@@ -32,7 +32,15 @@ NAME_LENGTH_MAX = 255
 #: Most messages in one packet, and members in one push-pull.
 MESSAGES_MAX = 4096
 MEMBERS_MAX = 1 << 20
-_UINT64_LIMIT = 1 << 64
+#: Largest integer any wire field may hold (incarnations, sequence numbers, sizes), and
+#: so the largest incarnation a member can hold. 2**62 leaves headroom below both
+#: msgpack's uint64 and SQLite's signed 64-bit INTEGER, so a value the decoder accepts,
+#: plus one, still encodes and still stores. Larger values are a `DecodeError`: the
+#: packet is dropped and counted, never acted on. See docs/protocol.md ("Bounded
+#: integers") for what a member accused at this incarnation does.
+INTEGER_MAX = 1 << 62
+#: The highest incarnation the protocol knows (the same bound as every wire integer).
+INCARNATION_MAX = INTEGER_MAX
 
 
 class MessageType(enum.IntEnum):
@@ -57,6 +65,15 @@ class DecodeError(ValueError):
 
     The only exception `decode_packet` raises. It is an operating error (a remote
     problem), never a bug of ours: the core counts it and drops the packet.
+    """
+
+
+class IntegerRangeError(DecodeError):
+    """A wire integer outside 0..INTEGER_MAX: counted apart from garbled packets.
+
+    Only an enrolled sender can get such a packet past authentication, so the core
+    counts it separately (`MembershipStatistics.dropped_out_of_range`): it is worth
+    an operator's attention, unlike line noise.
     """
 
 
@@ -237,8 +254,11 @@ def _name(value: Any) -> str:
 
 
 def _uint(value: Any) -> int:
-    if type(value) is not int or not 0 <= value < _UINT64_LIMIT:
-        raise DecodeError("bad unsigned integer")
+    """The one check every wire integer goes through: 0 <= value <= INTEGER_MAX."""
+    if type(value) is not int:
+        raise DecodeError("bad integer")
+    if not 0 <= value <= INTEGER_MAX:
+        raise IntegerRangeError("integer out of range")
     return value
 
 
@@ -343,14 +363,14 @@ def _member_entries(value: Any) -> tuple[MemberEntry, ...]:
         or set(map(type, addresses)) != {tuple}
         or set(map(len, addresses)) != {2}
         or set(map(type, incarnations)) != {int}
-        or min(incarnations) < 0
-        or max(incarnations) >= _UINT64_LIMIT
         or set(map(type, states)) != {int}
         or min(states) < 0
         or max(states) > 3
         or set(map(type, metas)) != {bytes}
     ):
         raise DecodeError("bad push-pull member entry")
+    if min(incarnations) < 0 or max(incarnations) > INTEGER_MAX:
+        raise IntegerRangeError("push-pull incarnation out of range")
     hosts, ports = zip(*addresses, strict=True)
     if (
         set(map(type, hosts)) != {str}

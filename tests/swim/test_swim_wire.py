@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from swim import PROTOCOL_VERSION, DecodeError, MessageType
 from swim.wire import (
+    INTEGER_MAX,
     NAME_LENGTH_MAX,
     Ack,
     Alive,
@@ -31,7 +32,7 @@ from swim.wire import (
 )
 
 names = st.text(max_size=40)
-uints = st.integers(min_value=0, max_value=2**64 - 1)
+uints = st.integers(min_value=0, max_value=INTEGER_MAX)
 addresses = st.tuples(st.text(max_size=40), st.integers(min_value=0, max_value=0xFFFF))
 metas = st.binary(max_size=64)
 entries = st.tuples(names, addresses, uints, st.integers(min_value=0, max_value=3), metas)
@@ -136,9 +137,9 @@ def test_truncation_and_bit_flips_only_raise_decode_error(
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[99, 1]]), "unknown message type"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[True, 1]]), "unknown message type"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2]]), "needs 1 fields"),
-        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, -1]]), "unsigned"),
-        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, True]]), "unsigned"),
-        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, 1.0]]), "unsigned"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, -1]]), "integer out of range"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, True]]), "bad integer"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, 1.0]]), "bad integer"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[4, "a", 1, ["h", 70000], b""]]), "address"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[4, "a", 1, ["h", 1], "meta"]]), "bytes"),
         (
