@@ -11,6 +11,7 @@ so Python's cyclic collector stops walking the ~n^2 entries of all the views.
 """
 
 from ._events import Address as Address
+from ._events import AppMessage as AppMessage
 from ._events import Event as Event
 from ._events import IncarnationExhausted as IncarnationExhausted
 from ._events import Member as Member
@@ -28,6 +29,7 @@ from ._faults import Faults as Faults
 from ._membership import Membership as Membership
 from ._membership import SharedView as SharedView
 from ._stats import MembershipStatistics as MembershipStatistics
+from .app import AppState as AppState
 from .awareness import Awareness as Awareness
 from .broadcast import TransmitLimitedQueue as TransmitLimitedQueue
 from .config import SwimConfig as SwimConfig
@@ -42,6 +44,8 @@ __all__ = [
     "INCARNATION_MAX",
     "PROTOCOL_VERSION",
     "Address",
+    "AppMessage",
+    "AppState",
     "Awareness",
     "DecodeError",
     "Event",

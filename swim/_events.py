@@ -105,6 +105,22 @@ class SelfRefuted:
 
 
 @attrs.frozen
+class AppMessage:
+    """An application broadcast arrived (`Membership.broadcast_app` on `source`).
+
+    Delivered once per receipt: the same broadcast can arrive several times (it is
+    piggybacked more than once, and re-broadcast by other members' applications), so
+    deduplication (by a version in the payload, say) is the application's job, as is
+    re-broadcasting what it has not seen before. `source` is what the sender claims;
+    the driver's envelope says which member actually sent the packet.
+    """
+
+    source: str
+    key: str
+    payload: bytes
+
+
+@attrs.frozen
 class IncarnationExhausted(SelfRefuted):
     """We were accused at `swim.wire.INCARNATION_MAX`, which no refute can outbid.
 
@@ -129,5 +145,6 @@ Event = (
     | MemberLeft
     | MemberRecovered
     | SelfRefuted
+    | AppMessage
 )
 Output = Send | Event

@@ -54,6 +54,15 @@ class MembershipStatistics:
     incarnation_sessions: int = 0
     push_pulls_sent: int = 0
     push_pulls_received: int = 0
+    #: Application broadcasts queued by `broadcast_app`, and received and delivered.
+    app_messages_queued: int = 0
+    app_messages_received: int = 0
+    #: Application broadcasts or state sections dropped: the channel is off, or over
+    #: `app_payload_size_max`, `app_digest_size_max` or `app_state_size_max`.
+    app_dropped: int = 0
+    #: Application state sections sent in a sync, and handed to `AppState.merge`.
+    app_states_sent: int = 0
+    app_states_merged: int = 0
     #: Reliable sends the driver reported as undeliverable (`send_failed`).
     send_failures: int = 0
 
@@ -90,6 +99,11 @@ class Counters:
     incarnation_sessions: int
     push_pulls_sent: int
     push_pulls_received: int
+    app_messages_queued: int
+    app_messages_received: int
+    app_dropped: int
+    app_states_sent: int
+    app_states_merged: int
     send_failures: int
 
     def __init__(self) -> None:
