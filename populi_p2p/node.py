@@ -57,6 +57,7 @@ from overlay.introductions import Introductions
 from overlay.netfilter import AcceptPolicy
 from overlay.transport import Transport, TransportConfig
 from swim import (
+    AppMessage,
     Event,
     Member,
     MemberFailed,
@@ -443,6 +444,8 @@ class Node:
             if self.store is not None:
                 self.store.save_incarnation(ev.incarnation)
             return
+        if isinstance(ev, AppMessage):
+            return  # the daemon keeps swim's application channel off (nothing uses it yet)
         member = ev.member
         if member.name == self.identity.node_id:
             return
