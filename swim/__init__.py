@@ -33,6 +33,8 @@ from .app import AppState as AppState
 from .awareness import Awareness as Awareness
 from .broadcast import TransmitLimitedQueue as TransmitLimitedQueue
 from .config import SwimConfig as SwimConfig
+from .rejoin import RejoinConfig as RejoinConfig
+from .rejoin import RejoinPolicy as RejoinPolicy
 from .suspicion import Suspicion as Suspicion
 from .suspicion import remaining_suspicion_time as remaining_suspicion_time
 from .wire import INCARNATION_MAX as INCARNATION_MAX
@@ -63,6 +65,8 @@ __all__ = [
     "MembershipStatistics",
     "MessageType",
     "Output",
+    "RejoinConfig",
+    "RejoinPolicy",
     "SelfRefuted",
     "Send",
     "SharedView",
