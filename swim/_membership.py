@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -149,16 +150,22 @@ class _Node:
         self.shared = False
         #: This member's push-pull entry, encoded; None after any change.
         self.entry: bytes | None = None
-        #: This member's sync digest entry, encoded, with the (incarnation, state)
-        #: it was encoded at; checked on use, so no write site has to clear it.
-        self.digest: tuple[int, int, bytes] | None = None
+        #: This member's sync digest entry, encoded, with the encoded entry it was
+        #: made from; valid while that is still `entry` (any change clears `entry`).
+        self.digest: tuple[bytes, bytes] | None = None
+
+    def entry_hash(self) -> int:
+        """CRC-32 of the encoded push-pull entry: tells two records at one incarnation
+        apart in a digest (not a defence: every packet is authenticated already)."""
+        return zlib.crc32(self.encoded_entry())
 
     def encoded_digest(self) -> bytes:
+        entry = self.encoded_entry()
         cached = self.digest
-        if cached is not None and cached[0] == self.incarnation and cached[1] == self.state:
-            return cached[2]
-        encoded = encode_digest_entry((self.name, self.incarnation, self.state))
-        self.digest = (self.incarnation, self.state, encoded)
+        if cached is not None and cached[0] is entry:
+            return cached[1]
+        encoded = encode_digest_entry((self.name, self.incarnation, self.state, zlib.crc32(entry)))
+        self.digest = (entry, encoded)
         return encoded
 
     def encoded_entry(self) -> bytes:
@@ -1288,17 +1295,22 @@ class Membership:
             app_digest = b""
         if message.leg == 0:
             wanted = self._merge_digest(message.digest, message.source, now, out)
-            theirs = {name: (inc, state) for name, inc, state in message.digest}
+            theirs = {entry[0]: entry for entry in message.digest}
             newer: list[bytes] = []
             for name, node in self._members.items():
                 held = theirs.get(name)
                 if held is None:
                     if node.state is _ALIVE or node.state is _SUSPECT:
                         newer.append(node.encoded_entry())
-                elif held[0] < node.incarnation or (
-                    held[0] == node.incarnation and _STATE_RANK[held[1]] < _STATE_RANK[node.state]
-                ):
+                elif held[1] < node.incarnation:
                     newer.append(node.encoded_entry())
+                elif held[1] == node.incarnation:
+                    rank, ours = _STATE_RANK[held[2]], _STATE_RANK[node.state]
+                    if rank < ours or (rank == ours == 0 and held[3] != node.entry_hash()):
+                        # Weaker, or another record at the same incarnation: what the
+                        # table does with it is the peer's call (a member refutes a
+                        # different record of itself, everyone else ignores it).
+                        newer.append(node.encoded_entry())
             self._send_sync(
                 message.source_address,
                 1,
@@ -1335,7 +1347,7 @@ class Membership:
 
     def _merge_digest(
         self,
-        digest: tuple[tuple[str, int, int], ...],
+        digest: tuple[tuple[str, int, int, int], ...],
         source: str,
         now: float,
         out: list[Output],
@@ -1350,19 +1362,23 @@ class Membership:
         reaped = self._reaped
         me = self._self
         wanted: list[str] = []
-        for name, incarnation, state in digest:
+        for name, incarnation, state, entry_hash in digest:
             node = members.get(name)
             if state == 0:
                 if node is None:
                     gone = reaped.get(name)
                     if gone is None or incarnation > gone:
                         wanted.append(name)
+                elif node is me:
+                    # Alive above our incarnation, or another record of us at it: the
+                    # table's REFUTE and REFUTE_IF_CHANGED, without the full entry.
+                    if not self._left and (
+                        incarnation > me.incarnation
+                        or (incarnation == me.incarnation and entry_hash != me.entry_hash())
+                    ):
+                        self._refute(incarnation, now, out)
                 elif incarnation > node.incarnation:
-                    if node is me:
-                        if not self._left:
-                            self._refute(incarnation, now, out)
-                    else:
-                        wanted.append(name)
+                    wanted.append(name)
             elif node is None:
                 continue  # news about a member we do not hold: nothing to apply
             elif state == 3:

@@ -177,9 +177,11 @@ class App(NamedTuple):
     payload: bytes
 
 
-#: One member in a sync digest: (name, incarnation, MemberState value). The incarnation
-#: is the member's version: metadata and address only change with a new incarnation.
-DigestEntry = tuple[str, int, int]
+#: One member in a sync digest: (name, incarnation, MemberState value, entry hash). The
+#: incarnation is the member's version; the hash (CRC-32 of the encoded `MemberEntry`)
+#: tells apart two records at one incarnation, as when a restarted daemon publishes a
+#: new record at the incarnation it stored (the member then refutes, as before).
+DigestEntry = tuple[str, int, int, int]
 
 
 class Sync(NamedTuple):
@@ -481,11 +483,11 @@ def _digest_entries(value: Any) -> tuple[DigestEntry, ...]:
     if set(map(type, value)) != {tuple}:
         raise DecodeError("bad sync digest entry")
     lengths = set(map(len, value))
-    if min(lengths) < 3:
+    if min(lengths) < 4:
         raise DecodeError("bad sync digest entry")
-    if lengths != {3}:
-        value = tuple([entry[:3] for entry in value])
-    names, incarnations, states = zip(*value, strict=True)
+    if lengths != {4}:
+        value = tuple([entry[:4] for entry in value])
+    names, incarnations, states, hashes = zip(*value, strict=True)
     if (
         set(map(type, names)) != {str}
         or max(map(len, names)) > NAME_LENGTH_MAX
@@ -493,10 +495,16 @@ def _digest_entries(value: Any) -> tuple[DigestEntry, ...]:
         or set(map(type, states)) != {int}
         or min(states) < 0
         or max(states) > 3
+        or set(map(type, hashes)) != {int}
     ):
         raise DecodeError("bad sync digest entry")
-    if min(incarnations) < 0 or max(incarnations) > INTEGER_MAX:
-        raise IntegerRangeError("sync digest incarnation out of range")
+    if (
+        min(incarnations) < 0
+        or max(incarnations) > INTEGER_MAX
+        or min(hashes) < 0
+        or max(hashes) > INTEGER_MAX
+    ):
+        raise IntegerRangeError("sync digest integer out of range")
     return value  # type: ignore[no-any-return]
 
 

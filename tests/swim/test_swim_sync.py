@@ -76,14 +76,31 @@ def test_suspicion_in_a_digest_is_applied_and_refuted_through_sync() -> None:
     cluster.join_all()
     cluster.run(3.0)
     core = cluster.nodes["node-3"]
-    digest = (("node-3", 0, int(MemberState.SUSPECT)),)
+    digest = (("node-3", 0, int(MemberState.SUSPECT), 0),)
     message = Sync(0, False, "node-1", cluster.nodes["node-1"].address, digest, (), (), b"", b"")
     cluster.apply("node-3", core.receive(("x", 1), encode(message), cluster.now))
     assert core.incarnation == 1  # suspected at our own incarnation: refuted
-    digest = (("node-3", 2, int(MemberState.ALIVE)),)
+    digest = (("node-3", 2, int(MemberState.ALIVE), 0),)
     message = Sync(0, False, "node-1", cluster.nodes["node-1"].address, digest, (), (), b"", b"")
     cluster.apply("node-3", core.receive(("x", 1), encode(message), cluster.now))
     assert core.incarnation == 3  # an alive above ours is refuted at once
     cluster.run(40.0)
     assert cluster.converged()
     assert all(cluster.member(o, "node-3").incarnation == 3 for o in cluster.live())  # type: ignore[union-attr]
+
+
+def test_another_record_at_the_same_incarnation_is_refuted_through_the_digest() -> None:
+    """A daemon restarted at its stored incarnation publishes a new record: the digest's
+    entry hash shows the peer holds another one, and the member refutes above it (the
+    table's REFUTE_IF_CHANGED), whichever side opens the sync."""
+    for opener in ("old-view", "restarted"):
+        a, b = two_peers_that_agree(5)
+        restarted = Membership(TEST_CONFIG, "b", b.address, random.Random(9), 0.0, meta=b"new")
+        if opener == "old-view":
+            exchange(a, restarted, 1.0)
+        else:
+            exchange(restarted, a, 1.0)
+        assert restarted.incarnation == 1, opener
+        exchange(restarted, a, 2.0)
+        seen = a.member("b")
+        assert seen is not None and seen.incarnation == 1 and seen.meta == b"new", opener

@@ -41,7 +41,9 @@ addresses = st.tuples(st.text(max_size=40), st.integers(min_value=0, max_value=0
 metas = st.binary(max_size=64)
 entries = st.tuples(names, addresses, uints, st.integers(min_value=0, max_value=3), metas)
 
-digest_entries = st.tuples(names, uints, st.integers(min_value=0, max_value=3))
+digest_entries = st.tuples(
+    names, uints, st.integers(min_value=0, max_value=3), st.integers(0, 2**32 - 1)
+)
 
 messages = st.one_of(
     st.builds(App, names, names, metas),
@@ -243,7 +245,7 @@ def test_encode_push_pull_matches_generic_encoding(
 def test_encode_sync_matches_generic_encoding(
     leg: int,
     join: bool,
-    digest: list[tuple[str, int, int]],
+    digest: list[tuple[str, int, int, int]],
     members: list[MemberEntry],
     wanted: list[str],
     app_digest: bytes,
@@ -279,8 +281,9 @@ def test_encode_sync_matches_generic_encoding(
     "raw",
     [
         [10, 3, False, "s", ["h", 1], [], [], [], b"", b""],  # leg out of range
-        [10, 0, False, "s", ["h", 1], [["a", 1]], [], [], b"", b""],  # short digest entry
-        [10, 0, False, "s", ["h", 1], [["a", 1, 4]], [], [], b"", b""],  # bad state
+        [10, 0, False, "s", ["h", 1], [["a", 1, 0]], [], [], b"", b""],  # short digest entry
+        [10, 0, False, "s", ["h", 1], [["a", 1, 4, 0]], [], [], b"", b""],  # bad state
+        [10, 0, False, "s", ["h", 1], [["a", 1, 0, "x"]], [], [], b"", b""],  # bad hash
         [10, 0, False, "s", ["h", 1], [], [], [1], b"", b""],  # wanted not names
         [10, 0, False, "s", ["h", 1], [], [], [], "x", b""],  # digest not bytes
         [9, "s", "k"],  # app missing payload
