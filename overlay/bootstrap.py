@@ -13,7 +13,9 @@ without an operator.
 
 The pieces are separate so each is testable on its own: `parse_host_port` (pure),
 `Backoff` (pure, rng injected), `resolve` (Trio DNS), `Bootstrapper` (a Trio loop driven
-by callbacks; its sleeps use Trio's clock, so tests run it under a `MockClock`).
+by callbacks; its sleeps use Trio's clock, so tests run it under a `MockClock`). The
+schedule and the choice of targets are `swim.RejoinPolicy`, the sans-IO policy the
+simulator's driver runs too, so simulated partition-heal times describe the daemon.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import attrs
 import trio
 
 from overlay.base import Address, TransportError, format_address
+from swim.rejoin import RejoinConfig, RejoinPolicy
 
 #: First retry delay, seconds.
 DEFAULT_BACKOFF_INITIAL = 1.0
@@ -199,6 +202,17 @@ class Backoff:
         """Start again from `initial` (after a success)."""
         self._current = self._initial
 
+    def policy(self, check_interval: float) -> RejoinPolicy:
+        """The shared `RejoinPolicy` with this schedule (its clock starts at 0)."""
+        config = RejoinConfig(
+            check_interval=check_interval,
+            backoff_initial=self._initial,
+            backoff_max=self._maximum,
+            backoff_factor=self._factor,
+            jitter=self._jitter if self._rng is not None else 0.0,
+        )
+        return RejoinPolicy(config, self._rng or random.Random(0), 0.0)
+
 
 ####################################################################################
 # Bootstrapper
@@ -248,6 +262,8 @@ class Bootstrapper:
         needs_join: True when the node should (re)join now.
         backoff: retry schedule (1 s doubling to 60 s by default).
         check_interval: seconds between `needs_join` checks while joined.
+        policy: the shared `swim.RejoinPolicy` to run instead of one built from
+            `backoff` and `check_interval` (the simulator runs the same class).
         resolve_timeout: bound on resolving one bootstrap name.
     """
 
@@ -261,6 +277,7 @@ class Bootstrapper:
         backoff: Backoff | None = None,
         check_interval: float = DEFAULT_CHECK_INTERVAL,
         resolve_timeout: float = DEFAULT_RESOLVE_TIMEOUT,
+        policy: RejoinPolicy | None = None,
     ) -> None:
         if check_interval <= 0:
             raise ValueError(f"check_interval must be positive, got {check_interval}")
@@ -270,8 +287,11 @@ class Bootstrapper:
         ]
         self._known = known_members
         self._needs_join = needs_join
-        self._backoff = backoff if backoff is not None else Backoff()
-        self._check_interval = check_interval
+        self._policy = (
+            policy
+            if policy is not None
+            else (backoff if backoff is not None else Backoff()).policy(check_interval)
+        )
         self._resolve_timeout = resolve_timeout
         self._wake = trio.Event()
         self._attempts = 0
@@ -291,12 +311,10 @@ class Bootstrapper:
         self._wake.set()
 
     async def candidates(self) -> list[Address]:
-        """Known members, then bootstrap peers resolved now; deduplicated, order kept."""
+        """Known members, then bootstrap peers resolved now: `RejoinPolicy.targets`
+        (deduplicated, order kept, at most `targets_max`)."""
+        known = [(addr[0], int(addr[1])) for addr in self._known()]
         out: list[Address] = []
-        for addr in self._known():
-            addr = (addr[0], int(addr[1]))
-            if addr not in out:
-                out.append(addr)
         for host, port in self._bootstrap:
             try:
                 resolved = await resolve(host, port, timeout=self._resolve_timeout)
@@ -304,10 +322,10 @@ class Bootstrapper:
                 self._resolve_failures += 1
                 self._last_error = str(exc)
                 continue
-            for addr in resolved:
-                if addr not in out:
-                    out.append(addr)
-        return out
+            out.extend(resolved)
+        # Bootstrap peers are always worth a try: the daemon passes remembered members
+        # only when alone (see populi_p2p), so "alone" is decided before this point.
+        return self._policy.targets(known, out, alone=True)
 
     async def attempt(self) -> bool:
         """One join attempt through the current candidates; True when joined."""
@@ -335,22 +353,20 @@ class Bootstrapper:
 
     async def run(self) -> None:
         """Loop forever: join while needed, back off between failures. Cancel to stop."""
+        policy = self._policy
+        offset = trio.current_time()  # the policy's clock starts at 0
         while True:
             if self._needs_join():
-                if await self.attempt():
-                    self._backoff.reset()
-                    self._next_delay = None
-                    await self._wait(self._check_interval)
-                else:
-                    self._next_delay = self._backoff.next_delay()
-                    await self._wait(self._next_delay)
+                joined = await self.attempt()
+                delay = policy.on_result(trio.current_time() - offset, joined)
+                self._next_delay = None if joined else delay
             else:
-                self._backoff.reset()
+                policy.on_not_needed(trio.current_time() - offset)
                 self._next_delay = None
-                await self._wait(self._check_interval)
+            await self._wait_until(policy.next_deadline() + offset)
 
-    async def _wait(self, seconds: float) -> None:
-        with trio.move_on_after(seconds):
+    async def _wait_until(self, deadline: float) -> None:
+        with trio.move_on_at(deadline):
             await self._wake.wait()
         if self._wake.is_set():
             self._wake = trio.Event()

@@ -28,6 +28,8 @@ from typing import Final
 
 import attrs
 
+from swim import INCARNATION_MAX
+
 __all__ = ["KnownMember", "MemberStore", "StoreError"]
 
 #: Rows kept: members not seen for longer than this are forgotten (seconds, 30 days).
@@ -199,12 +201,34 @@ class MemberStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write the member store {self.path}: {exc}") from None
 
+    def reset_incarnation(self, incarnation: int) -> None:
+        """Set the stored incarnation exactly: a new session after swim's limit (only then).
+
+        Raises:
+            StoreError: the write failed, or `incarnation` is out of range.
+        """
+        if isinstance(incarnation, bool) or not 0 <= incarnation <= INCARNATION_MAX:
+            raise StoreError(f"incarnation {incarnation!r} is outside 0..{INCARNATION_MAX}")
+        try:
+            self._db.execute(
+                "INSERT INTO self (key, value) VALUES ('incarnation', ?) ON CONFLICT(key)"
+                " DO UPDATE SET value = excluded.value",
+                (incarnation,),
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write the member store {self.path}: {exc}") from None
+
     def start_incarnation(self) -> int:
         """The incarnation to start this run with: one above any used before; persisted.
 
         Persisting before joining means a crash right after start still never reuses it.
         """
         incarnation = self.last_incarnation() + 1
+        if incarnation > INCARNATION_MAX:
+            # Beyond what the wire carries (swim.INCARNATION_MAX): start a new session at 0,
+            # as the core does when accused at the limit (docs/protocol.md).
+            self.reset_incarnation(0)
+            return 0
         self.save_incarnation(incarnation)
         return incarnation
 

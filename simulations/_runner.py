@@ -39,6 +39,7 @@ from swim import (
     SharedView,
     SwimConfig,
 )
+from swim.rejoin import RejoinConfig, RejoinPolicy, failed_targets
 
 from ._engine import CoreFactory, InvariantViolation, NodeStatus, Simulator
 from ._invariants import IncarnationCheck
@@ -48,9 +49,6 @@ from ._rng import child_rng
 from ._scenario import FaultSpec, LossSpec, PartitionSpec, Scenario, ScenarioError
 
 __all__ = ["RunResult", "run_once", "run_scenario", "swim_config", "swim_factory"]
-
-#: A member that knows nobody this long after joining joins again through other seeds.
-_JOIN_RETRY = 2.0
 
 
 @attrs.frozen
@@ -152,6 +150,14 @@ class _Run:
         self.sim.add_observer(self.metrics)
         self.reconnect_rng = child_rng(seed, "reconnect")
         self.failed: dict[int, dict[int, float]] = {}
+        # The daemon's join and reconnect policy (swim.RejoinPolicy), one per node life.
+        self.rejoin_config = RejoinConfig.for_probe_interval(
+            self.config.probe_interval, failed_memory=scenario.reconnect_timeout
+        )
+        #: How long the daemon waits for a join to take before calling it failed.
+        self.join_wait = max(1.0, 2.0 * self.config.probe_interval)
+        self.policies: dict[int, RejoinPolicy] = {}
+        self.bootstrap: dict[int, list[int]] = {}
         if scenario.reconnect_interval > 0:
             self.sim.add_observer(self)
         if scenario.safety:
@@ -264,6 +270,9 @@ class _Run:
         )
         for node in nodes:
             sim.prime(node, roster)
+        if self.scenario.reconnect_interval > 0:
+            for node in nodes:
+                self._start_policy(node, [], attempted=False)
         self.metrics.assume_converged()
         sim.run_until(self.scenario.formation.settle)
         return 0.0
@@ -274,24 +283,67 @@ class _Run:
         self.started.append(node)
 
     def _join(self, node: int, seeds: list[int]) -> None:
-        """Start `node` through `seeds`, and retry if the join gets lost."""
+        """Start `node` through `seeds` (its bootstrap list), then run the daemon's
+        join and reconnect policy for it: the start is its first attempt."""
         self.sim.start(node, seeds)
-        if seeds:
-            retry = (node, self.sim.life(node))
-            self.sim.call_at(self.sim.now + _JOIN_RETRY, self._retry_join, retry)
+        self._start_policy(node, seeds, attempted=bool(seeds))
 
-    def _retry_join(self, arg: tuple[int, int]) -> None:
-        """A join whose push-pull got lost is retried through other seeds, as a driver must."""
+    def _start_policy(self, node: int, seeds: list[int], *, attempted: bool) -> None:
+        """A fresh `RejoinPolicy` for the node's new life; `attempted`: the start sent
+        a join, whose verdict comes after the daemon's join wait."""
+        sim = self.sim
+        self.bootstrap[node] = list(seeds)
+        policy = RejoinPolicy(
+            self.rejoin_config, child_rng(self.scenario.seed, f"rejoin-{node}"), sim.now
+        )
+        self.policies[node] = policy
+        arg = (node, sim.life(node))
+        if attempted:
+            sim.call_at(sim.now + self.join_wait, self._join_result, arg)
+        else:
+            policy.on_not_needed(sim.now)
+            sim.call_at(policy.next_deadline(), self._rejoin_check, arg)
+
+    def _join_result(self, arg: tuple[int, int]) -> None:
+        """The daemon's `_try_join` verdict: joined when it sees another live member."""
         node, life = arg
         sim = self.sim
         if sim.life(node) != life or not sim.status(node).is_member:
             return
-        if self.metrics.knows_anyone(node):
+        policy = self.policies[node]
+        policy.on_result(sim.now, self.metrics.alive_count(node) > 0)
+        sim.call_at(policy.next_deadline(), self._rejoin_check, arg)
+
+    def _rejoin_check(self, arg: tuple[int, int]) -> None:
+        """`RejoinPolicy`'s check, as the daemon's Bootstrapper runs it: join when alone
+        (through the bootstrap list) or when members seen failing are still not back
+        (through them, as Serf's reconnect does, and the bootstrap list)."""
+        node, life = arg
+        sim = self.sim
+        if sim.life(node) != life or not sim.status(node).is_member:
             return
-        others = [m for m in sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW) if m != node]
-        k = min(self.scenario.formation.seeds, len(others))
-        sim.rejoin(node, self.formation_rng.sample(others, k))
-        sim.call_at(sim.now + _JOIN_RETRY, self._retry_join, arg)
+        policy = self.policies[node]
+        alone = self.metrics.alive_count(node) == 0
+        failed: list[int] = []
+        if self.scenario.reconnect_interval > 0 and node in self.failed:
+            failed = failed_targets(self.failed[node], sim.now, policy.config.failed_memory)
+        if not alone and not failed:
+            policy.on_not_needed(sim.now)
+            sim.call_at(policy.next_deadline(), self._rejoin_check, arg)
+            return
+        known = self.bootstrap[node]
+        if alone:
+            # The daemon also tries the members it remembers (its store): any k here.
+            members = sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW)
+            k = min(self.scenario.formation.seeds, len(members))
+            known = known + self.reconnect_rng.sample(members, k)
+        targets = [t for t in policy.targets(failed, known, alone=True) if t != node]
+        if not targets:
+            policy.on_result(sim.now, False)
+            sim.call_at(policy.next_deadline(), self._rejoin_check, arg)
+            return
+        sim.rejoin(node, targets)
+        sim.call_at(sim.now + self.join_wait, self._join_result, arg)
 
     def _timeline(self) -> None:
         sim = self.sim
@@ -316,8 +368,6 @@ class _Run:
             sim.call_at(t0 + heal, self._heal_partition, number)
         for lossy in scenario.lossy:
             sim.call_at(t0 + lossy.at, self._lossy, lossy)
-        if scenario.reconnect_interval > 0:
-            sim.call_at(t0 + scenario.reconnect_interval, self._reconnect)
         churn = scenario.churn
         if churn is not None:
             for kind, rate in (
@@ -508,41 +558,6 @@ class _Run:
     def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
         if old == NodeStatus.DOWN:
             self.failed.pop(node, None)  # a fresh core remembers nobody
-
-    def _reconnect(self, _: object = None) -> None:
-        """Members with failed peers try to join one of them, as Serf's reconnect does;
-        members that see nobody alive join again through their bootstrap list.
-
-        memberlist stops gossiping to a dead member after `dead_retention`; without this
-        loop (which populi's daemon must run too) two halves of a partition that lasted
-        longer would never find each other again. As in Serf, a member tries with
-        probability failed/alive, so the whole cluster makes about one attempt per
-        failed member per interval rather than one per member: each attempt is a
-        full-state push-pull.
-        """
-        sim = self.sim
-        horizon = sim.now - self.scenario.reconnect_timeout
-        rng = self.reconnect_rng
-        members = sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW)
-        if len(members) > 1:
-            # A member that sees nobody alive (its peers all left, crashed or were
-            # reaped while it was cut off) joins again through its bootstrap list,
-            # here any k members, as the daemon's bootstrap would.
-            for node in members:
-                if self.metrics.alive_count(node) == 0:
-                    others = [m for m in members if m != node]
-                    k = min(self.scenario.formation.seeds, len(others))
-                    sim.rejoin(node, rng.sample(others, k))
-        for node in sorted(self.failed):
-            failed = self.failed[node]
-            for subject in [s for s, when in failed.items() if when < horizon]:
-                del failed[subject]
-            if not failed or not sim.status(node).is_member:
-                continue
-            alive = max(self.metrics.alive_count(node), 1)
-            if rng.random() < len(failed) / alive:
-                sim.rejoin(node, [rng.choice(sorted(failed))])
-        sim.call_at(sim.now + self.scenario.reconnect_interval, self._reconnect)
 
     def _sample(self, _: object) -> None:
         self.metrics.sample(self.sim.now - self.t0)

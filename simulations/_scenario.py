@@ -159,9 +159,10 @@ class Scenario:
     partitions: tuple[PartitionSpec, ...] = ()
     churn: ChurnSpec | None = None
     sample_interval: float = 1.0
-    #: The driver's reconnect loop (as Serf's): every this many seconds, each member
-    #: sends a join to one random member it saw fail in the last `reconnect_timeout`
-    #: seconds, so a partition longer than `dead_retention` still heals. 0: off.
+    #: The driver's reconnect to members seen failing (as Serf's), run on the daemon's
+    #: schedule (`swim.RejoinPolicy`), so a partition longer than `dead_retention`
+    #: still heals. 0: off; any other value: on (the cadence is the policy's).
+    #: `reconnect_timeout`: how long a failure stays a reconnect target, seconds.
     reconnect_interval: float = 30.0
     reconnect_timeout: float = 3600.0
     safety: bool = True

@@ -11,7 +11,9 @@ so Python's cyclic collector stops walking the ~n^2 entries of all the views.
 """
 
 from ._events import Address as Address
+from ._events import AppMessage as AppMessage
 from ._events import Event as Event
+from ._events import IncarnationExhausted as IncarnationExhausted
 from ._events import Member as Member
 from ._events import MemberFailed as MemberFailed
 from ._events import MemberJoined as MemberJoined
@@ -27,22 +29,30 @@ from ._faults import Faults as Faults
 from ._membership import Membership as Membership
 from ._membership import SharedView as SharedView
 from ._stats import MembershipStatistics as MembershipStatistics
+from .app import AppState as AppState
 from .awareness import Awareness as Awareness
 from .broadcast import TransmitLimitedQueue as TransmitLimitedQueue
 from .config import SwimConfig as SwimConfig
+from .rejoin import RejoinConfig as RejoinConfig
+from .rejoin import RejoinPolicy as RejoinPolicy
 from .suspicion import Suspicion as Suspicion
 from .suspicion import remaining_suspicion_time as remaining_suspicion_time
+from .wire import INCARNATION_MAX as INCARNATION_MAX
 from .wire import PROTOCOL_VERSION as PROTOCOL_VERSION
 from .wire import DecodeError as DecodeError
 from .wire import MessageType as MessageType
 
 __all__ = [
+    "INCARNATION_MAX",
     "PROTOCOL_VERSION",
     "Address",
+    "AppMessage",
+    "AppState",
     "Awareness",
     "DecodeError",
     "Event",
     "Faults",
+    "IncarnationExhausted",
     "Member",
     "MemberFailed",
     "MemberJoined",
@@ -55,6 +65,8 @@ __all__ = [
     "MembershipStatistics",
     "MessageType",
     "Output",
+    "RejoinConfig",
+    "RejoinPolicy",
     "SelfRefuted",
     "Send",
     "SharedView",

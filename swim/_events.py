@@ -104,6 +104,39 @@ class SelfRefuted:
     incarnation: int
 
 
+@attrs.frozen
+class AppMessage:
+    """An application broadcast arrived (`Membership.broadcast_app` on `source`).
+
+    Delivered once per receipt: the same broadcast can arrive several times (it is
+    piggybacked more than once, and re-broadcast by other members' applications), so
+    deduplication (by a version in the payload, say) is the application's job, as is
+    re-broadcasting what it has not seen before. `source` is what the sender claims;
+    the driver's envelope says which member actually sent the packet.
+    """
+
+    source: str
+    key: str
+    payload: bytes
+
+
+@attrs.frozen
+class IncarnationExhausted(SelfRefuted):
+    """We were accused at `swim.wire.INCARNATION_MAX`, which no refute can outbid.
+
+    Only a forged or corrupted rumor gets there (2**62 honest refutes would take longer
+    than the universe has). The core starts a new session: its incarnation goes back to
+    0, and peers take it back as a new member once they have declared the old session
+    dead and reaped it (`dead_retention` later; records at the limit are not remembered
+    after reaping). The driver should persist the new incarnation and log loudly: some
+    enrolled key is sending forged rumors. A subclass of `SelfRefuted` (with
+    `incarnation` 0), so a driver that only knows refutes persists the reset.
+    """
+
+    #: The incarnation we were accused at.
+    accused: int = 0
+
+
 Event = (
     MemberJoined
     | MemberUpdated
@@ -112,5 +145,6 @@ Event = (
     | MemberLeft
     | MemberRecovered
     | SelfRefuted
+    | AppMessage
 )
 Output = Send | Event

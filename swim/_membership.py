@@ -18,11 +18,14 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ._events import (
     Address,
+    AppMessage,
+    IncarnationExhausted,
     Member,
     MemberFailed,
     MemberJoined,
@@ -45,28 +48,36 @@ from ._math import (
 )
 from ._state import PRECEDENCE_FAST, Action, Rumor, Subject
 from ._stats import Counters, MembershipStatistics
+from .app import AppState
 from .awareness import Awareness
 from .broadcast import TransmitLimitedQueue
 from .config import SwimConfig
 from .probe import ProbeOrder, ProbeRound
 from .suspicion import Suspicion
 from .wire import (
+    INCARNATION_MAX,
+    NAME_LENGTH_MAX,
     PACKET_OVERHEAD,
     Ack,
     Alive,
+    App,
     Dead,
     DecodeError,
     IndirectPing,
+    IntegerRangeError,
     Left,
     Nack,
     Ping,
     PushPull,
     Suspect,
+    Sync,
     decode_packet,
+    encode_digest_entry,
     encode_member_entry,
     encode_message,
     encode_packet,
     encode_push_pull,
+    encode_sync,
 )
 
 _ALIVE = MemberState.ALIVE
@@ -92,6 +103,9 @@ _TIMER_SUSPICION = 0
 _TIMER_RELAY = 1
 _TIMER_REAP = 2
 
+#: Rank of each state at one incarnation, for deciding which side of a sync is newer.
+_STATE_RANK = (0, 1, 2, 2)
+
 #: Below this many entries in the member list, random choices filter the whole list;
 #: above it they sample random indexes (memberlist's kRandomNodes).
 _SAMPLE_FILTER_MAX = 64
@@ -105,6 +119,7 @@ class _Node:
 
     __slots__ = (
         "address",
+        "digest",
         "entry",
         "incarnation",
         "meta",
@@ -135,6 +150,23 @@ class _Node:
         self.shared = False
         #: This member's push-pull entry, encoded; None after any change.
         self.entry: bytes | None = None
+        #: This member's sync digest entry, encoded, with the encoded entry it was
+        #: made from; valid while that is still `entry` (any change clears `entry`).
+        self.digest: tuple[bytes, bytes] | None = None
+
+    def entry_hash(self) -> int:
+        """CRC-32 of the encoded push-pull entry: tells two records at one incarnation
+        apart in a digest (not a defence: every packet is authenticated already)."""
+        return zlib.crc32(self.encoded_entry())
+
+    def encoded_digest(self) -> bytes:
+        entry = self.encoded_entry()
+        cached = self.digest
+        if cached is not None and cached[0] is entry:
+            return cached[1]
+        encoded = encode_digest_entry((self.name, self.incarnation, self.state, zlib.crc32(entry)))
+        self.digest = (entry, encoded)
+        return encoded
 
     def encoded_entry(self) -> bytes:
         entry = self.entry
@@ -242,6 +274,7 @@ class Membership:
         incarnation: int = 0,
         faults: object | None = None,
         check_invariants: bool = False,
+        app_state: AppState | None = None,
     ) -> None:
         """Args:
         config: protocol settings.
@@ -256,16 +289,21 @@ class Membership:
         faults: simulator fault hooks (see `swim._faults.Faults`), or None.
         check_invariants: run `_check_invariants()` after every call (also enabled by
             `config.check_invariants`).
+        app_state: the application's anti-entropy section (see `swim.app.AppState`),
+            used only with `config.app_channel_enabled`; None: no section.
 
         Raises:
-            ValueError: for metadata over the limit or a negative incarnation.
+            ValueError: for metadata over the limit, or an incarnation outside
+                0..`swim.wire.INCARNATION_MAX`.
         """
         if len(meta) > config.meta_size_max:
             raise ValueError(
                 f"meta is {len(meta)} bytes, over meta_size_max={config.meta_size_max}"
             )
-        if incarnation < 0:
-            raise ValueError(f"incarnation must be >= 0, got {incarnation}")
+        if not 0 <= incarnation <= INCARNATION_MAX:
+            raise ValueError(
+                f"incarnation must be in 0..{INCARNATION_MAX} (2**62), got {incarnation}"
+            )
         self._config = config
         self._name = name
         self._address = address
@@ -279,6 +317,13 @@ class Membership:
             config.broadcast_queue_max,
             config.packet_budget - PACKET_OVERHEAD,
         )
+        # Application broadcasts: a second queue, drained after the membership one.
+        self._app_broadcasts = TransmitLimitedQueue(
+            config.retransmit_mult,
+            config.app_broadcast_queue_max,
+            config.packet_budget - PACKET_OVERHEAD,
+        )
+        self._app_state = app_state if config.app_channel_enabled else None
         self._self = _Node(name, address, _ALIVE, incarnation, meta, now)
         self._members: dict[str, _Node] = {name: self._self}
         # Last incarnation of reaped members (insertion ordered, oldest evicted first),
@@ -319,6 +364,8 @@ class Membership:
             Dead: self._on_dead,
             Left: self._on_left,
             PushPull: self._on_push_pull,
+            App: self._on_app,
+            Sync: self._on_sync,
         }
         # Announce ourselves: whoever we meet first spreads it.
         self._broadcast_self(now)
@@ -381,7 +428,7 @@ class Membership:
         out: list[Output] = []
         for seed in seeds:
             if seed != self._address:
-                self._send_push_pull(seed, join=True, reply=False, reliable=False, out=out)
+                self._send_sync_open(seed, join=True, out=out)
         if self._check:
             self._check_invariants()
         return out
@@ -406,6 +453,9 @@ class Membership:
         counters.bytes_received += len(payload)
         try:
             messages = decode_packet(payload)
+        except IntegerRangeError:
+            counters.dropped_out_of_range += 1
+            return []
         except DecodeError:
             counters.dropped_malformed += 1
             return []
@@ -496,9 +546,48 @@ class Membership:
                 f"meta is {len(meta)} bytes, over meta_size_max={self._config.meta_size_max}"
             )
         self._self.meta = meta
-        self._self.incarnation += 1
+        out: list[Output] = []
+        self._outbid(self._self.incarnation, now, out)
         self._self.entry = None
         self._broadcast_self(now)
+        if self._check:
+            self._check_invariants()
+        return out
+
+    def broadcast_app(self, key: str, payload: bytes, now: float) -> list[Output]:
+        """Queue an application broadcast, piggybacked after membership rumors.
+
+        Sent `retransmit_mult * ceil(log10(n + 1))` times, least-sent first, like a
+        rumor; a newer broadcast under the same `key` replaces a queued older one.
+        Receivers get an `AppMessage` per receipt and are not re-gossiped to by the
+        core: an application that wants epidemic spread re-broadcasts what is new to it.
+
+        Raises:
+            ValueError: the channel is off, we left, the key is too long, or the
+                payload is over `app_payload_size_max` or does not fit a packet.
+        """
+        config = self._config
+        if not config.app_channel_enabled:
+            raise ValueError("the application channel is off (SwimConfig.app_channel_enabled)")
+        if self._left:
+            raise ValueError("cannot broadcast after leaving")
+        if len(key) > NAME_LENGTH_MAX:
+            raise ValueError(f"key is {len(key)} characters, over {NAME_LENGTH_MAX}")
+        if len(payload) > config.app_payload_size_max:
+            raise ValueError(
+                f"payload is {len(payload)} bytes, over "
+                f"app_payload_size_max={config.app_payload_size_max}"
+            )
+        encoded = encode_message(App(self._name, key, payload))
+        if len(encoded) > config.packet_budget - PACKET_OVERHEAD:
+            raise ValueError(
+                f"encoded broadcast is {len(encoded)} bytes, over the packet budget "
+                f"({config.packet_budget} - {PACKET_OVERHEAD})"
+            )
+        self._app_broadcasts.queue(key, encoded)
+        self._counters.app_messages_queued += 1
+        if self._gossip_at is None:
+            self._gossip_at = self._gossip_time_after(now, strictly=False)
         if self._check:
             self._check_invariants()
         return []
@@ -590,7 +679,7 @@ class Membership:
         return len(self._members)
 
     def statistics(self) -> MembershipStatistics:
-        self._counters.broadcasts_evicted = self._broadcasts.evicted
+        self._counters.broadcasts_evicted = self._broadcasts.evicted + self._app_broadcasts.evicted
         return self._counters.snapshot()
 
     ################################################################################
@@ -621,8 +710,15 @@ class Membership:
             used = len(first) + len(second)
         broadcasts = self._broadcasts
         if len(broadcasts):
+            extra = broadcasts.get_broadcasts(
+                PACKET_OVERHEAD + used, self._config.packet_budget, self.num_alive()
+            )
+            parts.extend(extra)
+            used += sum(map(len, extra))
+        app = self._app_broadcasts
+        if len(app):
             parts.extend(
-                broadcasts.get_broadcasts(
+                app.get_broadcasts(
                     PACKET_OVERHEAD + used, self._config.packet_budget, self.num_alive()
                 )
             )
@@ -859,6 +955,16 @@ class Membership:
     def _on_dead(self, message: Dead, now: float, reliable: bool, out: list[Output]) -> None:
         self._apply(_RUMOR_DEAD, message.name, message.incarnation, now, out, source=message.source)
 
+    def _on_app(self, message: App, now: float, reliable: bool, out: list[Output]) -> None:
+        if (
+            not self._config.app_channel_enabled
+            or len(message.payload) > self._config.app_payload_size_max
+        ):
+            self._counters.app_dropped += 1
+            return
+        self._counters.app_messages_received += 1
+        out.append(AppMessage(message.source, message.key, message.payload))
+
     def _on_left(self, message: Left, now: float, reliable: bool, out: list[Output]) -> None:
         self._apply(_RUMOR_LEFT, message.name, message.incarnation, now, out)
 
@@ -1036,13 +1142,33 @@ class Membership:
         if drop is not None and drop():
             return
         me = self._self
-        me.incarnation = max(me.incarnation, accused) + 1
+        exhausted = self._outbid(accused, now, out)
         me.entry = None
         if self._config.awareness_enabled:
             self._awareness.apply_delta(1)
         self._counters.refutes += 1
         self._broadcast_self(now)
-        out.append(SelfRefuted(me.incarnation))
+        if not exhausted:
+            out.append(SelfRefuted(me.incarnation))
+
+    def _outbid(self, held: int, now: float, out: list[Output]) -> bool:
+        """Move our incarnation above `held`, or start a new session at the limit.
+
+        The decoder accepts nothing above INCARNATION_MAX, so `held` is at most that,
+        and our incarnation never leaves 0..INCARNATION_MAX: it always encodes and
+        always fits a signed 64-bit store. A rumor at the limit cannot be outbid; we go
+        back to 0 and get back in as a new member once peers reap the old session.
+        Returns True for such a new session (an `IncarnationExhausted` was emitted).
+        """
+        me = self._self
+        floor = max(me.incarnation, held)
+        if floor < INCARNATION_MAX:
+            me.incarnation = floor + 1
+            return False
+        me.incarnation = 0
+        self._counters.incarnation_sessions += 1
+        out.append(IncarnationExhausted(0, accused=held))
+        return True
 
     ################################################################################
     # Gossip and anti-entropy
@@ -1052,7 +1178,8 @@ class Membership:
         """Push queued updates to a few random members (only when there are any)."""
         self._gossip_at = None
         broadcasts = self._broadcasts
-        if not len(broadcasts):
+        app = self._app_broadcasts
+        if not len(broadcasts) and not len(app):
             return
         fanout = self._config.gossip_nodes
         hook = self._faults.gossip_fanout
@@ -1066,6 +1193,9 @@ class Membership:
         budget = self._config.packet_budget
         for node in targets:
             parts = broadcasts.get_broadcasts(PACKET_OVERHEAD, budget, n)
+            if len(app):
+                used = PACKET_OVERHEAD + sum(map(len, parts))
+                parts.extend(app.get_broadcasts(used, budget, n))
             if parts:
                 self._emit(node.address, encode_packet(parts), False, out)
             oversize = broadcasts.get_oversize(n)
@@ -1073,7 +1203,7 @@ class Membership:
                 self._emit(node.address, encode_packet([payload]), True, out)
             if not parts and not oversize:
                 break
-        if len(broadcasts):
+        if len(broadcasts) or len(app):
             self._gossip_at = self._gossip_time_after(now, strictly=True)
 
     def _push_pull(self, now: float, out: list[Output]) -> None:
@@ -1087,9 +1217,175 @@ class Membership:
         # driver re-joining (they refute each other's death notices).
         targets = self._random_nodes(1, None, gossip=True)
         if targets:
-            self._send_push_pull(
-                targets[0].address, join=False, reply=False, reliable=False, out=out
+            self._send_sync_open(targets[0].address, join=False, out=out)
+
+    def _app_digest(self) -> bytes:
+        app = self._app_state
+        if app is None:
+            return b""
+        digest = app.digest()
+        if len(digest) > self._config.app_digest_size_max:
+            self._counters.app_dropped += 1
+            return b""
+        return digest
+
+    def _app_state_for(self, remote_digest: bytes) -> bytes:
+        """Our application state a peer with `remote_digest` lacks, or b"" for none."""
+        app = self._app_state
+        if app is None:
+            return b""
+        state = app.state_for(remote_digest)
+        if not state:
+            return b""
+        if len(state) > self._config.app_state_size_max:
+            self._counters.app_dropped += 1
+            return b""
+        self._counters.app_states_sent += 1
+        return state
+
+    def _send_sync(
+        self,
+        destination: Address,
+        leg: int,
+        join: bool,
+        digest: Sequence[bytes],
+        members: Sequence[bytes],
+        wanted: Sequence[str],
+        app_digest: bytes,
+        app_state: bytes,
+        reliable: bool,
+        out: list[Output],
+    ) -> None:
+        message = encode_sync(
+            leg,
+            join,
+            self._name,
+            self._address,
+            digest,
+            members,
+            wanted,
+            app_digest,
+            app_state,
+        )
+        payload = encode_packet([message])
+        self._counters.push_pulls_sent += 1
+        self._emit(destination, payload, reliable or len(payload) > self._config.packet_budget, out)
+
+    def _send_sync_open(self, destination: Address, *, join: bool, out: list[Output]) -> None:
+        """Leg 0: the digest of our whole view, our own full entry, our app digest."""
+        digest = [node.encoded_digest() for node in self._members.values()]
+        me = [self._self.encoded_entry()]
+        self._send_sync(destination, 0, join, digest, me, (), self._app_digest(), b"", False, out)
+
+    def _on_sync(self, message: Sync, now: float, reliable: bool, out: list[Output]) -> None:
+        """Digest-first anti-entropy: merge what came, send only what the peer lacks."""
+        self._counters.push_pulls_received += 1
+        if message.members:
+            self._merge_entries(message.members, message.source, now, out)
+        if message.app_state:
+            app = self._app_state
+            if app is None or len(message.app_state) > self._config.app_state_size_max:
+                self._counters.app_dropped += 1
+            else:
+                self._counters.app_states_merged += 1
+                app.merge(message.app_state)
+        app_digest = message.app_digest
+        if len(app_digest) > self._config.app_digest_size_max:
+            self._counters.app_dropped += 1
+            app_digest = b""
+        if message.leg == 0:
+            wanted = self._merge_digest(message.digest, message.source, now, out)
+            theirs = {entry[0]: entry for entry in message.digest}
+            newer: list[bytes] = []
+            for name, node in self._members.items():
+                held = theirs.get(name)
+                if held is None:
+                    if node.state is _ALIVE or node.state is _SUSPECT:
+                        newer.append(node.encoded_entry())
+                elif held[1] < node.incarnation:
+                    newer.append(node.encoded_entry())
+                elif held[1] == node.incarnation:
+                    rank, ours = _STATE_RANK[held[2]], _STATE_RANK[node.state]
+                    if rank < ours or (rank == ours == 0 and held[3] != node.entry_hash()):
+                        # Weaker, or another record at the same incarnation: what the
+                        # table does with it is the peer's call (a member refutes a
+                        # different record of itself, everyone else ignores it).
+                        newer.append(node.encoded_entry())
+            self._send_sync(
+                message.source_address,
+                1,
+                False,
+                (),
+                newer,
+                wanted,
+                self._app_digest(),
+                self._app_state_for(app_digest),
+                reliable,
+                out,
             )
+        elif message.leg == 1:
+            members = self._members
+            entries = [
+                members[name].encoded_entry()
+                for name in dict.fromkeys(message.wanted)
+                if name in members
+            ]
+            app_state = self._app_state_for(app_digest)
+            if entries or app_state:
+                self._send_sync(
+                    message.source_address,
+                    2,
+                    False,
+                    (),
+                    entries,
+                    (),
+                    b"",
+                    app_state,
+                    reliable,
+                    out,
+                )
+
+    def _merge_digest(
+        self,
+        digest: tuple[tuple[str, int, int, int], ...],
+        source: str,
+        now: float,
+        out: list[Output],
+    ) -> list[str]:
+        """Apply what a digest alone proves; return the alive members we need in full.
+
+        Suspect, dead and left need no address or metadata, so they are applied here
+        (dead as suspect, as in a full merge). An alive entry newer than ours, or about
+        a member we do not hold, needs its address and metadata: we ask for it.
+        """
+        members = self._members
+        reaped = self._reaped
+        me = self._self
+        wanted: list[str] = []
+        for name, incarnation, state, entry_hash in digest:
+            node = members.get(name)
+            if state == 0:
+                if node is None:
+                    gone = reaped.get(name)
+                    if gone is None or incarnation > gone:
+                        wanted.append(name)
+                elif node is me:
+                    # Alive above our incarnation, or another record of us at it: the
+                    # table's REFUTE and REFUTE_IF_CHANGED, without the full entry.
+                    if not self._left and (
+                        incarnation > me.incarnation
+                        or (incarnation == me.incarnation and entry_hash != me.entry_hash())
+                    ):
+                        self._refute(incarnation, now, out)
+                elif incarnation > node.incarnation:
+                    wanted.append(name)
+            elif node is None:
+                continue  # news about a member we do not hold: nothing to apply
+            elif state == 3:
+                self._apply(_RUMOR_LEFT, name, incarnation, now, out)
+            else:
+                self._apply(_RUMOR_SUSPECT, name, incarnation, now, out, source=source)
+        return wanted
 
     def _send_push_pull(
         self, destination: Address, *, join: bool, reply: bool, reliable: bool, out: list[Output]
@@ -1103,13 +1399,30 @@ class Membership:
     def _on_push_pull(
         self, message: PushPull, now: float, reliable: bool, out: list[Output]
     ) -> None:
-        """Merge a full view, as memberlist's mergeState, and answer with ours."""
+        """Merge a full view, as memberlist's mergeState, and answer with ours.
+
+        The protocol's first anti-entropy message, still answered for older peers; we
+        open with `Sync`, which sends full entries only where a digest shows a need.
+        """
         self._counters.push_pulls_received += 1
+        self._merge_entries(message.members, message.source, now, out)
+        if not message.reply:
+            self._send_push_pull(
+                message.source_address, join=False, reply=True, reliable=reliable, out=out
+            )
+
+    def _merge_entries(
+        self,
+        entries: tuple[tuple[str, Address, int, int, bytes], ...],
+        source: str,
+        now: float,
+        out: list[Output],
+    ) -> None:
+        """Apply full member entries through the precedence table (memberlist's mergeState)."""
         members = self._members
         me = self._self
         meta_max = self._config.meta_size_max
-        source = message.source
-        for name, address, incarnation, state, meta in message.members:
+        for name, address, incarnation, state, meta in entries:
             if state == 0:  # alive
                 node = members.get(name)
                 if (
@@ -1129,10 +1442,6 @@ class Membership:
                 # Suspect, or dead: memberlist prefers to suspect a member another node
                 # believes dead, rather than declare it dead on second-hand news.
                 self._apply(_RUMOR_SUSPECT, name, incarnation, now, out, source=source)
-        if not message.reply:
-            self._send_push_pull(
-                message.source_address, join=False, reply=True, reliable=reliable, out=out
-            )
 
     ################################################################################
     # Timers
@@ -1190,9 +1499,12 @@ class Membership:
         """Forget a member that has been dead or left for `dead_retention`."""
         reaped = self._reaped
         reaped.pop(node.name, None)
-        reaped[node.name] = node.incarnation
-        if len(reaped) > self._config.reaped_memory_max:
-            del reaped[next(iter(reaped))]
+        if node.incarnation < INCARNATION_MAX:
+            reaped[node.name] = node.incarnation
+            if len(reaped) > self._config.reaped_memory_max:
+                del reaped[next(iter(reaped))]
+        # else: a record at the limit can only come from a forged rumor; forgetting it
+        # lets the member's new session (which restarts at 0) back in.
         del self._members[node.name]
         self._rtt.pop(node.name, None)
         self._counts[node.state] -= 1
@@ -1255,7 +1567,12 @@ class Membership:
         if probe is not None:
             require(probe.timeout_at <= probe.round_end, "probe timeout after its round end")
             require(probe.nacks_received <= probe.nacks_expected, "more nacks than asked for")
-        if len(self._broadcasts) and self._gossip_at is None and not self._left:
+        require(
+            len(self._app_broadcasts) <= self._config.app_broadcast_queue_max,
+            "application queue over bound",
+        )
+        queued = len(self._broadcasts) + len(self._app_broadcasts)
+        if queued and self._gossip_at is None and not self._left:
             require(
                 not any(
                     node is not self._self and node.state is not _LEFT

@@ -20,6 +20,10 @@ class MembershipStatistics:
     bytes_sent: int = 0
     #: Packets that failed to decode (`DecodeError`): dropped.
     dropped_malformed: int = 0
+    #: Packets carrying an integer above `swim.wire.INTEGER_MAX` (an incarnation, a
+    #: sequence number): dropped. Only a sender holding valid credentials gets one this
+    #: far, so a non-zero count deserves a look (see docs/protocol.md, bounded integers).
+    dropped_out_of_range: int = 0
     #: Messages that decoded but broke a rule (metadata too large, bad state): dropped.
     dropped_invalid: int = 0
     #: Pings for a member name that is not ours (an old address reused): dropped.
@@ -45,8 +49,20 @@ class MembershipStatistics:
     #: Rumors about reaped members at or below the incarnation they were reaped at.
     stale_rumors_ignored: int = 0
     refutes: int = 0
+    #: Times we were accused at `swim.wire.INCARNATION_MAX`, which no refute can outbid,
+    #: and started a new incarnation session at 0 (see `IncarnationExhausted`).
+    incarnation_sessions: int = 0
     push_pulls_sent: int = 0
     push_pulls_received: int = 0
+    #: Application broadcasts queued by `broadcast_app`, and received and delivered.
+    app_messages_queued: int = 0
+    app_messages_received: int = 0
+    #: Application broadcasts or state sections dropped: the channel is off, or over
+    #: `app_payload_size_max`, `app_digest_size_max` or `app_state_size_max`.
+    app_dropped: int = 0
+    #: Application state sections sent in a sync, and handed to `AppState.merge`.
+    app_states_sent: int = 0
+    app_states_merged: int = 0
     #: Reliable sends the driver reported as undeliverable (`send_failed`).
     send_failures: int = 0
 
@@ -62,6 +78,7 @@ class Counters:
     packets_sent: int
     bytes_sent: int
     dropped_malformed: int
+    dropped_out_of_range: int
     dropped_invalid: int
     dropped_misdirected: int
     dropped_indirect_full: int
@@ -79,8 +96,14 @@ class Counters:
     members_reaped: int
     stale_rumors_ignored: int
     refutes: int
+    incarnation_sessions: int
     push_pulls_sent: int
     push_pulls_received: int
+    app_messages_queued: int
+    app_messages_received: int
+    app_dropped: int
+    app_states_sent: int
+    app_states_merged: int
     send_failures: int
 
     def __init__(self) -> None:

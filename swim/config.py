@@ -92,6 +92,23 @@ class SwimConfig:
     #: Bound on indirect probes we run for other members at once; requests beyond it
     #: are dropped and counted (the requester simply gets no ack from us).
     indirect_pending_max: int = attrs.field(default=1024, validator=_at_least_one)
+    #: The application channel (`Membership.broadcast_app`, `AppMessage`, the `AppState`
+    #: push-pull section). Off: received application broadcasts are dropped and
+    #: counted, so a driver that does not handle `AppMessage` never sees one.
+    app_channel_enabled: bool = False
+    #: Bound on queued application broadcasts, apart from membership rumors (which go
+    #: first in every packet); beyond it the most-sent, then oldest, are evicted.
+    app_broadcast_queue_max: int = attrs.field(default=1024, validator=_at_least_one)
+    #: Largest application broadcast payload, bytes; the encoded message (source, key
+    #: and payload) must also fit one packet. Larger ones are refused by
+    #: `broadcast_app` and dropped (counted) on receipt. Bigger state goes in `AppState`.
+    app_payload_size_max: int = attrs.field(default=1024, validator=_non_negative)
+    #: Largest application digest in a sync (`AppState.digest()`), bytes. A digest is
+    #: sent on every anti-entropy exchange, so keep it a hash or a version vector.
+    app_digest_size_max: int = attrs.field(default=256, validator=_non_negative)
+    #: Largest application state section in a sync (`AppState.state_for()`), bytes;
+    #: it travels reliably (TCP). Larger sections are not sent, and dropped if received.
+    app_state_size_max: int = attrs.field(default=1 << 20, validator=_non_negative)
     #: After the datagram probe times out, also ask the driver for a reliable (TCP)
     #: ping, as memberlist does: tells "UDP is blocked" apart from "node is down".
     reliable_probe_enabled: bool = True

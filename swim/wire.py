@@ -32,7 +32,15 @@ NAME_LENGTH_MAX = 255
 #: Most messages in one packet, and members in one push-pull.
 MESSAGES_MAX = 4096
 MEMBERS_MAX = 1 << 20
-_UINT64_LIMIT = 1 << 64
+#: Largest integer any wire field may hold (incarnations, sequence numbers, sizes), and
+#: so the largest incarnation a member can hold. 2**62 leaves headroom below both
+#: msgpack's uint64 and SQLite's signed 64-bit INTEGER, so a value the decoder accepts,
+#: plus one, still encodes and still stores. Larger values are a `DecodeError`: the
+#: packet is dropped and counted, never acted on. See docs/protocol.md ("Bounded
+#: integers") for what a member accused at this incarnation does.
+INTEGER_MAX = 1 << 62
+#: The highest incarnation the protocol knows (the same bound as every wire integer).
+INCARNATION_MAX = INTEGER_MAX
 
 
 class MessageType(enum.IntEnum):
@@ -50,6 +58,8 @@ class MessageType(enum.IntEnum):
     DEAD = 6
     LEFT = 7
     PUSH_PULL = 8
+    APP = 9
+    SYNC = 10
 
 
 class DecodeError(ValueError):
@@ -57,6 +67,15 @@ class DecodeError(ValueError):
 
     The only exception `decode_packet` raises. It is an operating error (a remote
     problem), never a bug of ours: the core counts it and drops the packet.
+    """
+
+
+class IntegerRangeError(DecodeError):
+    """A wire integer outside 0..INTEGER_MAX: counted apart from garbled packets.
+
+    Only an enrolled sender can get such a packet past authentication, so the core
+    counts it separately (`MembershipStatistics.dropped_out_of_range`): it is worth
+    an operator's attention, unlike line noise.
     """
 
 
@@ -146,7 +165,47 @@ class PushPull(NamedTuple):
     members: tuple[MemberEntry, ...]
 
 
-Message = Ping | IndirectPing | Ack | Nack | Alive | Suspect | Dead | Left | PushPull
+class App(NamedTuple):
+    """An application broadcast (`Membership.broadcast_app`), piggybacked like rumors.
+
+    `key` is the application's invalidation key: a newer broadcast under the same key
+    replaces an older one still queued. The core never re-gossips what it receives.
+    """
+
+    source: str
+    key: str
+    payload: bytes
+
+
+#: One member in a sync digest: (name, incarnation, MemberState value, entry hash). The
+#: incarnation is the member's version; the hash (CRC-32 of the encoded `MemberEntry`)
+#: tells apart two records at one incarnation, as when a restarted daemon publishes a
+#: new record at the incarnation it stored (the member then refutes, as before).
+DigestEntry = tuple[str, int, int, int]
+
+
+class Sync(NamedTuple):
+    """Digest-first anti-entropy, in up to three legs (see docs/protocol.md).
+
+    Leg 0 (opening): `digest` of every member we hold, our own full entry in `members`,
+    and the application digest. Leg 1 (reply): full entries the opener lacks or holds
+    older, the names we want in full (`wanted`), our application digest, and the
+    application state the opener lacks. Leg 2 (closing, only when needed): the wanted
+    full entries, and the application state the replier lacks.
+    """
+
+    leg: int
+    join: bool
+    source: str
+    source_address: Address
+    digest: tuple[DigestEntry, ...]
+    members: tuple[MemberEntry, ...]
+    wanted: tuple[str, ...]
+    app_digest: bytes
+    app_state: bytes
+
+
+Message = Ping | IndirectPing | Ack | Nack | Alive | Suspect | Dead | Left | PushPull | App | Sync
 
 _TYPE_OF: dict[type[Any], int] = {
     Ping: MessageType.PING.value,
@@ -158,6 +217,8 @@ _TYPE_OF: dict[type[Any], int] = {
     Dead: MessageType.DEAD.value,
     Left: MessageType.LEFT.value,
     PushPull: MessageType.PUSH_PULL.value,
+    App: MessageType.APP.value,
+    Sync: MessageType.SYNC.value,
 }
 
 ####################################################################################
@@ -178,6 +239,46 @@ def encode_message(message: Message) -> bytes:
 def encode_member_entry(entry: MemberEntry) -> bytes:
     """One push-pull member entry as msgpack bytes, for `encode_push_pull`."""
     return _pack(entry)
+
+
+def encode_digest_entry(entry: DigestEntry) -> bytes:
+    """One sync digest entry as msgpack bytes, for `encode_sync`."""
+    return _pack(entry)
+
+
+def encode_sync(
+    leg: int,
+    join: bool,
+    source: str,
+    source_address: Address,
+    digest: Sequence[bytes],
+    members: Sequence[bytes],
+    wanted: Sequence[str],
+    app_digest: bytes,
+    app_state: bytes,
+) -> bytes:
+    """A `Sync` message from pre-encoded digest and member entries.
+
+    Byte for byte what `encode_message(Sync(...))` gives, without re-encoding the
+    entries of members that did not change since the last exchange.
+    """
+    return b"".join(
+        (
+            _ARRAY_HEADERS[10],
+            _pack(MessageType.SYNC.value),
+            _pack(leg),
+            _pack(join),
+            _pack(source),
+            _pack(source_address),
+            _pack_array_header(len(digest)),
+            *digest,
+            _pack_array_header(len(members)),
+            *members,
+            _pack(tuple(wanted)),
+            _pack(app_digest),
+            _pack(app_state),
+        )
+    )
 
 
 def encode_push_pull(
@@ -237,8 +338,11 @@ def _name(value: Any) -> str:
 
 
 def _uint(value: Any) -> int:
-    if type(value) is not int or not 0 <= value < _UINT64_LIMIT:
-        raise DecodeError("bad unsigned integer")
+    """The one check every wire integer goes through: 0 <= value <= INTEGER_MAX."""
+    if type(value) is not int:
+        raise DecodeError("bad integer")
+    if not 0 <= value <= INTEGER_MAX:
+        raise IntegerRangeError("integer out of range")
     return value
 
 
@@ -343,14 +447,14 @@ def _member_entries(value: Any) -> tuple[MemberEntry, ...]:
         or set(map(type, addresses)) != {tuple}
         or set(map(len, addresses)) != {2}
         or set(map(type, incarnations)) != {int}
-        or min(incarnations) < 0
-        or max(incarnations) >= _UINT64_LIMIT
         or set(map(type, states)) != {int}
         or min(states) < 0
         or max(states) > 3
         or set(map(type, metas)) != {bytes}
     ):
         raise DecodeError("bad push-pull member entry")
+    if min(incarnations) < 0 or max(incarnations) > INTEGER_MAX:
+        raise IntegerRangeError("push-pull incarnation out of range")
     hosts, ports = zip(*addresses, strict=True)
     if (
         set(map(type, hosts)) != {str}
@@ -370,6 +474,71 @@ def _push_pull(raw: tuple[Any, ...]) -> PushPull:
     )
 
 
+def _digest_entries(value: Any) -> tuple[DigestEntry, ...]:
+    """Validate a sync digest, column by column (see `_member_entries`)."""
+    if type(value) is not tuple or len(value) > MEMBERS_MAX:
+        raise DecodeError("bad sync digest")
+    if not value:
+        return ()
+    if set(map(type, value)) != {tuple}:
+        raise DecodeError("bad sync digest entry")
+    lengths = set(map(len, value))
+    if min(lengths) < 4:
+        raise DecodeError("bad sync digest entry")
+    if lengths != {4}:
+        value = tuple([entry[:4] for entry in value])
+    names, incarnations, states, hashes = zip(*value, strict=True)
+    if (
+        set(map(type, names)) != {str}
+        or max(map(len, names)) > NAME_LENGTH_MAX
+        or set(map(type, incarnations)) != {int}
+        or set(map(type, states)) != {int}
+        or min(states) < 0
+        or max(states) > 3
+        or set(map(type, hashes)) != {int}
+    ):
+        raise DecodeError("bad sync digest entry")
+    if (
+        min(incarnations) < 0
+        or max(incarnations) > INTEGER_MAX
+        or min(hashes) < 0
+        or max(hashes) > INTEGER_MAX
+    ):
+        raise IntegerRangeError("sync digest integer out of range")
+    return value  # type: ignore[no-any-return]
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if type(value) is not tuple or len(value) > MEMBERS_MAX:
+        raise DecodeError("bad name list")
+    for name in value:
+        _name(name)
+    return value
+
+
+def _app(raw: tuple[Any, ...]) -> App:
+    _need(raw, 4)
+    return App(_name(raw[1]), _name(raw[2]), _bytes(raw[3]))
+
+
+def _sync(raw: tuple[Any, ...]) -> Sync:
+    _need(raw, 10)
+    leg = _uint(raw[1])
+    if leg > 2:
+        raise DecodeError("bad sync leg")
+    return Sync(
+        leg,
+        _bool(raw[2]),
+        _name(raw[3]),
+        _address(raw[4]),
+        _digest_entries(raw[5]),
+        _member_entries(raw[6]),
+        _names(raw[7]),
+        _bytes(raw[8]),
+        _bytes(raw[9]),
+    )
+
+
 _DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
     MessageType.PING.value: _ping,
     MessageType.INDIRECT_PING.value: _indirect_ping,
@@ -380,6 +549,8 @@ _DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
     MessageType.DEAD.value: _dead,
     MessageType.LEFT.value: _left,
     MessageType.PUSH_PULL.value: _push_pull,
+    MessageType.APP.value: _app,
+    MessageType.SYNC.value: _sync,
 }
 
 

@@ -17,6 +17,7 @@ import trio
 from overlay.base import Address, format_address
 from overlay.peerpaths import PathHealth
 from swim import (
+    AppMessage,
     Event,
     MemberFailed,
     MemberJoined,
@@ -81,6 +82,8 @@ class LinkService:
             introductions.introduce_to_everyone(self._clock())
             event(_log, 30, "self.refuted", incarnation=ev.incarnation)
             return
+        if isinstance(ev, AppMessage):
+            return  # the application channel's, not a member's
         member = ev.member
         if member.name == self._node_id:
             return

@@ -16,7 +16,7 @@ from typing import Final
 
 import trio
 
-from swim import Event, SelfRefuted
+from swim import Event, IncarnationExhausted, SelfRefuted
 
 from .._log import event, get_logger
 from ..store import KnownMember, MemberStore, StoreError
@@ -98,7 +98,10 @@ class StoreService:
             async for ev in events:
                 if isinstance(ev, SelfRefuted) and self._store is not None:
                     try:
-                        self._store.save_incarnation(ev.incarnation)
+                        if isinstance(ev, IncarnationExhausted):
+                            self._store.reset_incarnation(ev.incarnation)  # a new session
+                        else:
+                            self._store.save_incarnation(ev.incarnation)
                     except StoreError as exc:
                         event(_log, 30, "store.write_failed", reason=str(exc))
 

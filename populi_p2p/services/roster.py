@@ -17,6 +17,7 @@ import trio
 
 from overlay.base import format_address
 from swim import (
+    AppMessage,
     Event,
     Member,
     MemberFailed,
@@ -129,6 +130,8 @@ class Roster:
     def on_event(self, ev: Event) -> None:
         if isinstance(ev, SelfRefuted):
             return
+        if isinstance(ev, AppMessage):
+            return  # the application channel's, not a member's
         member = ev.member
         if member.name == self.node_id:
             return

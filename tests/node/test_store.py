@@ -86,12 +86,18 @@ def test_save_incarnation_raises_only_store_error(shared_store: MemberStore, n: 
         assert shared_store.last_incarnation() == max(before, n)
 
 
-def test_start_incarnation_at_the_limit_is_a_store_error(tmp_path: Path) -> None:
-    with MemberStore(tmp_path / "members.sqlite3") as store:
-        store.save_incarnation(MAX_STORED_INCARNATION)
-        with pytest.raises(StoreError):
-            store.start_incarnation()
-        assert store.last_incarnation() == MAX_STORED_INCARNATION
+def test_start_incarnation_past_the_wire_limit_starts_a_new_session(tmp_path: Path) -> None:
+    """Peers may hold us at swim's INCARNATION_MAX: the next run starts over at 0."""
+    from swim import INCARNATION_MAX
+
+    for stored in (INCARNATION_MAX, MAX_STORED_INCARNATION):
+        with MemberStore(tmp_path / f"m{stored}.sqlite3") as store:
+            store.save_incarnation(stored)
+            assert store.start_incarnation() == 0
+            assert store.last_incarnation() == 0
+    with MemberStore(tmp_path / "below.sqlite3") as store:
+        store.save_incarnation(INCARNATION_MAX - 1)
+        assert store.start_incarnation() == INCARNATION_MAX
 
 
 def test_member_row_that_overflows_is_a_store_error(tmp_path: Path) -> None:

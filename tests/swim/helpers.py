@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -87,6 +87,9 @@ class Cluster:
         self._flight: list[tuple[float, int, int, str, Send, str]] = []
         self._counter = 0
         self._next_index = 1
+        #: Called with (node name, event) for every event, after it is logged: the
+        #: application side of a test (e.g. re-broadcasting `AppMessage`s).
+        self.on_event: Callable[[str, Event], None] | None = None
         for _ in range(n):
             self.add()
 
@@ -101,6 +104,7 @@ class Cluster:
         meta: bytes = b"",
         address: Address | None = None,
         faults: Any = None,
+        app_state: Any = None,
     ) -> Membership:
         index = self._next_index
         self._next_index += 1
@@ -115,6 +119,7 @@ class Cluster:
             meta=meta,
             incarnation=incarnation,
             faults=faults,
+            app_state=app_state,
         )
         self.nodes[name] = core
         self.by_address[address] = name
@@ -188,6 +193,8 @@ class Cluster:
                     self._push(self.now + delay, _DELIVER, dest, output, name)
             else:
                 self.events.append((self.now, name, output))
+                if self.on_event is not None:
+                    self.on_event(name, output)
 
     def _push(self, at: float, kind: int, dest: str, send: Send, source: str = "") -> None:
         self._counter += 1

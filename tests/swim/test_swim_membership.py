@@ -34,6 +34,7 @@ from swim.wire import (
     Ping,
     PushPull,
     Suspect,
+    Sync,
     decode_packet,
     encode,
 )
@@ -436,7 +437,7 @@ def test_push_pull_merges_views_both_ways() -> None:
     b.receive(("x", 1), encode(Alive("c", 4, ("10.0.0.3", 1), b"")), 0.0)
     (request,) = a.join([b.address, a.address], 0.0)  # our own address is skipped
     assert isinstance(request, Send) and request.destination == b.address
-    assert isinstance(decoded(request)[0], PushPull)
+    assert isinstance(decoded(request)[0], Sync)
     reply = [o for o in b.receive(a.address, request.payload, 0.1) if isinstance(o, Send)]
     assert [s.destination for s in reply] == [a.address]
     events = a.receive(b.address, reply[0].payload, 0.2)
@@ -444,6 +445,16 @@ def test_push_pull_merges_views_both_ways() -> None:
     assert joined_names == ["b", "c"]
     assert a.member("b") == Member("b", ("10.0.0.2", 1), ALIVE, 0, b"m", 0.2)
     assert b.member("a") is not None and b.num_alive() == 3
+
+
+def test_a_legacy_push_pull_is_still_merged_and_answered_in_kind() -> None:
+    core = Membership(TEST_CONFIG, "a", ("10.0.0.1", 1), random.Random(1), 0.0)
+    state = (("b", ("10.0.0.2", 1), 3, int(ALIVE), b"m"),)
+    out = core.receive(("x", 1), encode(PushPull(False, False, "b", ("10.0.0.2", 1), state)), 0.0)
+    member = core.member("b")
+    assert member is not None and member.incarnation == 3
+    (reply,) = [o for o in out if isinstance(o, Send)]
+    assert isinstance(decoded(reply)[0], PushPull) and reply.destination == ("10.0.0.2", 1)
 
 
 def test_dead_entry_in_push_pull_is_only_suspected() -> None:

@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 
 from swim import PROTOCOL_VERSION, DecodeError, MessageType
 from swim.wire import (
+    INTEGER_MAX,
     NAME_LENGTH_MAX,
     Ack,
     Alive,
+    App,
     Dead,
     IndirectPing,
     Left,
@@ -21,22 +23,42 @@ from swim.wire import (
     Ping,
     PushPull,
     Suspect,
+    Sync,
     decode_packet,
     encode,
+    encode_digest_entry,
     encode_member_entry,
     encode_message,
     encode_packet,
     encode_push_pull,
+    encode_sync,
     packet_size,
 )
 
 names = st.text(max_size=40)
-uints = st.integers(min_value=0, max_value=2**64 - 1)
+uints = st.integers(min_value=0, max_value=INTEGER_MAX)
 addresses = st.tuples(st.text(max_size=40), st.integers(min_value=0, max_value=0xFFFF))
 metas = st.binary(max_size=64)
 entries = st.tuples(names, addresses, uints, st.integers(min_value=0, max_value=3), metas)
 
+digest_entries = st.tuples(
+    names, uints, st.integers(min_value=0, max_value=3), st.integers(0, 2**32 - 1)
+)
+
 messages = st.one_of(
+    st.builds(App, names, names, metas),
+    st.builds(
+        Sync,
+        st.integers(min_value=0, max_value=2),
+        st.booleans(),
+        names,
+        addresses,
+        st.lists(digest_entries, max_size=5).map(tuple),
+        st.lists(entries, max_size=3).map(tuple),
+        st.lists(names, max_size=3).map(tuple),
+        metas,
+        metas,
+    ),
     st.builds(Ping, uints, names, names, addresses),
     st.builds(IndirectPing, uints, names, addresses, st.booleans(), names, addresses),
     st.builds(Ack, uints),
@@ -136,9 +158,9 @@ def test_truncation_and_bit_flips_only_raise_decode_error(
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[99, 1]]), "unknown message type"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[True, 1]]), "unknown message type"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2]]), "needs 1 fields"),
-        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, -1]]), "unsigned"),
-        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, True]]), "unsigned"),
-        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, 1.0]]), "unsigned"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, -1]]), "integer out of range"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, True]]), "bad integer"),
+        (bytes([PROTOCOL_VERSION]) + msgpack.packb([[2, 1.0]]), "bad integer"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[4, "a", 1, ["h", 70000], b""]]), "address"),
         (bytes([PROTOCOL_VERSION]) + msgpack.packb([[4, "a", 1, ["h", 1], "meta"]]), "bytes"),
         (
@@ -170,6 +192,8 @@ def test_message_types_are_append_only() -> None:
         "DEAD": 6,
         "LEFT": 7,
         "PUSH_PULL": 8,
+        "APP": 9,
+        "SYNC": 10,
     }
 
 
@@ -206,3 +230,65 @@ def test_encode_push_pull_matches_generic_encoding(
     pre = [encode_member_entry(entry) for entry in members]
     expected = encode_message(PushPull(join, reply, source, address, tuple(members)))
     assert encode_push_pull(join, reply, source, address, pre) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(min_value=0, max_value=2),
+    st.booleans(),
+    st.lists(digest_entries, max_size=20),
+    st.lists(entries, max_size=10),
+    st.lists(names, max_size=5),
+    metas,
+    metas,
+)
+def test_encode_sync_matches_generic_encoding(
+    leg: int,
+    join: bool,
+    digest: list[tuple[str, int, int, int]],
+    members: list[MemberEntry],
+    wanted: list[str],
+    app_digest: bytes,
+    app_state: bytes,
+) -> None:
+    message = Sync(
+        leg,
+        join,
+        "s",
+        ("h", 1),
+        tuple(digest),
+        tuple(members),
+        tuple(wanted),
+        app_digest,
+        app_state,
+    )
+    encoded = encode_sync(
+        leg,
+        join,
+        "s",
+        ("h", 1),
+        [encode_digest_entry(e) for e in digest],
+        [encode_member_entry(e) for e in members],
+        wanted,
+        app_digest,
+        app_state,
+    )
+    assert encoded == encode_message(message)
+    assert decode_packet(encode_packet([encoded])) == [message]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [10, 3, False, "s", ["h", 1], [], [], [], b"", b""],  # leg out of range
+        [10, 0, False, "s", ["h", 1], [["a", 1, 0]], [], [], b"", b""],  # short digest entry
+        [10, 0, False, "s", ["h", 1], [["a", 1, 4, 0]], [], [], b"", b""],  # bad state
+        [10, 0, False, "s", ["h", 1], [["a", 1, 0, "x"]], [], [], b"", b""],  # bad hash
+        [10, 0, False, "s", ["h", 1], [], [], [1], b"", b""],  # wanted not names
+        [10, 0, False, "s", ["h", 1], [], [], [], "x", b""],  # digest not bytes
+        [9, "s", "k"],  # app missing payload
+    ],
+)
+def test_malformed_sync_and_app_are_decode_errors(raw: list[object]) -> None:
+    with pytest.raises(DecodeError):
+        decode_packet(bytes([PROTOCOL_VERSION]) + msgpack.packb([raw]))

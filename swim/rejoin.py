@@ -1,0 +1,177 @@
+"""`RejoinPolicy`: when a driver (re)joins, and through whom. One policy, two drivers.
+
+SWIM alone never brings two halves of a long partition back together: after
+`dead_retention` each side has reaped the other and gossips to nobody across the cut.
+memberlist leaves this to its user (Serf's reconnect loop), so populi's daemon and its
+simulator each carried a loop of their own, and they differed: the simulator's figures
+described the simulator. This is the one loop both use, sans-IO like the core: time is
+passed in, jitter comes from an injected `random.Random`.
+
+The policy, memberlist/Serf-flavoured:
+- every `check_interval` the driver asks "do I need to join?" (it is alone, or some
+  member it saw fail is still not back) and, if so, asks for `targets`;
+- the targets are the addresses of the members it saw fail (the other side of a
+  partition), then, when alone, every address it knows (remembered members, bootstrap
+  peers): deduplicated, order kept, at most `targets_max`;
+- after a failed attempt it waits `backoff_initial` doubling to `backoff_max`, each
+  delay shaved by up to `jitter` at random so a fleet started at once spreads out;
+  after a success, or when no join is needed, back to `check_interval`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable, Iterable
+from typing import Any, TypeVar
+
+import attrs
+
+A = TypeVar("A", bound=Hashable)
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"RejoinConfig.{attribute.name} must be > 0, got {value!r}")
+
+
+@attrs.frozen
+class RejoinConfig:
+    """The join and reconnect schedule shared by the daemon and the simulator."""
+
+    #: Seconds between "do I need to join?" checks while joined. The daemon and the
+    #: simulator use `for_probe_interval`: max(1, 5 x probe_interval), 5 s on a LAN.
+    check_interval: float = attrs.field(default=5.0, validator=_positive)
+    #: First delay after a failed attempt, seconds; doubles (`backoff_factor`) per
+    #: failure up to `backoff_max`. Short enough to catch a peer that comes up a moment
+    #: later, long enough that a fleet restarted at once does not hammer one seed.
+    backoff_initial: float = attrs.field(default=1.0, validator=_positive)
+    backoff_max: float = attrs.field(default=60.0, validator=_positive)
+    backoff_factor: float = attrs.field(default=2.0, validator=_positive)
+    #: Fraction of each backoff delay shaved off at random, in [0, 1].
+    jitter: float = 0.2
+    #: How long a member seen failing stays a reconnect target, seconds (Serf's
+    #: reconnect_timeout is 24 h; the daemon's too).
+    failed_memory: float = attrs.field(default=24 * 3600.0, validator=_positive)
+    #: Most members seen failing that one attempt tries, picked at random among
+    #: them (the daemon's JOIN_CANDIDATES_MAX): a node cut off from half of a large
+    #: cluster does not send hundreds of joins per check.
+    failed_max: int = 8
+    #: Most addresses one attempt sends a join to, all sources together.
+    targets_max: int = 16
+
+    def __attrs_post_init__(self) -> None:
+        if self.backoff_initial > self.backoff_max:
+            raise ValueError(
+                "RejoinConfig.backoff_initial must be <= backoff_max "
+                f"({self.backoff_initial!r} > {self.backoff_max!r})"
+            )
+        if self.backoff_factor < 1:
+            raise ValueError(f"RejoinConfig.backoff_factor must be >= 1, got {self.backoff_factor}")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"RejoinConfig.jitter must be in [0, 1], got {self.jitter!r}")
+        if self.failed_max < 1:
+            raise ValueError(f"RejoinConfig.failed_max must be >= 1, got {self.failed_max}")
+        if self.targets_max < 1:
+            raise ValueError(f"RejoinConfig.targets_max must be >= 1, got {self.targets_max}")
+
+    @classmethod
+    def for_probe_interval(cls, probe_interval: float, **changes: Any) -> RejoinConfig:
+        """The daemon's schedule for a `SwimConfig.probe_interval`: checks every
+        max(1, 5 x probe_interval) s, so a WAN node (5 s probes) checks every 25 s."""
+        return cls(check_interval=max(1.0, 5.0 * probe_interval), **changes)
+
+
+class RejoinPolicy:
+    """The schedule and the target choice of (re)joins, for one node.
+
+    Drive it like the core: at `next_deadline()`, decide whether a join is needed;
+    if so, send a join to `targets(...)` and later report `on_result(now, joined)`;
+    if not, call `on_not_needed(now)`. The policy only remembers failures; deciding
+    "needed" is the driver's (it knows the core and its own bookkeeping).
+    """
+
+    def __init__(self, config: RejoinConfig, rng: random.Random, now: float) -> None:
+        """Args:
+        config: the schedule.
+        rng: the jitter source (seed it for a reproducible run).
+        now: the driver's monotonic clock; the first check is due at once.
+        """
+        self._config = config
+        self._rng = rng
+        self._deadline = now
+        self._delay = config.backoff_initial
+        self.attempts = 0
+        self.failures = 0
+
+    @property
+    def config(self) -> RejoinConfig:
+        return self._config
+
+    def next_deadline(self) -> float:
+        """When the driver should next check whether to join."""
+        return self._deadline
+
+    def due(self, now: float) -> bool:
+        return now >= self._deadline
+
+    def targets(self, failed: Iterable[A], known: Iterable[A] = (), *, alone: bool) -> list[A]:
+        """Whom to send the join to, in order: members seen failing (at most
+        `failed_max`, a random choice when there are more), then (when alone) every
+        other known address; deduplicated, at most `targets_max`.
+
+        Args:
+            failed: addresses of members this node saw fail and has not seen back.
+            known: other addresses worth a try when alone: remembered members and
+                bootstrap peers.
+            alone: the node sees no other live member.
+        """
+        failed = list(dict.fromkeys(failed))
+        if len(failed) > self._config.failed_max:
+            failed = self._rng.sample(failed, self._config.failed_max)
+        out: dict[A, None] = dict.fromkeys(failed)
+        if alone:
+            for address in known:
+                out.setdefault(address, None)
+        return list(out)[: self._config.targets_max]
+
+    def on_result(self, now: float, joined: bool) -> float:
+        """An attempt ended; returns the delay until the next check.
+
+        Success: back to `check_interval` and the backoff starts over. Failure: the
+        current backoff delay (with jitter), and the next one grows.
+        """
+        self.attempts += 1
+        config = self._config
+        if joined:
+            self._delay = config.backoff_initial
+            delay = config.check_interval
+        else:
+            self.failures += 1
+            delay = self._delay
+            self._delay = min(self._delay * config.backoff_factor, config.backoff_max)
+            if config.jitter:
+                delay *= 1.0 - config.jitter * self._rng.random()
+        self._deadline = now + delay
+        return delay
+
+    def on_not_needed(self, now: float) -> float:
+        """A check found nothing to join: reset the backoff, check again later."""
+        self._delay = self._config.backoff_initial
+        self._deadline = now + self._config.check_interval
+        return self._config.check_interval
+
+    def poke(self, now: float) -> None:
+        """Check at once (a peer was discovered, say) instead of at the deadline."""
+        self._deadline = min(self._deadline, now)
+
+
+def failed_targets(failed: dict[A, float], now: float, memory: float) -> list[A]:
+    """Forget failures older than `memory` (in place); the rest, oldest first.
+
+    The bookkeeping both drivers do for `RejoinPolicy.targets(failed=...)`: `failed`
+    maps a member's address to when it was seen failing.
+    """
+    horizon = now - memory
+    for address in [a for a, at in failed.items() if at < horizon]:
+        del failed[address]
+    return list(failed)

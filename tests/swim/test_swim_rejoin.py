@@ -1,0 +1,111 @@
+"""`RejoinPolicy`: the one join/reconnect schedule the daemon and the simulator share."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from swim import RejoinConfig, RejoinPolicy
+from swim.rejoin import failed_targets
+
+PLAIN = RejoinConfig(jitter=0.0)
+
+
+def policy(config: RejoinConfig = PLAIN, seed: int = 1) -> RejoinPolicy:
+    return RejoinPolicy(config, random.Random(seed), 100.0)
+
+
+def test_the_first_check_is_due_at_once() -> None:
+    p = policy()
+    assert p.next_deadline() == 100.0 and p.due(100.0)
+
+
+@pytest.mark.parametrize(
+    ("results", "delays"),
+    [
+        ([False] * 8, [1, 2, 4, 8, 16, 32, 60, 60]),  # doubling, capped at 60 s
+        ([False, False, True, False], [1, 2, 5, 1]),  # a success resets the backoff
+        ([True, True], [5, 5]),  # joined: back to checking every check_interval
+    ],
+)
+def test_backoff_table(results: list[bool], delays: list[float]) -> None:
+    p = policy()
+    now = 100.0
+    got = []
+    for joined in results:
+        got.append(p.on_result(now, joined))
+        now = p.next_deadline()
+    assert got == delays
+
+
+def test_not_needed_resets_the_backoff_and_waits_a_check_interval() -> None:
+    p = policy()
+    p.on_result(100.0, False)
+    p.on_result(101.0, False)
+    assert p.on_not_needed(103.0) == 5.0 and p.next_deadline() == 108.0
+    assert p.on_result(108.0, False) == 1.0
+
+
+def test_jitter_only_shortens_and_is_reproducible() -> None:
+    config = RejoinConfig(jitter=0.2)
+    a, b = policy(config, seed=7), policy(config, seed=7)
+    for i in range(10):
+        da, db = a.on_result(float(i), False), b.on_result(float(i), False)
+        assert da == db
+        nominal = min(2.0**i, 60.0)
+        assert nominal * 0.8 <= da <= nominal
+
+
+@pytest.mark.parametrize(
+    ("failed", "known", "alone", "expected"),
+    [
+        ([], ["b1", "b2"], True, ["b1", "b2"]),  # alone: the bootstrap list
+        ([], ["b1"], False, []),  # not alone, nothing failed: nobody
+        (["f1", "f2"], ["b1"], False, ["f1", "f2"]),  # reconnect to the failed only
+        (["f1", "b1"], ["b1", "b2"], True, ["f1", "b1", "b2"]),  # deduplicated, in order
+    ],
+)
+def test_targets_table(
+    failed: list[str], known: list[str], alone: bool, expected: list[str]
+) -> None:
+    assert policy().targets(failed, known, alone=alone) == expected
+
+
+def test_targets_are_bounded() -> None:
+    config = RejoinConfig(jitter=0.0, failed_max=3, targets_max=5)
+    failed = [f"f{i}" for i in range(20)]
+    known = [f"k{i}" for i in range(20)]
+    got = policy(config).targets(failed, known, alone=True)
+    assert len(got) == 5
+    assert len([t for t in got if t.startswith("f")]) == 3  # a random 3 of the 20 failed
+    assert got[3:] == ["k0", "k1"]
+
+
+def test_failed_targets_forgets_old_failures() -> None:
+    failed = {"a": 0.0, "b": 50.0, "c": 90.0}
+    assert failed_targets(failed, 100.0, memory=20.0) == ["c"]
+    assert failed == {"c": 90.0}
+
+
+def test_for_probe_interval_is_the_daemons_check_interval() -> None:
+    assert RejoinConfig.for_probe_interval(1.0).check_interval == 5.0
+    assert RejoinConfig.for_probe_interval(0.1).check_interval == 1.0
+    assert RejoinConfig.for_probe_interval(5.0).check_interval == 25.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"check_interval": 0},
+        {"backoff_initial": 10, "backoff_max": 5},
+        {"backoff_factor": 0.5},
+        {"jitter": 1.5},
+        {"targets_max": 0},
+        {"failed_max": 0},
+    ],
+)
+def test_bad_config_is_one_line_value_error(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="RejoinConfig") as info:
+        RejoinConfig(**kwargs)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)

@@ -1,0 +1,106 @@
+"""Digest-first anti-entropy (issue 8, bytes goal): full entries only where a peer lacks them."""
+
+from __future__ import annotations
+
+import random
+
+from helpers import TEST_CONFIG, Cluster, Network
+
+from swim import Membership, MemberState, Send
+from swim.wire import Alive, Sync, decode_packet, encode
+
+META = b"r" * 600  # about a signed NodeRecord
+
+
+def two_peers_that_agree(n: int) -> tuple[Membership, Membership]:
+    a = Membership(TEST_CONFIG, "a", ("10.0.0.1", 1), random.Random(1), 0.0, meta=META)
+    b = Membership(TEST_CONFIG, "b", ("10.0.0.2", 1), random.Random(2), 0.0, meta=META)
+    others = [Alive(f"member-{i:04d}", 3, (f"10.0.1.{i % 250}", 7946), META) for i in range(n)]
+    for core in (a, b):
+        for i in range(0, len(others), 50):
+            core.receive(("x", 1), encode(*others[i : i + 50]), 0.0)
+    a.receive(("x", 1), encode(Alive("b", 0, b.address, META)), 0.0)
+    b.receive(("x", 1), encode(Alive("a", 0, a.address, META)), 0.0)
+    return a, b
+
+
+def exchange(a: Membership, b: Membership, now: float) -> list[Send]:
+    """One sync opened by a, carried to its end; every Send in order."""
+    sends = [o for o in a.join([b.address], now) if isinstance(o, Send)]
+    pending = list(sends)
+    while pending:
+        send = pending.pop(0)
+        target, source = (b, a) if send.destination == b.address else (a, b)
+        out = target.receive(source.address, send.payload, now, reliable=send.reliable)
+        new = [
+            o for o in out if isinstance(o, Send) and decode_packet(o.payload)[0].__class__ is Sync
+        ]
+        sends += new
+        pending += new
+    return sends
+
+
+def test_a_sync_between_up_to_date_peers_sends_no_metadata() -> None:
+    a, b = two_peers_that_agree(100)
+    sends = exchange(a, b, 1.0)
+    legs = [decode_packet(s.payload)[0] for s in sends]
+    assert [m.leg for m in legs if isinstance(m, Sync)] == [0, 1]  # no closing leg needed
+    reply = legs[1]
+    assert isinstance(reply, Sync) and reply.members == () and reply.wanted == ()
+    total = sum(len(s.payload) for s in sends)
+    # The digest: ~17 bytes per member. A full-state push-pull would be ~2 x 102 x 640.
+    assert total < 102 * 20 + 1400, total
+    assert total < 2 * 102 * len(META) / 30
+
+
+def test_an_out_of_date_peer_still_gets_the_metadata_both_ways() -> None:
+    a, b = two_peers_that_agree(20)
+    # b learns a newer record of member-0005; a learns a member b never heard of.
+    b.receive(("x", 1), encode(Alive("member-0005", 4, ("10.0.1.5", 7946), b"new")), 0.0)
+    a.receive(("x", 1), encode(Alive("late", 0, ("10.0.2.1", 7946), b"late-meta")), 0.0)
+    sends = exchange(a, b, 1.0)
+    got = a.member("member-0005")
+    assert got is not None and got.incarnation == 4 and got.meta == b"new"
+    late = b.member("late")
+    assert late is not None and late.meta == b"late-meta"
+    legs = [decode_packet(s.payload)[0] for s in sends]
+    assert [m.leg for m in legs if isinstance(m, Sync)] == [0, 1, 2]
+    # Only what was missing travelled in full.
+    assert [e[0] for e in legs[1].members] == ["member-0005"]  # type: ignore[union-attr]
+    assert [e[0] for e in legs[2].members] == ["late"]  # type: ignore[union-attr]
+
+
+def test_suspicion_in_a_digest_is_applied_and_refuted_through_sync() -> None:
+    """A digest saying we are suspect makes us refute; convergence holds through syncs."""
+    cluster = Cluster(5, config=TEST_CONFIG, seed=4, network=Network())
+    cluster.join_all()
+    cluster.run(3.0)
+    core = cluster.nodes["node-3"]
+    digest = (("node-3", 0, int(MemberState.SUSPECT), 0),)
+    message = Sync(0, False, "node-1", cluster.nodes["node-1"].address, digest, (), (), b"", b"")
+    cluster.apply("node-3", core.receive(("x", 1), encode(message), cluster.now))
+    assert core.incarnation == 1  # suspected at our own incarnation: refuted
+    digest = (("node-3", 2, int(MemberState.ALIVE), 0),)
+    message = Sync(0, False, "node-1", cluster.nodes["node-1"].address, digest, (), (), b"", b"")
+    cluster.apply("node-3", core.receive(("x", 1), encode(message), cluster.now))
+    assert core.incarnation == 3  # an alive above ours is refuted at once
+    cluster.run(40.0)
+    assert cluster.converged()
+    assert all(cluster.member(o, "node-3").incarnation == 3 for o in cluster.live())  # type: ignore[union-attr]
+
+
+def test_another_record_at_the_same_incarnation_is_refuted_through_the_digest() -> None:
+    """A daemon restarted at its stored incarnation publishes a new record: the digest's
+    entry hash shows the peer holds another one, and the member refutes above it (the
+    table's REFUTE_IF_CHANGED), whichever side opens the sync."""
+    for opener in ("old-view", "restarted"):
+        a, b = two_peers_that_agree(5)
+        restarted = Membership(TEST_CONFIG, "b", b.address, random.Random(9), 0.0, meta=b"new")
+        if opener == "old-view":
+            exchange(a, restarted, 1.0)
+        else:
+            exchange(restarted, a, 1.0)
+        assert restarted.incarnation == 1, opener
+        exchange(restarted, a, 2.0)
+        seen = a.member("b")
+        assert seen is not None and seen.incarnation == 1 and seen.meta == b"new", opener
