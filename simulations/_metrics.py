@@ -112,6 +112,9 @@ class UpdateRecord:
     observers: int
     pending: set[int] = attrs.field(repr=False)
     all_seen: float | None = None
+    #: "seen" (by every member), "publisher down" (it crashed, left or slept before
+    #: every member saw the update, so the spread is not measurable), "open" (run ended).
+    outcome: str = "open"
 
     def as_dict(self, probe_interval: float) -> dict[str, Any]:
         spread = None if self.all_seen is None else self.all_seen - self.at
@@ -119,6 +122,7 @@ class UpdateRecord:
             "node": self.node,
             "at": self.at,
             "observers": self.observers,
+            "outcome": self.outcome,
             "all_seen_after": spread,
             "all_seen_periods": None if spread is None else spread / probe_interval,
         }
@@ -326,17 +330,19 @@ class Metrics:
                     self.false_episodes += 1
                 elif cause == "partition":
                     self.partition_episodes += 1
+        # A real failure's first declaration is timed whatever the accusation's cause
+        # (a member suspected while healthy that then crashed is still detected by it)
+        # and whether or not the window has closed: a crash near the end of the timeline
+        # is declared dead in the liveness phase, and its "by all" time is measured too.
+        record = self._open.get(subject)
+        if record is not None and record.first_detected is None:
+            record.first_detected = now
         if not measured:
             return
         if cause in ("slow", "healthy"):
             self.false_declarations += 1
-            return
-        if cause == "partition":
-            return
-        self.true_declarations += 1
-        record = self._open.get(subject)
-        if record is not None and record.first_detected is None:
-            record.first_detected = now
+        elif cause != "partition":
+            self.true_declarations += 1
 
     def _on_suspected(self, now: float, observer: int, subject: int, incarnation: int) -> None:
         key = (subject, incarnation)
@@ -423,6 +429,8 @@ class Metrics:
                 self._close_detection(now, record, "detected")
         for update in list(self._open_updates.values()):
             if update.node == node:
+                # Not measurable: counted apart in the summary, not silently dropped.
+                update.outcome = "publisher down"
                 del self._open_updates[node]
             else:
                 self._update_seen(now, update, node)
@@ -489,11 +497,13 @@ class Metrics:
             self._open_updates[node] = record
         else:
             record.all_seen = now
+            record.outcome = "seen"
 
     def _update_seen(self, now: float, update: UpdateRecord, observer: int) -> None:
         update.pending.discard(observer)
         if not update.pending:
             update.all_seen = now
+            update.outcome = "seen"
             self._open_updates.pop(update.node, None)
 
     def expect_convergence(self, now: float, label: str, *, stop: bool = False) -> None:
@@ -562,8 +572,7 @@ class Metrics:
                 "episodes_slow": self.false_episodes_slow,
                 "declarations": self.false_declarations,
                 "suspicions": self.false_suspicions,
-                "per_member_hour": (self.false_episodes + self.false_episodes_slow)
-                / member_hours,
+                "per_member_hour": (self.false_episodes + self.false_episodes_slow) / member_hours,
                 "healthy_per_member_hour": self.false_episodes / member_hours,
             },
             "true_declarations": self.true_declarations,
@@ -573,19 +582,30 @@ class Metrics:
                 "crashes": len(crashes),
                 "first_detected_mean": _mean(c["first_detected_after"] for c in crashes),
                 "all_detected_mean": _mean(c["all_detected_after"] for c in crashes),
-                "first_detected_periods_mean": _mean(
-                    c["first_detected_periods"] for c in crashes
-                ),
+                "first_detected_periods_mean": _mean(c["first_detected_periods"] for c in crashes),
                 "all_detected_periods_mean": _mean(c["all_detected_periods"] for c in crashes),
                 "first_suspected_mean": _mean(c["first_suspected_after"] for c in crashes),
                 "undetected": sum(1 for c in crashes if c["outcome"] != "detected"),
+                # The crashes left out of the "by all" mean, by reason.
+                "restarted_first": sum(1 for c in crashes if c["outcome"] == "returned"),
+                "still_open": sum(1 for c in crashes if c["outcome"] == "open"),
+                # Crashes seen dead by all but never declared dead (e.g. every observer
+                # learned it by a leave or lost it itself): left out of "first" means.
+                "first_unmeasured": sum(
+                    1
+                    for c in crashes
+                    if c["outcome"] == "detected" and c["first_detected_after"] is None
+                ),
             },
             "dissemination": {
                 "updates": len(self.updates),
+                "measured": sum(1 for u in self.updates if u.outcome == "seen"),
                 "all_seen_mean": _mean(u["all_seen_after"] for u in updates),
                 "all_seen_max": _max(u["all_seen_after"] for u in updates),
                 "all_seen_periods_mean": _mean(u["all_seen_periods"] for u in updates),
                 "incomplete": sum(1 for u in self.updates if u.all_seen is None),
+                "publisher_down": sum(1 for u in self.updates if u.outcome == "publisher down"),
+                "still_open": sum(1 for u in self.updates if u.outcome == "open"),
             },
             "detections": detections,
             "updates": updates,
