@@ -177,11 +177,14 @@ class Metrics:
         # Measures.
         self.window_start = 0.0
         self.window_end = math.inf
-        self._closed: tuple[int, int] | None = None
+        self._closed: tuple[int, int, int] | None = None
         self._member_seconds = 0.0
         self._last_change = 0.0
         self._messages0 = 0
         self._bytes0 = 0
+        self._sealed0 = 0
+        #: Whether the engine prices the envelope (`Simulator.set_envelope`).
+        self.sealed = False
         self.detections: list[Detection] = []
         self._open: dict[int, Detection] = {}
         self.updates: list[UpdateRecord] = []
@@ -471,6 +474,7 @@ class Metrics:
         self._last_change = now
         self._messages0 = sum(self._sim.sent_messages)
         self._bytes0 = sum(self._sim.sent_bytes)
+        self._sealed0 = sum(self._sim.sealed_bytes)
         self.false_episodes = self.false_episodes_slow = 0
         self.false_declarations = self.false_suspicions = self.true_declarations = 0
         self.partition_episodes = 0
@@ -486,6 +490,7 @@ class Metrics:
         self._closed = (
             sum(self._sim.sent_messages) - self._messages0,
             sum(self._sim.sent_bytes) - self._bytes0,
+            sum(self._sim.sealed_bytes) - self._sealed0,
         )
 
     def note_update(self, now: float, node: int, meta: bytes) -> None:
@@ -551,10 +556,11 @@ class Metrics:
         member_seconds = max(self._member_seconds, 1e-9)
         member_hours = member_seconds / 3600.0
         if self._closed is not None:
-            messages, sent_bytes = self._closed
+            messages, sent_bytes, sealed_bytes = self._closed
         else:
             messages = sum(self._sim.sent_messages) - self._messages0
             sent_bytes = sum(self._sim.sent_bytes) - self._bytes0
+            sealed_bytes = sum(self._sim.sealed_bytes) - self._sealed0
         detections = [d.as_dict(probe_interval) for d in self.detections]
         crashes = [d for d in detections if d["kind"] == "crash"]
         updates = [u.as_dict(probe_interval) for u in self.updates]
@@ -565,8 +571,13 @@ class Metrics:
             "members_end": self._members,
             "messages_per_member_second": messages / member_seconds,
             "bytes_per_member_second": sent_bytes / member_seconds,
+            # With the daemon's envelope (None: not modelled in this run).
+            "sealed_bytes_per_member_second": (
+                sealed_bytes / member_seconds if self.sealed else None
+            ),
             "messages": messages,
             "bytes": sent_bytes,
+            "sealed_bytes": sealed_bytes if self.sealed else None,
             "false_positives": {
                 "episodes_healthy": self.false_episodes,
                 "episodes_slow": self.false_episodes_slow,

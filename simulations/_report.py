@@ -94,9 +94,11 @@ def format_report(result: RunResult) -> str:
         ):
             if count:
                 lines.append(f"  {count} updates not measured: {why}")
+    sealed = m.get("sealed_bytes_per_member_second")
     lines.append(
         f"  traffic: {m['messages_per_member_second']:.2f} messages and "
         f"{m['bytes_per_member_second']:.0f} bytes sent per member per second"
+        + ("" if sealed is None else f" ({sealed:.0f} with the daemon's envelope)")
     )
     for c in m["convergence"]:
         if c["label"] == "formation":

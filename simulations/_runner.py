@@ -41,6 +41,7 @@ from swim import (
 )
 
 from ._engine import CoreFactory, InvariantViolation, NodeStatus, Simulator
+from ._envelope import EnvelopeModel
 from ._invariants import IncarnationCheck
 from ._metrics import Metrics, Sample
 from ._network import Network
@@ -150,6 +151,11 @@ class _Run:
         self.sim = Simulator(seed=seed, network=network, core_factory=factory)
         self.metrics = Metrics(self.sim, capacity=scenario.members)
         self.sim.add_observer(self.metrics)
+        if scenario.envelope is not None:
+            envelope = EnvelopeModel(scenario.envelope, self.sim, self.metrics)
+            self.sim.add_observer(envelope)
+            self.sim.set_envelope(envelope.overhead)
+            self.metrics.sealed = True
         self.reconnect_rng = child_rng(seed, "reconnect")
         self.failed: dict[int, dict[int, float]] = {}
         if scenario.reconnect_interval > 0:
