@@ -92,7 +92,7 @@ class EnvelopeModel:
     def _certificate(self, src: int, dst: int | None, reliable: bool, t: float) -> bool:
         if reliable or dst is None:
             return True
-        self._grow(max(src, dst))
+        # `src` is running, so `on_status` has made room for it.
         if t < self._everyone_until[src]:
             return True
         belief = self._metrics.view_of(src, dst)
@@ -116,7 +116,7 @@ class EnvelopeModel:
         return False
 
     def _introduce(self, src: int, dst: int, now: float) -> None:
-        self._grow(max(src, dst))
+        self._grow(src)
         self._intro[src][dst] = [
             now + self.spec.introduction_seconds,
             float(self.spec.introduction_packets),
