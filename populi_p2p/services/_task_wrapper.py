@@ -30,6 +30,7 @@ from typing import Any
 
 #: From <sched.h>; stable Linux ABI.
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 #: Exit code when the command could not be started (the executor reads the status line).
 START_FAILED_EXIT = 127
 
@@ -42,8 +43,12 @@ def _fail(status_fd: int, message: str) -> None:
 
 
 def _new_network_namespace() -> None:
+    """Root makes a network namespace directly; anyone else needs a user namespace too
+    (where the kernel allows unprivileged ones), in which the task then appears as
+    the overflow uid but keeps its real uid for files."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
+    flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWNET | CLONE_NEWUSER
+    if libc.unshare(flags) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
 

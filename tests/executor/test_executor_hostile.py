@@ -3,7 +3,10 @@ and nothing is written outside the tasks directory."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.services.executor import ExecutorConfig, ExecutorService
+from populi_p2p.services.executor import _WRAPPER, ExecutorConfig, ExecutorService
 
 from .helpers import next_exit, spec
 
@@ -70,3 +73,36 @@ def test_log_path_refuses_bad_ids_and_unknown_tasks(tmp_path: Path) -> None:
         service.log_path("../etc")
     with pytest.raises(FileNotFoundError, match="has not run"):
         service.log_path("never")
+
+
+#: A Python that `nobody` may run (the test's own may sit under a 0700 home).
+_SYSTEM_PY = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start the wrapper as nobody")
+@pytest.mark.skipif(not os.path.exists(_SYSTEM_PY), reason=f"no {_SYSTEM_PY} for nobody to run")
+def test_the_wrapper_isolates_the_network_for_a_non_root_daemon_or_says_why_not() -> None:
+    """As a non-root daemon would: a user namespace plus a network namespace, or a clear refusal."""
+    spec_r, spec_w = os.pipe()
+    status_r, status_w = os.pipe()
+    code = "import socket; print(socket.if_nameindex())"
+    instructions = {"argv": [_SYSTEM_PY, "-c", code], "env": {}, "no_network": True}
+    os.write(spec_w, json.dumps(instructions).encode())
+    os.close(spec_w)
+    done = subprocess.run(
+        [_SYSTEM_PY, "-I", "-S", _WRAPPER, str(spec_r), str(status_w)],
+        pass_fds=(spec_r, status_w),
+        user="nobody",
+        capture_output=True,
+        cwd="/",
+        timeout=60,
+    )
+    os.close(spec_r)
+    os.close(status_w)
+    status = os.read(status_r, 4096)
+    os.close(status_r)
+    if status:
+        assert done.returncode == 127 and b"refusing to run the task with network" in status
+    else:
+        # Only a loopback interface: the host's interfaces are out of reach.
+        assert done.returncode == 0 and done.stdout.strip() == b"[(1, 'lo')]", done
