@@ -140,6 +140,7 @@ class ExecutorService:
             if self._cgroup is None:
                 self.limiter_detail = f"rlimits and a watchdog ({self.limiter_detail})"
         self.config.tasks_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self.config.tasks_dir.chmod(0o711)  # mkdir's mode is masked by the umask
         event(_log, 20, "executor.ready", limiter=self.limiter_detail, user=self.user)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -310,6 +311,9 @@ class ExecutorService:
         try:
             task.epoch_dir.parent.mkdir(mode=0o711, exist_ok=True)
             task.epoch_dir.mkdir(mode=0o711)
+            # Traverse-only for the task user, whatever the daemon's umask.
+            task.epoch_dir.parent.chmod(0o711)
+            task.epoch_dir.chmod(0o711)
         except FileExistsError as exc:
             where = f"epoch {task.epoch} of task {task.task_id}"
             raise _StartFailed(f"{where} already ran here") from exc
@@ -318,6 +322,7 @@ class ExecutorService:
         try:
             work = task.epoch_dir / "work"
             work.mkdir(mode=0o700)
+            work.chmod(0o700)
             if self._uid is not None and self._gid is not None:
                 os.chown(work, self._uid, self._gid)
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC

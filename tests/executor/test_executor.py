@@ -210,10 +210,16 @@ async def test_shutdown_kills_running_tasks(tmp_path: Path) -> None:
     assert ended.reason == "shutdown"
 
 
-async def test_cgroup_limits_when_the_node_may_use_them(tmp_path: Path) -> None:
+@pytest.fixture
+def usable_cgroup() -> None:
+    """Skip (from sync code, so pytest keeps the reason) where the probe says no."""
     parent, why = probe()
     if parent is None:
         pytest.skip(f"no usable cgroup v2 here: {why}")
+
+
+@pytest.mark.usefixtures("usable_cgroup")
+async def test_cgroup_limits_when_the_node_may_use_them(tmp_path: Path) -> None:
     async with executor(tmp_path) as ex:
         ended = await run_one(
             ex, "cg", python("b = b'x' * (512 << 20)"), limits=TaskLimits(memory=128 * MiB)
@@ -227,3 +233,27 @@ def test_config_rejects_bad_values_in_one_line(tmp_path: Path) -> None:
         ExecutorConfig(tasks_dir=tmp_path, grace_period=0)
     with pytest.raises(ValueError, match="tail_bytes"):
         ExecutorConfig(tasks_dir=tmp_path, tail_bytes=-1)
+
+
+async def test_cgroup_path_against_a_fake_hierarchy(tmp_path: Path) -> None:
+    """The cgroup code path with files standing in for the kernel's: limits written, the
+    wrapper joins, an OOM kill counted in memory.events ends the task as `memory`."""
+    fake = tmp_path / "cg"
+    fake.mkdir()
+    (fake / "cgroup.subtree_control").write_text("cpu memory\n")
+    async with executor(tmp_path, cgroup_parent=fake) as ex:
+        assert ex.limiter_detail == f"cgroup v2 under {fake}"
+        task = spec("sh", "-c", "echo up; exec sleep 300", cpus=0.5)
+        ex.start("cg", 1, task, [], limits=TaskLimits(memory=64 * MiB))
+        async for chunk in ex.follow_log("cg"):
+            if chunk:
+                break
+        cgroup = fake / "task-cg-1"
+        assert ex.running()["cg"].limiter == "cgroup"
+        assert (cgroup / "memory.max").read_text() == str(64 * MiB)
+        assert (cgroup / "cpu.max").read_text() == "50000 100000"
+        assert (cgroup / "cgroup.procs").read_text() == str(ex.running()["cg"].pid)
+        (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+        ended = await next_exit(ex)
+    assert ended.reason == "memory" and ended.exit_code == -signal.SIGKILL
+    assert (cgroup / "cgroup.kill").read_text() == "1"
