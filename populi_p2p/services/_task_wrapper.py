@@ -106,6 +106,8 @@ def main(argv: list[str]) -> None:
         os.execvpe(command[0], command, env)
     except OSError as exc:
         _fail(status_fd, f"cannot run {command[0]!r}: {exc.strerror}")
+    except ValueError as exc:  # a NUL in an argument, '=' in a variable name, ...
+        _fail(status_fd, f"cannot run {command[0]!r}: {exc}")
 
 
 if __name__ == "__main__":

@@ -142,10 +142,14 @@ class ExecutorService:
         self.config.tasks_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.config.tasks_dir.chmod(0o711)  # mkdir's mode is masked by the umask
         event(_log, 20, "executor.ready", limiter=self.limiter_detail, user=self.user)
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            # Every supervisor has reported: readers of `exits` see the end of the stream.
+            self._send.close()
 
     def start(
         self,
@@ -301,10 +305,14 @@ class ExecutorService:
                 nursery.start_soon(self._watchdog, task)
             await task.process.wait()
             nursery.cancel_scope.cancel()
-        await self._reap(task, signal.SIGKILL)
+        # Decide why it ended now: a stop() arriving while the rest of the group is
+        # reaped must not turn a task's own exit into "cancelled".
         if failure:
-            return self._exited(task, "start_failed", failure.decode("utf-8", "replace").strip())
-        return self._exited(task, *self._classify(task))
+            outcome = "start_failed", failure.decode("utf-8", "replace").strip()
+        else:
+            outcome = self._classify(task)
+        await self._reap(task, signal.SIGKILL)
+        return self._exited(task, *outcome)
 
     def _prepare(self, task: _Task) -> None:
         """Make the epoch's directory, the work dir for the task user, and the log files."""

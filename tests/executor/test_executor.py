@@ -13,6 +13,7 @@ import stat
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -196,6 +197,22 @@ async def test_a_missing_command_is_start_failed(tmp_path: Path) -> None:
     assert ex.statistics()["start_failed"] == 2
 
 
+@pytest.mark.parametrize(
+    ("command", "env", "says"),
+    [
+        (("echo", "nul\x00byte"), {}, "null byte"),
+        (("true",), {"A=B": "x"}, "environment variable"),
+        (("",), {}, "cannot run ''"),
+    ],
+)
+async def test_unrunnable_arguments_are_start_failed(
+    tmp_path: Path, command: tuple[str, ...], env: dict[str, str], says: str
+) -> None:
+    async with executor(tmp_path) as ex:
+        ended = await run_one(ex, "odd", attrs.evolve(spec(*command), env=env))
+    assert ended.reason == "start_failed" and says in ended.detail, ended
+
+
 async def test_shutdown_kills_running_tasks(tmp_path: Path) -> None:
     async with executor(tmp_path) as ex:
         ex.start("left", 1, spec("sh", "-c", "echo up; exec sleep 300"), [])
@@ -208,6 +225,8 @@ async def test_shutdown_kills_running_tasks(tmp_path: Path) -> None:
     assert not _alive(pid)
     ended = ex.exits.receive_nowait()
     assert ended.reason == "shutdown"
+    with pytest.raises(trio.EndOfChannel):  # the stream ends with the service
+        ex.exits.receive_nowait()
 
 
 @pytest.fixture
