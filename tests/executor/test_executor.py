@@ -96,7 +96,7 @@ async def test_memory_limit_fails_the_task_and_the_node_goes_on(tmp_path: Path) 
 async def test_watchdog_stops_a_group_over_its_memory(tmp_path: Path) -> None:
     # A GPU task gets no RLIMIT_AS (CUDA maps far more than it uses), so here the
     # watchdog on the group's resident memory must catch it.
-    code = "import time\nb = [b'x' * (16 << 20) for _ in range(25)]\ntime.sleep(60)"
+    code = "import time\nb = [b'x' * (16 << 20) for _ in range(12)]\ntime.sleep(60)"
     async with executor(tmp_path) as ex:
         ended = await run_one(
             ex, "rss", python(code), gpus=["GPU-x"], limits=TaskLimits(memory=100 * MiB)
