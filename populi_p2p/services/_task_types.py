@@ -69,8 +69,9 @@ class RunningTask:
 class TaskExited:
     """One task's end, exactly once per `start()`.
 
-    ``exit_code`` is the process's return code (negative: killed by that signal), or
-    None when nothing ran (``start_failed``). The tails are the last bytes of each
+    ``exit_code`` is the process's return code (negative: killed by that signal); for
+    ``start_failed`` it is None when no process was spawned, 127 when the wrapper ran
+    but could not exec the command. The tails are the last bytes of each
     stream, at most the executor's ``tail_bytes``; the full output stays on disk.
     """
 
