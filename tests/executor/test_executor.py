@@ -276,3 +276,27 @@ async def test_cgroup_path_against_a_fake_hierarchy(tmp_path: Path) -> None:
         ended = await next_exit(ex)
     assert ended.reason == "memory" and ended.exit_code == -signal.SIGKILL
     assert (cgroup / "cgroup.kill").read_text() == "1"
+
+
+async def test_running_shows_the_limits_and_a_stop_before_spawn_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    async with executor(tmp_path, use_cgroup=False) as ex:
+        task = spec("sh", "-c", "echo ran > ran", timeout=100.0, cpus=2.0)
+        ex.start("early", 3, task, [], limits=TaskLimits(memory=64 * MiB, no_network=True))
+        view = ex.running()["early"]
+        ex.stop("early", "changed my mind")  # before the supervisor could spawn anything
+        ended = await next_exit(ex)
+    assert (view.epoch, view.pid, view.memory_limit) == (3, None, 64 * MiB)
+    assert view.cpu_time_limit == 200.0  # timeout * cpu_cores when not given
+    assert view.no_network and view.limiter == "rlimit" and view.user == "root"
+    assert view.workdir == str(tmp_path / "tasks" / "early" / "3" / "work")
+    assert ended.reason == "cancelled" and ended.exit_code is None
+    assert not (tmp_path / "tasks" / "early" / "3" / "work" / "ran").exists()
+
+
+def test_task_limits_refuse_nonsense() -> None:
+    with pytest.raises(ValueError, match="memory"):
+        TaskLimits(memory=0)
+    with pytest.raises(ValueError, match="cpu_time"):
+        TaskLimits(cpu_time=-1.0)
