@@ -29,6 +29,7 @@ from .events import EventService
 from .metrics import CONTENT_TYPE
 
 __all__ = [
+    "LIVE_MARK",
     "OBSERVE_PATHS",
     "SSE_HEARTBEAT",
     "Authorize",
@@ -49,6 +50,8 @@ Authorize = Callable[[Scope], bool | Awaitable[bool]]
 
 #: Seconds between SSE comments that keep idle proxies from closing the stream.
 SSE_HEARTBEAT: Final = 15.0
+#: The SSE comment between the buffered events and the live ones.
+LIVE_MARK: Final = b": live\n\n"
 #: The exact paths the app answers (plus anything under ``/static/``).
 OBSERVE_PATHS: Final = frozenset({"/", "/index.html", "/metrics", "/events", "/api/mesh"})
 _STATIC_PREFIX: Final = "/static/"
@@ -142,6 +145,9 @@ async def _stream_events(events: EventService, receive: Receive, send: Send) -> 
         await send({"type": "http.response.body", "body": b"retry: 2000\n\n", "more_body": True})
         for ev in recent:
             await send({"type": "http.response.body", "body": sse_frame(ev), "more_body": True})
+        # A comment marks the end of the buffered events (`populi-node events` without
+        # --follow stops here); browsers ignore comments.
+        await send({"type": "http.response.body", "body": LIVE_MARK, "more_body": True})
         while True:
             with trio.move_on_after(SSE_HEARTBEAT):
                 ev = await channel.receive()

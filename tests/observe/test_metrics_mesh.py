@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +111,27 @@ def test_counters_move_when_a_member_dies_and_a_packet_is_dropped(tmp_path: Path
                         break
         assert ("member.joined", b.node_id) in kinds
         assert ("member.dead", c.node_id) in kinds
+        # The CLI prints the same feed: one JSON object per line, or one line each.
+        cli = [sys.executable, "-m", "populi_p2p.cli", "events", "--state-dir", str(a.state_dir)]
+        out = subprocess.run([*cli, "--json"], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        lines = [json.loads(line) for line in out.stdout.splitlines()]
+        assert any(e["kind"] == "member.dead" and e["node_id"] == c.node_id for e in lines)
+        assert [e["seq"] for e in lines] == sorted(e["seq"] for e in lines)
+        out = subprocess.run(cli, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert any("member.dead" in line and "c was declared dead" in line
+                   for line in out.stdout.splitlines())  # fmt: skip
         # Read-only: a POST is refused.
         transport = httpx.HTTPTransport(uds=str(a.client.socket_path))
         with httpx.Client(transport=transport, base_url="http://populi") as client:
             assert client.post("/metrics").status_code == 405
     finally:
         mesh.stop_all()
+
+
+def test_events_without_a_daemon_is_one_line(tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "populi_p2p.cli", "events", "--state-dir", str(tmp_path)]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and "not running" in out.stderr, out.stderr
