@@ -1,0 +1,52 @@
+"""A loopback TCP port that relays bytes to a daemon's unix API socket, so a browser can
+open the dashboard the daemon serves there (the test's stand-in for an HTTP listener)."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+from pathlib import Path
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+class UnixProxy:
+    """Relays 127.0.0.1:`port` to `socket_path` until `close`."""
+
+    def __init__(self, socket_path: Path) -> None:
+        target = str(socket_path)
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
+                    upstream.connect(target)
+                    back = threading.Thread(target=_pump, args=(upstream, self.request))
+                    back.start()
+                    _pump(self.request, upstream)
+                    back.join()
+
+        socketserver.ThreadingTCPServer.daemon_threads = True
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
