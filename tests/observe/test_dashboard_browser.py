@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from populi_p2p.observe.relay import UnixRelay
 from tests.node.harness import Mesh, wait_until
 
 from .cdp import Browser, find_chromium
-from .proxy import UnixProxy
 
 CHROMIUM = find_chromium()
 
@@ -34,7 +34,7 @@ def test_page_draws_the_mesh_and_shows_a_death_live(tmp_path: Path) -> None:
         c = mesh.start("c", "--bootstrap", a.address)
         ids = {d.node_id: "alive" for d in (a, b, c)}
         wait_until(lambda: mesh.converged([a, b, c], ids), 30, "three alive")
-        proxy = UnixProxy(a.client.socket_path)
+        proxy = UnixRelay(a.client.socket_path)
         browser = Browser(CHROMIUM)
         browser.call("Page.enable")
         browser.call("Page.navigate", url=proxy.url)

@@ -1,5 +1,10 @@
-"""A loopback TCP port that relays bytes to a daemon's unix API socket, so a browser can
-open the dashboard the daemon serves there (the test's stand-in for an HTTP listener)."""
+"""A loopback TCP port that relays bytes to a daemon's unix API socket.
+
+A browser cannot open a unix socket, so `make demo` and the dashboard test open the page
+through this relay until the node's own HTTP listener serves it. Bytes only: HTTP is
+hypercorn's on the far side. It binds 127.0.0.1, but any local user may connect to it,
+unlike the socket (mode 0600): it is for demos and tests, not for serving.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import socket
 import socketserver
 import threading
 from pathlib import Path
+
+__all__ = ["UnixRelay"]
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
@@ -22,7 +29,7 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
             pass
 
 
-class UnixProxy:
+class UnixRelay:
     """Relays 127.0.0.1:`port` to `socket_path` until `close`."""
 
     def __init__(self, socket_path: Path) -> None:
