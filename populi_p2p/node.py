@@ -250,9 +250,14 @@ class Node:
             ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
         )
         api = ApiService(config.api_socket, _Backend(self), extra=self.observe_app)
+
+        def stop_api() -> None:
+            parts.events.close()  # open event streams end now, not at the grace timeout
+            api.stop()
+
         lifecycle = self._lifecycle = Lifecycle(
             leave=membership.leave, announced=lambda: membership.leave_announced,
-            flush=store.flush, stop_api=api.stop, api_done=api.done,
+            flush=store.flush, stop_api=stop_api, api_done=api.done,
             stop_node=nursery.cancel_scope.cancel,
         )  # fmt: skip
         self._view = StatusView(

@@ -96,6 +96,7 @@ class EventService:
         self._name_of = name_of
         self._clock = clock
         self._seq = 0
+        self._closed = False
         #: Events subscribers lost because they fell behind.
         self.dropped = 0
         #: Events published, by kind (read by the metrics collector).
@@ -129,8 +130,19 @@ class EventService:
         Close the channel to unsubscribe.
         """
         send, receive = trio.open_memory_channel[dict[str, Any]](max_buffer)
-        self._subscribers.append(send)
+        if self._closed:
+            send.close()  # the reader gets the buffer, then the end
+        else:
+            self._subscribers.append(send)
         return self.recent(), receive
+
+    def close(self) -> None:
+        """End every subscriber's channel (the node is stopping): streams finish cleanly
+        instead of being cut when the server's grace period runs out."""
+        self._closed = True
+        for send in self._subscribers:
+            send.close()
+        self._subscribers.clear()
 
     def gpu_report(self, report: Any) -> None:
         """A new GPU report of this node (the GPU service's `on_report`)."""

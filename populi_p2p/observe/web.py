@@ -150,7 +150,12 @@ async def _stream_events(events: EventService, receive: Receive, send: Send) -> 
         await send({"type": "http.response.body", "body": LIVE_MARK, "more_body": True})
         while True:
             with trio.move_on_after(SSE_HEARTBEAT):
-                ev = await channel.receive()
+                try:
+                    ev = await channel.receive()
+                except trio.EndOfChannel:  # the node is stopping
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    nursery.cancel_scope.cancel()
+                    return
                 body = sse_frame(ev)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 continue

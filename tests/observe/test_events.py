@@ -82,3 +82,18 @@ async def test_run_translates_a_membership_channel(nursery: trio.Nursery) -> Non
     await send.aclose()
     await trio.testing.wait_all_tasks_blocked()
     assert [e["kind"] for e in events.recent()] == ["member.joined", "member.dead"]
+
+
+async def test_close_ends_every_subscriber_and_later_ones_get_the_buffer() -> None:
+    events = EventService(10, clock=lambda: 1.0)
+    events.publish("a", "before")
+    _, channel = events.subscribe()
+    events.close()
+    with pytest.raises(trio.EndOfChannel):
+        await channel.receive()
+    recent, late = events.subscribe()
+    assert [e["message"] for e in recent] == ["before"]
+    with pytest.raises(trio.EndOfChannel):
+        await late.receive()
+    events.publish("b", "after")  # still recorded for the metrics, never an error
+    assert events.counts["b"] == 1
