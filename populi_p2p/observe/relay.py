@@ -29,6 +29,10 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
             pass
 
 
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True  # an open browser connection must not keep the process up
+
+
 class UnixRelay:
     """Relays 127.0.0.1:`port` to `socket_path` until `close`."""
 
@@ -38,14 +42,16 @@ class UnixRelay:
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
-                    upstream.connect(target)
+                    try:
+                        upstream.connect(target)
+                    except OSError:
+                        return  # the daemon is gone: the browser sees a closed connection
                     back = threading.Thread(target=_pump, args=(upstream, self.request))
                     back.start()
                     _pump(self.request, upstream)
                     back.join()
 
-        socketserver.ThreadingTCPServer.daemon_threads = True
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
