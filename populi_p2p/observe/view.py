@@ -15,6 +15,8 @@ _TAILSCALE: Final = (
     ipaddress.ip_network("100.64.0.0/10"),
     ipaddress.ip_network("fd7a:115c:a1e0::/48"),
 )
+#: The snapshot's sections that other services fill (`ObserveView.provide`).
+_SECTIONS: Final = ("tasks", "routes")
 #: The member-row fields the page shows.
 _MEMBER_KEYS: Final = (
     "name", "node_id", "address", "state", "incarnation", "rtt_ms", "capabilities",
@@ -59,12 +61,21 @@ class ObserveView:
         self.events = events
         self._status = status
         self._members = members
+        self._sections: dict[str, Callable[[], list[dict[str, Any]]]] = {}
+
+    def provide(self, section: str, rows: Callable[[], list[dict[str, Any]]]) -> None:
+        """Fill a section of the snapshot: ``tasks`` (the lease service: id, owner,
+        epoch, phase, ...) or ``routes`` (the inference router: recent requests). Each
+        row is a flat JSON-able dict; the page shows one table row per dict."""
+        if section not in _SECTIONS:
+            raise ValueError(f"unknown dashboard section {section!r} (one of {_SECTIONS})")
+        self._sections[section] = rows
 
     def metrics(self) -> bytes:
         return self._metrics.render()
 
     def mesh(self) -> dict[str, Any]:
-        """The dashboard's snapshot; `tasks` and `routes` stay None until those exist."""
+        """The dashboard's snapshot; `tasks` and `routes` are None until provided."""
         status = self._status()
         overlay = status.get("overlay", {})
         members = []
@@ -97,6 +108,7 @@ class ObserveView:
             "overlay": {"kind": overlay.get("kind"), "description": overlay.get("description")},
             "cluster": status.get("cluster", {}),
             "members": members,
-            "tasks": None,
-            "routes": None,
-        }
+            # None until a service provides the section: the page shows a placeholder.
+            **{name: (rows() if (rows := self._sections.get(name)) else None)
+               for name in _SECTIONS},
+        }  # fmt: skip

@@ -168,6 +168,14 @@ def make_observe_app(backend: ObserveBackend, *, authorize: Authorize | None = N
     static = _static_files()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # served on its own, the server asks this first
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
         if scope["type"] != "http":
             return
         if authorize is not None:

@@ -105,13 +105,28 @@ function drawTable(members) {
   }
 }
 
-function drawPlaceholders(snapshot) {
+function drawSections(snapshot) {
   for (const key of ["tasks", "routes"]) {
     const rows = snapshot[key];
-    if (!Array.isArray(rows)) continue; // not running on this node yet
-    const target = document.getElementById(key);
-    target.className = "";
-    target.replaceChildren(...rows.map((r) => el("div", {}, JSON.stringify(r))));
+    if (!Array.isArray(rows)) continue; // not running on this node yet: the placeholder
+    const columns = [];
+    for (const row of rows) for (const k of Object.keys(row)) if (!columns.includes(k)) columns.push(k);
+    const table = el("table", { id: key, "data-rows": rows.length });
+    const head = el("tr");
+    columns.forEach((k) => head.append(el("th", {}, k)));
+    table.append(el("thead"), el("tbody"));
+    table.tHead.append(head);
+    for (const row of rows) {
+      const tr = el("tr");
+      columns.forEach((k) => tr.append(el("td", {}, row[k] == null ? "-" : String(row[k]))));
+      table.tBodies[0].append(tr);
+    }
+    if (!rows.length) {
+      const tr = el("tr");
+      tr.append(el("td", {}, "none now"));
+      table.tBodies[0].append(tr);
+    }
+    document.getElementById(key).replaceWith(table);
   }
 }
 
@@ -122,7 +137,7 @@ function draw(snapshot) {
   document.getElementById("summary").textContent = (snapshot.cluster || {}).summary || "";
   drawMap(members);
   drawTable(members);
-  drawPlaceholders(snapshot);
+  drawSections(snapshot);
   document.body.dataset.members = String(members.length);
 }
 
