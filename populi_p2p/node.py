@@ -151,6 +151,8 @@ class Node:
         #: The observability routes (`populi_p2p.observe.web`), once the node runs: served
         #: on the API socket; `observe.mount` puts them on another listener.
         self.observe_app: AsgiApp | None = None
+        #: What those routes read; `provide("tasks", rows)` fills the page's task table.
+        self.observe: ObserveView | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -246,9 +248,8 @@ class Node:
             gpu_report=lambda: parts.gpus.report, event_counts=lambda: parts.events.counts,
             events_dropped=lambda: parts.events.dropped,
         )))  # fmt: skip
-        self.observe_app = make_observe_app(
-            ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
-        )
+        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
+        self.observe_app = make_observe_app(self.observe)
         api = ApiService(config.api_socket, _Backend(self), extra=self.observe_app)
 
         def stop_api() -> None:
