@@ -16,6 +16,8 @@ gpus                   the GPU monitor (probe modules imported when it runs)
 discovery              join, retry, re-join after a partition (`Bootstrapper`)
 mdns                   `_populi._udp` on the LAN, when ``--mdns``
 revocations            revocation files and their gossip
+app channel            the swim application channel: payload kinds, the sync section
+leases                 the lease table, the owner election, the tasks run here
 store                  members and incarnation across restarts
 api                    the control API on ``STATE_DIR/api.sock``
 lifecycle              signals and the graceful leave
@@ -45,15 +47,18 @@ from .api import ApiClient
 from .authority import cluster_fingerprint
 from .config import NodeConfig
 from .envelope_keys import EnvelopeKeys
+from .leases import LeaseConfig
 from .record_book import RecordBook
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_server import ApiService
+from .services.app_channel import AppChannel
 from .services.clock import CertificateWatch, SkewWatch
 from .services.codec import WIRE_PACKET_BUDGET, AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
 from .services.errors import NodeStartError
 from .services.gpus import GpuService
+from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
 from .services.mdns import MdnsService
@@ -64,6 +69,7 @@ from .services.publisher import RecordPublisher
 from .services.revocations import RevocationService
 from .services.roster import Roster
 from .services.status import StatusView
+from .services.task_runner import ProcessRunner
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
 
@@ -74,6 +80,8 @@ GPU_FIRST_REPORT_WAIT: Final = 3.0
 _AuthCodec = AuthCodec
 
 _log = get_logger("node")
+#: The lease preset for each swim preset.
+_LEASE_PRESETS: Final = {"lan": LeaseConfig.lan, "wan": LeaseConfig.wan, "local": LeaseConfig.local}
 
 
 class _Parts:
@@ -91,7 +99,11 @@ class _Parts:
             max_packet_size=TransportConfig().max_datagram_size,
         )
         budget = max(512, WIRE_PACKET_BUDGET - auth.overhead())
-        self.swim_config = attrs.evolve(swim_config, packet_budget=budget)
+        self.swim_config = attrs.evolve(
+            swim_config, packet_budget=budget, app_channel_enabled=True,
+            app_payload_size_max=max(256, budget - 256),  # key, source and framing
+        )  # fmt: skip
+        self.app = AppChannel()
         self.codec = AuthCodec(auth, TransportConfig().tcp.max_frame_size)
         records = RecordBook(
             creds.authority_key,
@@ -135,6 +147,7 @@ class Node:
         self._parts: _Parts | None = None
         self._view: StatusView | None = None
         self._lifecycle: Lifecycle | None = None
+        self._leases: LeaseService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -203,6 +216,17 @@ class Node:
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
             incarnation=incarnation, transport=transport, codec=parts.codec,
             max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
+            app_state=parts.app,
+        )  # fmt: skip
+        parts.app.attach(membership.broadcast_app)
+        runner = ProcessRunner(config.state_dir / "tasks")
+        leases = self._leases = LeaseService(
+            _LEASE_PRESETS[config.preset](), creds.identity, config.state_dir / "leases.sqlite3",
+            runner=runner, channel=parts.app, submit_acks=config.submit_acks,
+        )  # fmt: skip
+        leases.attach(
+            members=membership.members, record_of=parts.roster.records.get,
+            allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
         )  # fmt: skip
         codec = parts.codec
 
@@ -240,10 +264,14 @@ class Node:
         # Subscribe before the core runs, so that no subscriber misses an event.
         subscribers = [(parts.roster.run, membership.subscribe()),
                        (links.run, membership.subscribe()),
-                       (store.run, membership.subscribe())]  # fmt: skip
+                       (store.run, membership.subscribe()),
+                       (parts.app.run, membership.subscribe())]  # fmt: skip
         discovery_events = membership.subscribe()
+        lease_events = membership.subscribe()
         for run, events in subscribers:
             await nursery.start(run, events)
+        await nursery.start(runner.run)
+        await nursery.start(leases.run, lease_events)
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
         try:
@@ -281,7 +309,15 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         assert self._view is not None
-        return self._view.status()
+        status = self._view.status()
+        if self._leases is not None:
+            status["tasks"] = self._leases.summary()
+        return status
+
+    @property
+    def leases(self) -> LeaseService:
+        assert self._leases is not None, "the node has not started"
+        return self._leases
 
     def member_rows(self) -> list[dict[str, Any]]:
         return [] if self._parts is None else self._parts.roster.member_rows()
@@ -321,6 +357,29 @@ class _Backend:
 
     def request_leave(self) -> None:
         self._node.request_leave()
+
+    # The tasks part of the API (`api.TaskBackend`).
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return await self._node.leases.submit(spec)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return self._node.leases.rows()
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self._node.leases.detail(task_id)
+
+    def explain(self, task_id: str) -> dict[str, Any]:
+        return self._node.leases.explain(task_id)
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
+
+    async def drain(self, handoff: bool) -> dict[str, Any]:
+        return await self._node.leases.drain(handoff)
+
+    async def undrain(self) -> dict[str, Any]:
+        return await self._node.leases.undrain()
 
 
 async def _join_once_probed(
