@@ -94,7 +94,7 @@ class AppChannel:
         try:
             await self._broadcast(key, bytes([int(kind)]) + body)
         except ValueError as exc:
-            event(_log, 10, "app.broadcast_refused", kind=kind.name, reason=str(exc))
+            event(_log, 30, "app.broadcast_refused", kind=kind.name, reason=str(exc))
             return False
         return True
 

@@ -93,10 +93,21 @@ def gpu_slots(gpu_record: Mapping[str, Any] | None) -> list[tuple[str, Gpu]]:
 
 
 def candidate(
-    member: Member, record: NodeRecord | None, reliability: float, *, draining: bool = False
+    member: Member,
+    record: NodeRecord | None,
+    reliability: float,
+    *,
+    draining: bool = False,
+    accepting: str = "",
 ) -> Candidate | None:
     """The placement view of one member; None without a verified record (a node whose
-    record we cannot trust is offered no work)."""
+    record we cannot trust is offered no work).
+
+    RTT is "from the accepting node", and every node must rank alike, but only the
+    accepting node measures its RTT to each candidate: so the accepting node itself
+    counts as 0 s away and every other node as unknown, the same on every replica (a
+    node's own probe RTTs would make each node rank the others above itself).
+    """
     if record is None:
         return None
     caps = record.capabilities
@@ -109,7 +120,7 @@ def candidate(
         cpu_cores=float(caps.cpu_cores),
         ram=caps.ram_bytes,
         labels=labels,
-        rtt=member.rtt,
+        rtt=0.0 if member.name == accepting else None,
         reliability=reliability,
     )
 

@@ -70,6 +70,10 @@ ACK_CONTEXT: Final = b"populi/lease-ack/v1"
 ACK_TIMEOUT: Final = 10.0
 #: Pending tasks are placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
+#: Acks remembered (to pass each on once).
+SEEN_ACKS_MAX: Final = 4096
+#: Shortest wait of a node ranked k-th per rank before it claims an unclaimed task.
+FALLBACK_STEP_MIN: Final = 1.0
 
 _log = get_logger("leases")
 _GONE: Final = (MemberState.DEAD, MemberState.LEFT)
@@ -134,6 +138,11 @@ class LeaseService:
         self._acked: set[str] = set()
         self._renew_at = 0.0
         self._place_at = 0.0
+        self._unclaimed: dict[tuple[str, int], float] = {}  # (task, epoch) -> first seen
+        self._echo: dict[str, tuple[bytes, float]] = {}  # key -> (delta, echo until)
+        self._echo_at = 0.0
+        self._seen_acks: dict[str, None] = {}  # "task/node", oldest first
+        self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time)
 
     def attach(
         self,
@@ -199,9 +208,14 @@ class LeaseService:
     async def _loop(self) -> None:
         while True:
             now = trio.current_time()
-            deadline = min(now + PLACE_INTERVAL, self.table.next_deadline() or now + 60.0)
+            deadline = now + PLACE_INTERVAL
+            table_due = self.table.next_deadline()
+            if table_due is not None and table_due > now:  # expired leases: handled below
+                deadline = min(deadline, table_due)
             if self._running:
                 deadline = min(deadline, self._renew_at)
+            if self._echo:
+                deadline = min(deadline, self._echo_at)
             for _epoch, at in self._settling.values():
                 deadline = min(deadline, at + self.config.settle_time)
             with trio.move_on_at(deadline):
@@ -210,7 +224,19 @@ class LeaseService:
             await self._step(trio.current_time())
 
     async def _gossip(self, key: str, delta: bytes) -> None:
+        """Broadcast a local delta, and echo it every renew interval for `lease_ttl`:
+        the core sends each broadcast to only a few members, and a member that misses a
+        result would see the lease go silent and run the task again."""
+        self._echo[key] = (delta, trio.current_time() + self.config.lease_ttl)
         await self._channel.broadcast(AppKind.LEASES, key, delta)
+
+    async def _echo_all(self, now: float) -> None:
+        self._echo_at = now + self.config.lease_renew_interval
+        for key, (delta, until) in list(self._echo.items()):
+            if now >= until:
+                del self._echo[key]
+            else:
+                await self._channel.broadcast(AppKind.LEASES, key, delta)
 
     def _handle(self, events: list[LeaseEvent]) -> None:
         """Events from a remote delta or a sync: queue acks for specs now on disk."""
@@ -240,21 +266,34 @@ class LeaseService:
             await self._channel.broadcast(AppKind.LEASE_ACK, f"a/{tid}/{self.me}", body)
 
     async def _on_ack(self, message: AppMessage, body: bytes) -> None:
+        """A signed ack: count it if it is for one of our submissions, and pass on the
+        ones new to us (the core does not re-gossip; the submitter may not be among the
+        few members the acker's copies reached)."""
         try:
             tid, node, sig = msgpack.unpackb(body, raw=False)
-            waiting = self._acks.get(tid)
             record = self._record_of(node) if isinstance(node, str) else None
+            seen = f"{tid}/{node}" in self._seen_acks
         except (ValueError, TypeError, msgpack.UnpackException):
             self._channel.dropped += 1
             return
-        if waiting is None or record is None or node in waiting or not isinstance(sig, bytes):
+        if seen or record is None or not isinstance(sig, bytes) or not isinstance(tid, str):
             return
-        if verify_signature(record.public_key, ACK_CONTEXT, tid.encode(), sig):
+        if not verify_signature(record.public_key, ACK_CONTEXT, tid.encode(), sig):
+            self._channel.dropped += 1
+            return
+        self._seen_acks[f"{tid}/{node}"] = None
+        while len(self._seen_acks) > SEEN_ACKS_MAX:
+            del self._seen_acks[next(iter(self._seen_acks))]
+        await self._channel.broadcast(AppKind.LEASE_ACK, message.key, body)
+        waiting = self._acks.get(tid)
+        if waiting is not None:
             waiting.add(node)
             self._ack_event[tid].set()
 
     async def _step(self, now: float) -> None:
         await self._send_acks()
+        if self._echo and now >= self._echo_at:
+            await self._echo_all(now)
         gone = {m.name for m in self._members() if m.state in _GONE}
         for ev in self.table.tick(now, gone):
             if isinstance(ev, LeaseExpired):
@@ -284,6 +323,10 @@ class LeaseService:
                 await self._gossip(f"l/{tid}/{epoch}", self.table.renew(tid, now))
         if now >= self._place_at:
             self._place_at = now + PLACE_INTERVAL
+            get = self.table.get
+            self._unclaimed = {
+                k: t for k, t in self._unclaimed.items() if (e := get(k[0])) and e.epoch < k[1]
+            }
             for entry in list(self.table):
                 if entry.needs_owner() and entry.task_id not in self._settling:
                     await self._try_claim(entry, entry.epoch + 1, now)
@@ -295,7 +338,9 @@ class LeaseService:
         candidates = []
         for m in self._members():
             draining = self.draining if m.name == self.me else False
-            c = candidate(m, self._record_of(m.name), rel.get(m.name, prior), draining=draining)
+            record = self._record_of(m.name)
+            c = candidate(m, record, rel.get(m.name, prior), draining=draining,
+                          accepting=entry.spec.submitted_by)  # fmt: skip
             if c is not None:
                 candidates.append(c)
         committed = committed_resources(list(self.table))
@@ -310,11 +355,21 @@ class LeaseService:
     async def _try_claim(
         self, entry: TaskEntry, epoch: int, now: float, exclude: set[str] | None = None
     ) -> None:
+        if entry.spec is None:
+            return  # a lease delta came before the spec: anti-entropy brings it
         p = self._placement(entry, now, exclude or set())
         tid = entry.task_id
         self._why[tid] = p.explain() if p.chosen is None else f"placed: {p.explain()}"
-        if p.chosen != self.me or self.draining or epoch <= entry.epoch:
+        if self.me not in p.ranked or self.draining or epoch <= entry.epoch:
             return
+        # The first-ranked node claims at once. Views can differ (records, reliability
+        # decay), so if the task is still unclaimed later, the node ranked k-th claims
+        # after k fallback steps: progress without agreement, safety from `merge`.
+        since = self._unclaimed.setdefault((tid, epoch), now)
+        if now - since < p.ranked.index(self.me) * self._fallback_step:
+            self._place_at = min(self._place_at, since + self._fallback_step)
+            return
+        self._unclaimed.pop((tid, epoch), None)
         delta = self.table.claim(tid, epoch, p.rank_of(self.me), p.explain(), now)
         self._settling[tid] = (epoch, now)
         event(_log, 20, "lease.claimed", task=tid, epoch=epoch)
