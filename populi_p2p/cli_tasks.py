@@ -44,7 +44,7 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
     s.add_argument("--retries", type=int, default=2, help="retries after a non-zero exit")
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="environment")
     s.add_argument("--wait", action="store_true", help="follow the task; exit with its code")
-    s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    s.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...")
     t = sub.add_parser("tasks", help="the tasks the mesh holds")
     add_state_dir(t)
     t.add_argument("--phase", help="only tasks in this phase (pending, running, ...)")
@@ -76,7 +76,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     from .gpu._labels import parse_size
     from .leases import Requirements, TaskKind, TaskSpec
 
-    command = list(args.command)
+    command = list(args.argv)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:

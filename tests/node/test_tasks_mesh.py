@@ -11,13 +11,16 @@ comes back.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .harness import Daemon, Mesh, wait_until
+from .harness import REPO, Daemon, Mesh, wait_until
 
 #: Labels per node: n3 and n4 are the only "zone=y" nodes.
 LABELS = {"n0": "zone=x", "n1": "zone=x", "n2": "zone=x", "n3": "zone=y", "n4": "zone=y"}
@@ -64,9 +67,7 @@ def test_tasks_on_a_five_node_mesh(tmp_path: Path) -> None:
             mesh.ready(d)
         ds = [seed, *others]
         by_id = {d.node_id: d for d in ds}
-        wait_until(
-            lambda: mesh.converged(ds, {d.node_id: "alive" for d in ds}), 30, "5 daemons"
-        )
+        wait_until(lambda: mesh.converged(ds, {d.node_id: "alive" for d in ds}), 30, "5 daemons")
 
         # 1. Mixed requirements: each task succeeds exactly once, on a matching node;
         #    the process runs once (a start mark per task id).
@@ -91,6 +92,20 @@ def test_tasks_on_a_five_node_mesh(tmp_path: Path) -> None:
             assert (marks / tid).read_text().split() == [tid], "the process ran once"
         env_task = _task(seed, tids[4])
         assert env_task["result"]["output_tail"] == "hi\n"
+
+        # 1b. A non-zero exit is retried (on another node first) up to --retries; the
+        #     CLI's --wait follows it and exits with the task's code.
+        proc = subprocess.run(
+            [sys.executable, "-m", "populi_p2p.cli", "submit", "--state-dir",
+             str(seed.state_dir), "--retries", "1", "--label", "zone=x", "--wait",
+             "--", "sh", "-c", "exit 3"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert proc.returncode == 3, proc.stderr
+        failed = _task(seed, proc.stdout.strip())
+        assert [e["phase"] for e in failed["epochs"]] == ["failed", "failed"], failed
+        assert failed["epochs"][0]["owner"] != failed["epochs"][1]["owner"], failed
+        assert failed["phase"] == "failed" and failed["finished"]
 
         # 2. A spec nobody can run is accepted, stays pending, and says why.
         pending = wait_until(lambda: _task(seed, impossible)["why"], 10, "a why")
