@@ -30,6 +30,7 @@ store), so its "alive" overrides the "dead" or "left" the others remember.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Final
 
@@ -51,7 +52,7 @@ from .leases import LeaseConfig
 from .record_book import RecordBook
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_server import ApiService
-from .services.app_channel import AppChannel
+from .services.app_channel import AppChannel, AppKind
 from .services.clock import CertificateWatch, SkewWatch
 from .services.codec import WIRE_PACKET_BUDGET, AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
@@ -112,11 +113,8 @@ class _Parts:
         )
         node_id = creds.identity.node_id
         self.roster = Roster(node_id, records)
-        self.revocations = RevocationService(
-            creds.files, creds.revocations, creds.authority_key,
-            gossip_interval=self.swim_config.push_pull_interval,
-        )  # fmt: skip
-        self.codec.set_control_handler(self.revocations.on_control)
+        self.revocations = RevocationService(creds.files, creds.revocations, creds.authority_key)
+        self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
         self.skew = SkewWatch()
         self.codec.set_stale_handler(self.skew.observe)
         public = encode_public_key(creds.identity.public_key)
@@ -230,12 +228,9 @@ class Node:
         )  # fmt: skip
         codec = parts.codec
 
-        async def send_sealed(address: Address, payload: bytes) -> None:
-            await transport.send_frame(address, codec.seal(address, payload, True))
-
         parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
         parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
-        parts.revocations.attach(lambda: [m.address for m in membership.live_peers()], send_sealed)
+        parts.revocations.attach(functools.partial(parts.app.broadcast, AppKind.REVOCATIONS))
         store.attach(lambda: membership.incarnation)
         links = LinkService(node_id, codec, transport, membership.holds())
         peers = [(p, advertise[1]) for p in overlay.peers]  # Tailscale's online peers

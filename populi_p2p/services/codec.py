@@ -19,16 +19,11 @@ from overlay.introductions import Introductions
 from .._log import event, get_logger
 from .clock import stale_skew
 
-__all__ = ["CONTROL_PREFIX", "CONTROL_REVOCATIONS", "WIRE_PACKET_BUDGET", "AuthCodec", "lane"]
+__all__ = ["WIRE_PACKET_BUDGET", "AuthCodec", "lane"]
 
 #: Bytes a sealed datagram may occupy on the wire. Below WireGuard's 1420-byte MTU less
 #: IPv6 and UDP headers, so an overlay never fragments protocol packets.
 WIRE_PACKET_BUDGET: Final = 1350
-#: First byte of a populi control message inside an authenticated envelope. swim
-#: packets start with their protocol version byte, which is never 0xFF.
-CONTROL_PREFIX: Final = b"\xff"
-#: Control message kinds (second byte). ONLY APPEND; values are part of the protocol.
-CONTROL_REVOCATIONS: Final = b"R"
 
 _log = get_logger("node")
 
@@ -56,7 +51,6 @@ class AuthCodec:
         self,
         auth: PacketAuthenticator,
         max_frame_size: int,
-        on_control: Callable[[bytes], None] = lambda _: None,
         *,
         on_stale: Callable[[Address, float], None] = lambda _source, _skew: None,
         clock: Callable[[], float] = time.monotonic,
@@ -70,7 +64,6 @@ class AuthCodec:
         self.datagrams_with_certificate = 0
         self.datagrams_without_certificate = 0
         self._max_frame = max_frame_size
-        self._on_control = on_control
         self._on_stale = on_stale
         self.bytes_out = 0
         self.bytes_in = 0
@@ -78,7 +71,6 @@ class AuthCodec:
 
     def set_control_handler(self, on_control: Callable[[bytes], None]) -> None:
         """Where populi's own control messages go (the revocation service)."""
-        self._on_control = on_control
 
     def set_stale_handler(self, on_stale: Callable[[Address, float], None]) -> None:
         """Where the skew of packets refused as stale goes (source, seconds ahead)."""
@@ -122,9 +114,4 @@ class AuthCodec:
         if opened.new_session:
             # New to us, or restarted: it may not hold our certificate (any more).
             self.introductions.introduce(opened.sender_node_id, self._clock())
-        if opened.payload[:1] == CONTROL_PREFIX:
-            # Not for the core: populi's own authenticated messages (revocation gossip).
-            self.control_in += 1
-            self._on_control(opened.payload[1:])
-            return None
         return opened.payload
