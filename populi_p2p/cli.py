@@ -532,7 +532,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "cluster":
             _CLUSTER_COMMANDS[args.cluster_command](args)
         else:
-            _COMMANDS[args.command](args)
+            code = _COMMANDS[args.command](args)
+            if isinstance(code, int):  # `submit --wait`: the task's exit code
+                return code
     except _UsageError as exc:
         _error(exc)
         return 2

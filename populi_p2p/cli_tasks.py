@@ -134,14 +134,13 @@ def _client(args: argparse.Namespace, timeout: float | None = None) -> ApiClient
     return ApiClient(state_dir / "api.sock", timeout=timeout)
 
 
-def _cmd_submit(args: argparse.Namespace) -> None:
+def _cmd_submit(args: argparse.Namespace) -> int | None:
     spec = build_spec(args)
     client = _client(args, timeout=SUBMIT_TIMEOUT)
     answer = client.post("/v1/tasks", spec)
     task_id = str(answer["id"])
     print(task_id, flush=True)
-    if args.wait:
-        raise SystemExit(_follow(client, task_id))
+    return _follow(client, task_id) if args.wait else None
 
 
 def _follow(client: ApiClient, task_id: str) -> int:
@@ -246,10 +245,12 @@ def _cmd_undrain(args: argparse.Namespace) -> None:
     print("taking work again")
 
 
-def _wrap(command: Callable[[argparse.Namespace], None]) -> Callable[[argparse.Namespace], None]:
-    def run(args: argparse.Namespace) -> None:
+def _wrap(
+    command: Callable[[argparse.Namespace], int | None],
+) -> Callable[[argparse.Namespace], int | None]:
+    def run(args: argparse.Namespace) -> int | None:
         try:
-            command(args)
+            return command(args)
         except TaskCliError as exc:
             raise ApiError(str(exc)) from None  # main prints it as one line, exit 1
 
