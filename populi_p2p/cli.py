@@ -277,6 +277,10 @@ def _cmd_status(args: argparse.Namespace) -> None:
     print(f"address   {node.get('address')}  incarnation {node.get('incarnation')}")
     print(f"cluster   {cluster.get('fingerprint')}  {cluster.get('summary')}")
     print(f"overlay   {overlay.get('kind')}  accepting {', '.join(overlay.get('accept', []))}")
+    tasks = status.get("tasks")
+    if tasks:
+        state = "draining (takes no new work)" if tasks.get("draining") else "taking work"
+        print(f"tasks     {state}; {tasks.get('running')} running here")
     for warning in status.get("warnings", []):
         print(f"warning   {warning}")
 

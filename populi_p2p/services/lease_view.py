@@ -7,7 +7,7 @@ Nothing here does I/O or keeps state, so each function is tested on its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final, cast
 
 from swim import Member
@@ -19,11 +19,15 @@ from ..record import NodeRecord, NodeStatus
 __all__ = [
     "SYNC_DIGEST_BITS",
     "LeaseSection",
+    "build_candidates",
     "candidate",
     "entry_detail",
     "entry_row",
+    "explain_view",
+    "find_entry",
     "fits",
     "gpu_slots",
+    "pick_gpus",
     "result_tail",
     "spec_from",
     "spec_view",
@@ -123,6 +127,60 @@ def candidate(
         rtt=0.0 if member.name == accepting else None,
         reliability=reliability,
     )
+
+
+def build_candidates(
+    members: Iterable[Member],
+    record_of: Callable[[str], NodeRecord | None],
+    reliability: Mapping[str, float],
+    prior: float,
+    *,
+    me: str,
+    draining: bool,
+    accepting: str,
+) -> list[Candidate]:
+    """Every member with a verified record, as placement sees it (our own draining flag
+    is local truth; the others' come from their records)."""
+    out = []
+    for m in members:
+        c = candidate(
+            m, record_of(m.name), reliability.get(m.name, prior),
+            draining=draining and m.name == me, accepting=accepting,
+        )  # fmt: skip
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def pick_gpus(
+    record: NodeRecord | None, busy: Collection[str], req: Requirements
+) -> list[tuple[str, int]] | None:
+    """(uuid, VRAM) for `req` from our own record's GPUs not `busy` with another task,
+    or None when too few fit now."""
+    if not req.gpu_count:
+        return []
+    slots = gpu_slots(record.capabilities.gpu if record is not None else None)
+    fit = [(uuid, req.vram_per_gpu) for uuid, g in slots if uuid not in busy and fits(g, req)]
+    return fit[: req.gpu_count] if len(fit) >= req.gpu_count else None
+
+
+def find_entry(entries: Iterable[TaskEntry], task_id: str) -> TaskEntry:
+    """The entry with id `task_id`, or the only one it is a prefix of; `KeyError` (one
+    line) otherwise."""
+    found = [e for e in entries if e.task_id.startswith(task_id)] if task_id else []
+    exact = [e for e in found if e.task_id == task_id]
+    if exact:
+        return exact[0]
+    if len(found) != 1:
+        raise KeyError(f"no single task matches {task_id!r} (see populi-node tasks)")
+    return found[0]
+
+
+def explain_view(entry: TaskEntry, placement: str | None) -> dict[str, Any]:
+    """``populi-node explain``: the claim's own explanation and our last placement."""
+    cur = entry.current
+    claim = None if cur is None else f"epoch {cur.epoch} -> {cur.owner}: {cur.explanation}"
+    return {"id": entry.task_id, "phase": entry.phase.value, "claim": claim, "placement": placement}
 
 
 def spec_view(spec: TaskSpec) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
-import msgpack
 import trio
 
 from swim import AppMessage, Event, Member, MemberState
@@ -34,10 +33,10 @@ from .._log import event, get_logger
 from ..identity import NodeIdentity, verify_signature
 from ..leases import (
     LeaseConfig,
+    LeaseError,
     LeaseEvent,
     LeaseExpired,
     LeaseTable,
-    Requirements,
     TaskChanged,
     TaskCompacted,
     TaskEntry,
@@ -49,13 +48,16 @@ from ..leases.reliability import earned_reliability, prior_reliability
 from ..leases.store import LeaseStore
 from ..record import NodeRecord
 from .app_channel import AppChannel, AppKind
+from .lease_acks import SubmitAcks
+from .lease_gossip import DeltaGossip
 from .lease_view import (
     LeaseSection,
-    candidate,
+    build_candidates,
     entry_detail,
     entry_row,
-    fits,
-    gpu_slots,
+    explain_view,
+    find_entry,
+    pick_gpus,
     result_tail,
     spec_from,
 )
@@ -63,15 +65,12 @@ from .task_runner import TaskExited, TaskRunner
 
 __all__ = ["ACK_TIMEOUT", "LeaseService", "SubmitError"]
 
-#: Signature contexts of lease-table parts and of submit acknowledgements.
+#: Signature context of lease-table parts (specs, claims, progress, cancels).
 LEASE_CONTEXT: Final = b"populi/lease/v1"
-ACK_CONTEXT: Final = b"populi/lease-ack/v1"
 #: How long `submit` waits for its acknowledgements, seconds.
 ACK_TIMEOUT: Final = 10.0
 #: Pending tasks are placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
-#: Acks remembered (to pass each on once).
-SEEN_ACKS_MAX: Final = 4096
 #: Shortest wait of a node ranked k-th per rank before it claims an unclaimed task.
 FALLBACK_STEP_MIN: Final = 1.0
 
@@ -132,16 +131,11 @@ class LeaseService:
         self._running: dict[str, int] = {}  # started here: epoch
         self._held: dict[str, list[tuple[str, int]]] = {}  # task -> (gpu uuid, vram)
         self._why: dict[str, str] = {}  # pending task -> last placement explanation
-        self._acks: dict[str, set[str]] = {}  # our submissions -> who acked
-        self._ack_event: dict[str, trio.Event] = {}
-        self._to_ack: list[str] = []
-        self._acked: set[str] = set()
+        self._acks = SubmitAcks(identity, channel, lambda node: self._record_of(node))
         self._renew_at = 0.0
         self._place_at = 0.0
         self._unclaimed: dict[tuple[str, int], float] = {}  # (task, epoch) -> first seen
-        self._echo: dict[str, tuple[bytes, float]] = {}  # key -> (delta, echo until)
-        self._echo_at = 0.0
-        self._seen_acks: dict[str, None] = {}  # "task/node", oldest first
+        self._deltas = DeltaGossip(channel, config.lease_renew_interval, config.lease_ttl)
         self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time)
 
     def attach(
@@ -181,7 +175,7 @@ class LeaseService:
         if bad:
             event(_log, 30, "leases.corrupt_rows", skipped=bad)
         self._channel.register(AppKind.LEASES, self._on_delta, self.section)
-        self._channel.register(AppKind.LEASE_ACK, self._on_ack)
+        self._channel.register(AppKind.LEASE_ACK, self._acks.on_ack)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch, events)
@@ -214,8 +208,8 @@ class LeaseService:
                 deadline = min(deadline, table_due)
             if self._running:
                 deadline = min(deadline, self._renew_at)
-            if self._echo:
-                deadline = min(deadline, self._echo_at)
+            if self._deltas.pending:
+                deadline = min(deadline, self._deltas.due)
             for _epoch, at in self._settling.values():
                 deadline = min(deadline, at + self.config.settle_time)
             with trio.move_on_at(deadline):
@@ -224,27 +218,23 @@ class LeaseService:
             await self._step(trio.current_time())
 
     async def _gossip(self, key: str, delta: bytes) -> None:
-        """Broadcast a local delta, and echo it every renew interval for `lease_ttl`:
-        the core sends each broadcast to only a few members, and a member that misses a
-        result would see the lease go silent and run the task again."""
-        self._echo[key] = (delta, trio.current_time() + self.config.lease_ttl)
-        await self._channel.broadcast(AppKind.LEASES, key, delta)
+        await self._deltas.send(key, delta, trio.current_time())
 
-    async def _echo_all(self, now: float) -> None:
-        self._echo_at = now + self.config.lease_renew_interval
-        for key, (delta, until) in list(self._echo.items()):
-            if now >= until:
-                del self._echo[key]
-            else:
-                await self._channel.broadcast(AppKind.LEASES, key, delta)
+    def _local(self, op: Callable[..., bytes], *args: Any) -> bytes | None:
+        """A local table operation whose precondition may have lapsed while we awaited
+        (a delta superseded our claim meanwhile): skipped and logged, never a crash."""
+        try:
+            return op(*args)
+        except LeaseError as exc:
+            event(_log, 20, "lease.skipped", op=op.__name__, reason=str(exc))
+            return None
 
     def _handle(self, events: list[LeaseEvent]) -> None:
         """Events from a remote delta or a sync: queue acks for specs now on disk."""
         for ev in events:
             spec = ev.entry.spec if isinstance(ev, TaskChanged) else None
-            if spec is not None and ev.task_id not in self._acked and spec.submitted_by != self.me:
-                self._acked.add(ev.task_id)
-                self._to_ack.append(ev.task_id)
+            if spec is not None and spec.submitted_by != self.me:
+                self._acks.persisted(ev.task_id)
             if isinstance(ev, TaskChanged) and ev.entry.needs_owner():
                 self._place_at = 0.0  # place it now, not at the next interval
         if events:
@@ -254,46 +244,13 @@ class LeaseService:
         events = self.table.apply(body, trio.current_time())
         if any(isinstance(e, TaskChanged) for e in events):
             # New to us: pass it on (the core does not re-gossip application broadcasts).
-            await self._channel.broadcast(AppKind.LEASES, message.key, body)
+            await self._deltas.relay(message.key, body)
         self._handle(events)
-        await self._send_acks()
-
-    async def _send_acks(self) -> None:
-        while self._to_ack:
-            tid = self._to_ack.pop()
-            sig = self._identity.sign(ACK_CONTEXT, tid.encode())
-            body = msgpack.packb([tid, self.me, sig], use_bin_type=True)
-            await self._channel.broadcast(AppKind.LEASE_ACK, f"a/{tid}/{self.me}", body)
-
-    async def _on_ack(self, message: AppMessage, body: bytes) -> None:
-        """A signed ack: count it if it is for one of our submissions, and pass on the
-        ones new to us (the core does not re-gossip; the submitter may not be among the
-        few members the acker's copies reached)."""
-        try:
-            tid, node, sig = msgpack.unpackb(body, raw=False)
-            record = self._record_of(node) if isinstance(node, str) else None
-            seen = f"{tid}/{node}" in self._seen_acks
-        except (ValueError, TypeError, msgpack.UnpackException):
-            self._channel.dropped += 1
-            return
-        if seen or record is None or not isinstance(sig, bytes) or not isinstance(tid, str):
-            return
-        if not verify_signature(record.public_key, ACK_CONTEXT, tid.encode(), sig):
-            self._channel.dropped += 1
-            return
-        self._seen_acks[f"{tid}/{node}"] = None
-        while len(self._seen_acks) > SEEN_ACKS_MAX:
-            del self._seen_acks[next(iter(self._seen_acks))]
-        await self._channel.broadcast(AppKind.LEASE_ACK, message.key, body)
-        waiting = self._acks.get(tid)
-        if waiting is not None:
-            waiting.add(node)
-            self._ack_event[tid].set()
+        await self._acks.flush()
 
     async def _step(self, now: float) -> None:
-        await self._send_acks()
-        if self._echo and now >= self._echo_at:
-            await self._echo_all(now)
+        await self._acks.flush()
+        await self._deltas.echo(now)
         gone = {m.name for m in self._members() if m.state in _GONE}
         for ev in self.table.tick(now, gone):
             if isinstance(ev, LeaseExpired):
@@ -302,7 +259,7 @@ class LeaseService:
                 if entry is not None and epoch is not None:
                     await self._try_claim(entry, epoch, now, exclude={ev.owner})
             elif isinstance(ev, TaskCompacted):
-                self._acked.discard(ev.task_id)
+                self._acks.forget(ev.task_id)
                 self._why.pop(ev.task_id, None)
         for tid, (epoch, at) in list(self._settling.items()):
             entry = self.table.get(tid)
@@ -319,8 +276,10 @@ class LeaseService:
                 del self._running[tid]
         if self._running and now >= self._renew_at:
             self._renew_at = now + self.config.lease_renew_interval
-            for tid, epoch in self._running.items():
-                await self._gossip(f"l/{tid}/{epoch}", self.table.renew(tid, now))
+            for tid, epoch in list(self._running.items()):
+                delta = self._local(self.table.renew, tid, now)
+                if delta is not None:
+                    await self._gossip(f"l/{tid}/{epoch}", delta)
         if now >= self._place_at:
             self._place_at = now + PLACE_INTERVAL
             get = self.table.get
@@ -334,15 +293,10 @@ class LeaseService:
     def _placement(self, entry: TaskEntry, now: float, exclude: set[str]) -> Placement:
         assert entry.spec is not None
         rel = earned_reliability(self.table.outcomes(), now, self.config)
-        prior = prior_reliability(self.config)
-        candidates = []
-        for m in self._members():
-            draining = self.draining if m.name == self.me else False
-            record = self._record_of(m.name)
-            c = candidate(m, record, rel.get(m.name, prior), draining=draining,
-                          accepting=entry.spec.submitted_by)  # fmt: skip
-            if c is not None:
-                candidates.append(c)
+        candidates = build_candidates(
+            self._members(), self._record_of, rel, prior_reliability(self.config),
+            me=self.me, draining=self.draining, accepting=entry.spec.submitted_by,
+        )  # fmt: skip
         committed = committed_resources(list(self.table))
         failed = failed_nodes(entry)
         p = place(entry.spec, candidates, config=self.config, rng=self._rng,
@@ -370,28 +324,27 @@ class LeaseService:
             self._place_at = min(self._place_at, since + self._fallback_step)
             return
         self._unclaimed.pop((tid, epoch), None)
-        delta = self.table.claim(tid, epoch, p.rank_of(self.me), p.explain(), now)
+        delta = self._local(self.table.claim, tid, epoch, p.rank_of(self.me), p.explain(), now)
+        if delta is None:
+            return
         self._settling[tid] = (epoch, now)
         event(_log, 20, "lease.claimed", task=tid, epoch=epoch)
         await self._gossip(f"l/{tid}/{epoch}", delta)
 
-    def _pick_gpus(self, req: Requirements) -> list[tuple[str, int]] | None:
-        if not req.gpu_count:
-            return []
-        record = self._record_of(self.me)
-        slots = gpu_slots(record.capabilities.gpu if record is not None else None)
-        busy = {uuid for held in self._held.values() for uuid, _ in held}
-        fit = [(uuid, req.vram_per_gpu) for uuid, g in slots if uuid not in busy and fits(g, req)]
-        return fit[: req.gpu_count] if len(fit) >= req.gpu_count else None
-
     async def _start(self, entry: TaskEntry, epoch: int, now: float) -> None:
         tid, spec = entry.task_id, entry.spec
         assert spec is not None
-        gpus = self._pick_gpus(spec.requirements)
+        busy = {uuid for held in self._held.values() for uuid, _ in held}
+        gpus = pick_gpus(self._record_of(self.me), busy, spec.requirements)
         if gpus is None:  # our view moved since placement: hand it back at once
-            await self._gossip(f"l/{tid}/{epoch}", self.table.release(tid, now))
+            delta = self._local(self.table.release, tid, now)
+            if delta is not None:
+                await self._gossip(f"l/{tid}/{epoch}", delta)
             return
-        await self._gossip(f"l/{tid}/{epoch}", self.table.mark_running(tid, now))
+        delta = self._local(self.table.mark_running, tid, now)
+        if delta is None:
+            return
+        await self._gossip(f"l/{tid}/{epoch}", delta)
         self._running[tid] = epoch
         self._renew_at = min(self._renew_at, now + self.config.lease_renew_interval)
         self._held[tid] = gpus
@@ -435,25 +388,18 @@ class LeaseService:
         live = [m for m in self._members() if m.name != self.me and m.state not in _GONE]
         needed = min(self._submit_acks, len(live))
         tid, delta = self.table.submit(spec, trio.current_time())
-        acks = self._acks[tid] = set()
-        self._ack_event[tid] = trio.Event()
+        self._acks.expect(tid)
         await self._gossip(f"s/{tid}", delta)
         self._place_at = 0.0
         self._wake.set()
-        try:
-            with trio.move_on_after(self._ack_timeout):
-                while len(acks) < needed:
-                    await self._ack_event[tid].wait()
-                    self._ack_event[tid] = trio.Event()
-        finally:
-            del self._acks[tid], self._ack_event[tid]
-        if len(acks) < needed:
+        acked = await self._acks.wait(tid, needed, self._ack_timeout)
+        if acked < needed:
             raise SubmitError(
-                f"task {tid} is stored on this node, but only {len(acks)} of {needed} members"
+                f"task {tid} is stored on this node, but only {acked} of {needed} members"
                 f" acknowledged it within {self._ack_timeout:.0f} s (it may still spread;"
                 f" see populi-node task {tid})"
             )
-        return {"id": tid, "acks": len(acks)}
+        return {"id": tid, "acks": acked}
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
         if self.table.get(task_id) is None:
@@ -483,13 +429,7 @@ class LeaseService:
 
     def find(self, task_id: str) -> TaskEntry:
         """An entry by id or unique id prefix. Raises `KeyError` (one line)."""
-        entry = self.table.get(task_id)
-        if entry is not None:
-            return entry
-        found = [e for e in self.table if e.task_id.startswith(task_id)] if task_id else []
-        if len(found) != 1:
-            raise KeyError(f"no single task matches {task_id!r} (see populi-node tasks)")
-        return found[0]
+        return find_entry(self.table, task_id)
 
     def rows(self) -> list[dict[str, Any]]:
         now = time.time()
@@ -502,15 +442,7 @@ class LeaseService:
 
     def explain(self, task_id: str) -> dict[str, Any]:
         entry = self.find(task_id)
-        cur = entry.current
-        return {
-            "id": entry.task_id,
-            "phase": entry.phase.value,
-            "claim": None
-            if cur is None
-            else f"epoch {cur.epoch} -> {cur.owner}: {cur.explanation}",
-            "placement": self._why.get(entry.task_id),
-        }
+        return explain_view(entry, self._why.get(entry.task_id))
 
     def summary(self) -> dict[str, Any]:
         return {"draining": self.draining, "running": len(self._running), "known": len(self.table)}
