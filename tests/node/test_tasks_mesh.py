@@ -6,7 +6,7 @@ mixed requirements land on matching nodes and succeed once; an impossible spec s
 pending and says why; drain keeps new work off a node; kill -9 of a running task's
 owner re-runs it elsewhere at the next epoch; kill -9 of the accepting node right after
 `submit` returns loses nothing; cancel kills the process group and the task never
-comes back.
+comes back; drain --handoff moves a running task to another node.
 """
 
 from __future__ import annotations
@@ -168,5 +168,22 @@ def test_tasks_on_a_five_node_mesh(tmp_path: Path) -> None:
             task = _task(survivor_y, long)
             assert task["phase"] == "cancelled" and task["epoch"] == epoch, task
             time.sleep(0.25)
+
+        # 7. drain --handoff: the running task stops here and runs elsewhere at the next
+        #    epoch; the released epoch is not a failure (no retry used).
+        moved = _submit(seed, ["sleep", "30"], retries=0)
+        first = wait_until(
+            lambda: (t := _task(seed, moved))["phase"] == "running" and t, 15, "moved to run"
+        )
+        holder = by_id[first["owner"]]
+        holder.client.post("/v1/drain", {"handoff": True})
+        again = wait_until(
+            lambda: (t := _task(seed, moved))["phase"] == "running"
+            and t["epoch"] > first["epoch"] and t,
+            15, "the handed-off task to run elsewhere",
+        )  # fmt: skip
+        assert again["owner"] != holder.node_id
+        assert [e["phase"] for e in again["epochs"]][:-1] == ["released"], again
+        seed.client.post(f"/v1/tasks/{moved}/cancel")
     finally:
         mesh.stop_all()
