@@ -4,7 +4,9 @@
 applies a spec for the first time (the table persisted it before `apply` returned)
 broadcasts a signed ack (`AppKind.LEASE_ACK`); every node passes on the acks new to it,
 because one broadcast reaches only a few members and the submitter may not be among
-them; the submitter counts distinct, verified ackers.
+them; the submitter counts distinct, verified ackers. A node also repeats its own ack
+every `interval` for `span` (as the lease deltas are echoed): one broadcast reaches only
+a few members, some of which may be dead and not yet declared so.
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ class SubmitAcks:
         identity: NodeIdentity,
         channel: AppChannel,
         record_of: Callable[[str], NodeRecord | None],
+        *,
+        interval: float = 0.5,
+        span: float = 5.0,
     ) -> None:
+        self._interval = interval
+        self._span = span
+        self._mine: dict[str, tuple[bytes, float]] = {}  # key -> (our ack, repeat until)
+        self._due = 0.0
         self._identity = identity
         self._channel = channel
         self.record_of = record_of
@@ -56,13 +65,23 @@ class SubmitAcks:
         """The task was compacted."""
         self._sent.discard(task_id)
 
-    async def flush(self) -> None:
+    async def flush(self, now: float) -> None:
+        """Send new acks now; repeat recent ones every `interval` for `span`."""
         me = self._identity.node_id
         while self._to_send:
             tid = self._to_send.pop()
             sig = self._identity.sign(ACK_CONTEXT, tid.encode())
             body = msgpack.packb([tid, me, sig], use_bin_type=True)
+            self._mine[f"a/{tid}/{me}"] = (body, now + self._span)
             await self._channel.broadcast(AppKind.LEASE_ACK, f"a/{tid}/{me}", body)
+        if now < self._due:
+            return
+        self._due = now + self._interval
+        for key, (body, until) in list(self._mine.items()):
+            if now >= until:
+                del self._mine[key]
+            else:
+                await self._channel.broadcast(AppKind.LEASE_ACK, key, body)
 
     async def on_ack(self, message: AppMessage, body: bytes) -> None:
         """A signed ack from the channel (hostile input: junk is counted, never raised)."""

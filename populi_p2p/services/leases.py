@@ -71,6 +71,9 @@ LEASE_CONTEXT: Final = b"populi/lease/v1"
 ACK_TIMEOUT: Final = 10.0
 #: Pending tasks are placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
+#: Seconds after a start during which the stored table is loaded again as records
+#: arrive (a part signed by another node verifies only once its record is known).
+RELOAD_WINDOW: Final = 120.0
 #: Shortest wait of a node ranked k-th per rank before it claims an unclaimed task.
 FALLBACK_STEP_MIN: Final = 1.0
 
@@ -131,12 +134,17 @@ class LeaseService:
         self._running: dict[str, int] = {}  # started here: epoch
         self._held: dict[str, list[tuple[str, int]]] = {}  # task -> (gpu uuid, vram)
         self._why: dict[str, str] = {}  # pending task -> last placement explanation
-        self._acks = SubmitAcks(identity, channel, lambda node: self._record_of(node))
+        self._acks = SubmitAcks(
+            identity, channel, lambda node: self._record_of(node),
+            interval=config.lease_renew_interval, span=config.lease_ttl,
+        )  # fmt: skip
         self._renew_at = 0.0
         self._place_at = 0.0
         self._unclaimed: dict[tuple[str, int], float] = {}  # (task, epoch) -> first seen
         self._deltas = DeltaGossip(channel, config.lease_renew_interval, config.lease_ttl)
         self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time)
+        self._reload: list[TaskEntry] = []
+        self._reload_at = self._reload_until = 0.0
 
     def attach(
         self,
@@ -172,6 +180,7 @@ class LeaseService:
         now = trio.current_time()
         entries, bad = self._store.load()
         self.table.load(entries, now)
+        self._reload, self._reload_until = entries, now + RELOAD_WINDOW
         if bad:
             event(_log, 30, "leases.corrupt_rows", skipped=bad)
         self._channel.register(AppKind.LEASES, self._on_delta, self.section)
@@ -246,10 +255,18 @@ class LeaseService:
             # New to us: pass it on (the core does not re-gossip application broadcasts).
             await self._deltas.relay(message.key, body)
         self._handle(events)
-        await self._acks.flush()
+        await self._acks.flush(trio.current_time())
 
     async def _step(self, now: float) -> None:
-        await self._acks.flush()
+        await self._acks.flush(now)
+        if self._reload and now >= self._reload_at:
+            # Parts signed by others verify only once their records are known: load the
+            # disk copy again as records arrive (merging is idempotent; nothing is lost
+            # from the file meanwhile), for `RELOAD_WINDOW` after the start.
+            self._reload_at = now + PLACE_INTERVAL
+            self.table.load(self._reload, now)
+            if now >= self._reload_until:
+                self._reload = []
         await self._deltas.echo(now)
         gone = {m.name for m in self._members() if m.state in _GONE}
         for ev in self.table.tick(now, gone):

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from populi_p2p.api import ApiClient
+
 from .harness import REPO, Daemon, Mesh, wait_until
 
 #: Labels per node: n3 and n4 are the only "zone=y" nodes.
@@ -36,7 +38,9 @@ def _finished(d: Daemon, tid: str) -> dict[str, Any] | None:
 
 
 def _submit(d: Daemon, command: list[str], **spec: Any) -> str:
-    return str(d.client.post("/v1/tasks", {"command": command, **spec})["id"])
+    # Longer than the daemon's 10 s wait for acks, so a shortfall reads as its one line.
+    client = ApiClient(d.client.socket_path, timeout=15.0)
+    return str(client.post("/v1/tasks", {"command": command, **spec})["id"])
 
 
 def _group_gone(pgid: int) -> bool:
