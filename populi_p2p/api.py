@@ -16,7 +16,17 @@ Endpoints (all JSON):
 ``POST /v1/gpus/probe``  re-probe the GPUs now; answers with the new report (a change
                          is signed into a new NodeRecord that gossips)
 ``POST /v1/leave``       announce a graceful leave, then the daemon exits
+``POST /v1/tasks``       submit a task (JSON spec); answers once it is durable
+``GET  /v1/tasks``       every task this node's lease table holds
+``GET  /v1/tasks/ID``    one task: spec, epochs, result (``/explain``: its placement)
+``POST /v1/tasks/ID/cancel``  cancel a task everywhere
+``POST /v1/drain``       take no new work (``{"handoff": true}`` hands running tasks on)
+``POST /v1/undrain``     take work again
 =======================  ===============================================================
+
+The task routes are served when the backend is also a `TaskBackend`. A bad spec or
+argument is a 400 with one line, an unknown task a 404, a submit without enough
+acknowledgements a 504.
 
 The app only translates: it asks an `ApiBackend` (the node) for plain dicts and encodes
 them, so it is tested without a daemon. Unknown paths are 404, wrong methods 405, and a
@@ -37,7 +47,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import trio
 
@@ -48,6 +58,7 @@ __all__ = [
     "ApiBackend",
     "ApiClient",
     "ApiError",
+    "TaskBackend",
     "make_app",
     "serve_api",
 ]
@@ -56,6 +67,8 @@ __all__ = [
 API_SOCKET_MODE: Final = 0o600
 #: The longest the CLI waits for the daemon to answer.
 CLIENT_TIMEOUT: Final = 10.0
+#: The largest request body the API reads (a task spec is at most a few KiB).
+BODY_BYTES_MAX: Final = 64 * 1024
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -81,6 +94,67 @@ class ApiBackend(Protocol):
 
     def request_leave(self) -> None:
         """Start a graceful leave and shutdown; return at once."""
+
+
+@runtime_checkable
+class TaskBackend(Protocol):
+    """The tasks part of the API (the lease service behind the node)."""
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+
+    def tasks(self) -> list[dict[str, Any]]: ...
+
+    def task(self, task_id: str) -> dict[str, Any]: ...
+
+    def explain(self, task_id: str) -> dict[str, Any]: ...
+
+    async def cancel(self, task_id: str) -> dict[str, Any]: ...
+
+    async def drain(self, handoff: bool) -> dict[str, Any]: ...
+
+    async def undrain(self) -> dict[str, Any]: ...
+
+
+class _BadRequest(Exception):
+    pass
+
+
+async def _read_json(receive: Receive) -> Any:
+    """The request body as JSON ({} when empty); bounded; `_BadRequest` otherwise."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if len(body) > BODY_BYTES_MAX:
+            raise _BadRequest(f"request body over {BODY_BYTES_MAX} bytes")
+        if not message.get("more_body", False):
+            break
+    if not body:
+        return {}
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise _BadRequest("request body is not JSON") from None
+
+
+def _task_route(
+    backend: TaskBackend, method: str, path: str, body: Any
+) -> Callable[[], object] | None:
+    """The handler of a task route, or None when `path` is not one."""
+    parts = path.strip("/").split("/")[1:]  # after "v1"
+    if parts == ["tasks"]:
+        return (lambda: backend.submit(body)) if method == "POST" else backend.tasks
+    if parts == ["drain"] and method == "POST":
+        return lambda: backend.drain(bool(isinstance(body, dict) and body.get("handoff")))
+    if parts == ["undrain"] and method == "POST":
+        return backend.undrain
+    if len(parts) == 2 and parts[0] == "tasks" and method == "GET":
+        return lambda: backend.task(parts[1])
+    if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "explain" and method == "GET":
+        return lambda: backend.explain(parts[1])
+    if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "cancel" and method == "POST":
+        return lambda: backend.cancel(parts[1])
+    return None
 
 
 async def _respond(send: Send, status: int, body: object) -> None:
@@ -125,17 +199,36 @@ def make_app(backend: ApiBackend) -> AsgiApp:
         if scope["type"] != "http":
             return  # websockets are not offered; hypercorn closes the connection
         route = routes.get(scope["path"].rstrip("/") or "/")
-        if route is None:
+        handler: Callable[[], object] | None = None
+        if route is None and isinstance(backend, TaskBackend):
+            try:
+                request = await _read_json(receive) if scope["method"] == "POST" else {}
+            except _BadRequest as exc:
+                await _respond(send, 400, {"error": str(exc)})
+                return
+            handler = _task_route(backend, scope["method"], scope["path"], request)
+        if route is None and handler is None:
             await _respond(send, 404, {"error": f"no such endpoint {scope['path']}"})
             return
-        method, handler = route
-        if scope["method"] != method:
-            await _respond(send, 405, {"error": f"{scope['path']} takes {method}"})
-            return
+        if route is not None:
+            method, handler = route
+            if scope["method"] != method:
+                await _respond(send, 405, {"error": f"{scope['path']} takes {method}"})
+                return
+        assert handler is not None
         try:
             body = handler()
             if inspect.isawaitable(body):
                 body = await body
+        except ValueError as exc:  # a bad spec or argument: the caller's to fix
+            await _respond(send, 400, {"error": str(exc)})
+            return
+        except LookupError as exc:
+            await _respond(send, 404, {"error": str(exc.args[0] if exc.args else exc)})
+            return
+        except TimeoutError as exc:
+            await _respond(send, 504, {"error": str(exc)})
+            return
         except Exception as exc:  # a backend bug must not take the daemon down
             _log.exception("api.error path=%s", scope["path"])
             await _respond(send, 500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
@@ -203,9 +296,10 @@ class ApiClient:
         """GET `path` and return its decoded JSON. Raises `ApiError`."""
         return self._request("GET", path)
 
-    def post(self, path: str) -> Any:
-        """POST to `path` and return its decoded JSON. Raises `ApiError`."""
-        return self._request("POST", path)
+    def post(self, path: str, body: Any = None) -> Any:
+        """POST to `path` (with `body` as JSON, if given) and return its decoded JSON.
+        Raises `ApiError`."""
+        return self._request("POST", path, body)
 
     def is_running(self) -> bool:
         """Whether a daemon answers on the socket."""
@@ -222,7 +316,7 @@ class ApiClient:
             f" (start it with: populi-node up --state-dir {state_dir})"
         )
 
-    def _request(self, method: str, path: str) -> Any:
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
         if not self.socket_path.parent.exists():
             raise ApiError(
                 f"state dir {self.socket_path.parent} does not exist"
@@ -239,7 +333,7 @@ class ApiClient:
             with httpx.Client(
                 transport=transport, base_url="http://populi", timeout=self._timeout
             ) as client:
-                response = client.request(method, path)
+                response = client.request(method, path, json=body)
         except httpx.ConnectError as exc:
             cause = exc.__cause__ or exc.__context__
             while cause is not None and not isinstance(cause, OSError):
@@ -260,12 +354,14 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise ApiError(f"talking to the daemon at {self.socket_path} failed: {exc}") from None
         try:
-            body = response.json()
+            answer = response.json()
         except ValueError:
             raise ApiError(
                 f"the daemon answered {response.status_code} with something that is not JSON"
             ) from None
         if response.status_code != 200:
-            detail = body.get("error") if isinstance(body, dict) else None
+            detail = answer.get("error") if isinstance(answer, dict) else None
+            if detail and (response.status_code in (400, 504) or path.startswith("/v1/tasks/")):
+                raise ApiError(str(detail))
             raise ApiError(f"the daemon refused {method} {path}: {detail or response.status_code}")
-        return body
+        return answer

@@ -12,6 +12,10 @@ Commands::
     populi-node members [--json]           the member table
     populi-node gpus [--json] [--probe]    this node's GPUs (--probe: re-probe now)
     populi-node leave                      graceful leave, then the daemon exits
+    populi-node submit [flags] -- CMD ARGS run a task on the mesh (--wait: follow it)
+    populi-node tasks [--phase P] [--json] the tasks the mesh holds
+    populi-node task|explain|cancel TASK   one task; why it went where; cancel it
+    populi-node drain [--handoff]|undrain  take no new work / take work again
     populi-node key                        print this node's public key (to enroll it)
     populi-node cluster init               create a cluster authority
     populi-node cluster enroll KEY         issue an enrollment certificate
@@ -33,6 +37,7 @@ import platformdirs
 
 from ._keyfiles import KeyFileError, decode_public_key, encode_public_key
 from .api import ApiClient, ApiError
+from .cli_tasks import TASK_COMMANDS, add_task_commands
 from .config import (
     OVERLAYS,
     PRESETS,
@@ -156,6 +161,12 @@ def _build_parser() -> _Parser:
         help="seconds between GPU re-probes (default 30)",
     )
     up.add_argument("--preset", choices=PRESETS, help="membership timing (default lan)")
+    up.add_argument(
+        "--submit-acks",
+        type=int,
+        metavar="N",
+        help="members that must persist a submitted task before submit returns (default 1)",
+    )
     up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
 
     for name, text in (
@@ -208,6 +219,7 @@ def _build_parser() -> _Parser:
             default=None,
             help=f"where the authority key lives (default {_default_authority_dir()})",
         )
+    add_task_commands(sub, _add_state_dir)
     return parser
 
 
@@ -272,6 +284,10 @@ def _cmd_status(args: argparse.Namespace) -> None:
     print(f"address   {node.get('address')}  incarnation {node.get('incarnation')}")
     print(f"cluster   {cluster.get('fingerprint')}  {cluster.get('summary')}")
     print(f"overlay   {overlay.get('kind')}  accepting {', '.join(overlay.get('accept', []))}")
+    tasks = status.get("tasks")
+    if tasks:
+        state = "draining (takes no new work)" if tasks.get("draining") else "taking work"
+        print(f"tasks     {state}; {tasks.get('running')} running here")
     for warning in status.get("warnings", []):
         print(f"warning   {warning}")
 
@@ -470,6 +486,7 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "withhold_gpu": args.withhold_gpu,
         "gpu_probe_interval": args.gpu_probe_interval,
         "preset": args.preset,
+        "submit_acks": args.submit_acks,
         "log_level": args.log_level,
     }
     config = NodeConfig.load(args.config, flags)
@@ -491,6 +508,7 @@ _COMMANDS = {
     "events": _cmd_events,
     "leave": _cmd_leave,
     "key": _cmd_key,
+    **TASK_COMMANDS,
 }
 _CLUSTER_COMMANDS = {
     "init": _cmd_cluster_init,
@@ -533,7 +551,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "cluster":
             _CLUSTER_COMMANDS[args.cluster_command](args)
         else:
-            _COMMANDS[args.command](args)
+            code = _COMMANDS[args.command](args)
+            if isinstance(code, int):  # `submit --wait`: the task's exit code
+                return code
     except _UsageError as exc:
         _error(exc)
         return 2

@@ -205,6 +205,10 @@ class NodeConfig:
     gpu_probe_interval: float = attrs.field(default=30.0, validator=_positive_seconds)
     #: Membership timing preset: ``lan``, ``wan`` or ``local`` (one machine, fast).
     preset: Preset = attrs.field(default="lan", validator=_choice(PRESETS))
+    #: Other members that must persist a submitted task before ``submit`` returns
+    #: (capped at the live peers, so a one-node mesh needs none). More survives more
+    #: simultaneous disk losses; each one waits for a gossip round.
+    submit_acks: int = attrs.field(default=1, validator=attrs.validators.in_(range(0, 17)))
     #: Log verbosity.
     log_level: str = attrs.field(default="info", validator=_choice(LOG_LEVELS))
 
@@ -411,6 +415,12 @@ def _coerce(key: str, value: object) -> object:
     if key in _BOOL_FIELDS:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false")
+        return value
+    if key == "submit_acks":
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 16:
+            raise ConfigError(f"submit-acks: {value!r} is not a number from 0 to 16")
         return value
     if key == "port":
         if isinstance(value, str) and value.isdigit():

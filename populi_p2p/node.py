@@ -16,6 +16,8 @@ gpus                   the GPU monitor (probe modules imported when it runs)
 discovery              join, retry, re-join after a partition (`Bootstrapper`)
 mdns                   `_populi._udp` on the LAN, when ``--mdns``
 revocations            revocation files and their gossip
+app channel            the swim application channel: payload kinds, the sync section
+leases                 the lease table, the owner election, the tasks run here
 store                  members and incarnation across restarts
 api                    the control API on ``STATE_DIR/api.sock``
 lifecycle              signals and the graceful leave
@@ -28,6 +30,7 @@ store), so its "alive" overrides the "dead" or "left" the others remember.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Final
 
@@ -45,17 +48,20 @@ from .api import ApiClient
 from .authority import cluster_fingerprint
 from .config import NodeConfig
 from .envelope_keys import EnvelopeKeys
+from .leases import LeaseConfig
 from .observe import EventService, MetricSources, MetricsService, NodeCollector, ObserveView
 from .observe.web import AsgiApp, make_observe_app
 from .record_book import RecordBook
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_server import ApiService
+from .services.app_channel import AppChannel, AppKind
 from .services.clock import CertificateWatch, SkewWatch
 from .services.codec import WIRE_PACKET_BUDGET, AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
 from .services.errors import NodeStartError
 from .services.gpus import GpuService
+from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
 from .services.mdns import MdnsService
@@ -66,6 +72,7 @@ from .services.publisher import RecordPublisher
 from .services.revocations import RevocationService
 from .services.roster import Roster
 from .services.status import StatusView
+from .services.task_runner import ProcessRunner
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
 
@@ -76,6 +83,8 @@ GPU_FIRST_REPORT_WAIT: Final = 3.0
 _AuthCodec = AuthCodec
 
 _log = get_logger("node")
+#: The lease preset for each swim preset.
+_LEASE_PRESETS: Final = {"lan": LeaseConfig.lan, "wan": LeaseConfig.wan, "local": LeaseConfig.local}
 
 
 class _Parts:
@@ -93,7 +102,11 @@ class _Parts:
             max_packet_size=TransportConfig().max_datagram_size,
         )
         budget = max(512, WIRE_PACKET_BUDGET - auth.overhead())
-        self.swim_config = attrs.evolve(swim_config, packet_budget=budget)
+        self.swim_config = attrs.evolve(
+            swim_config, packet_budget=budget, app_channel_enabled=True,
+            app_payload_size_max=max(256, budget - 256),  # key, source and framing
+        )  # fmt: skip
+        self.app = AppChannel()
         self.codec = AuthCodec(auth, TransportConfig().tcp.max_frame_size)
         records = RecordBook(
             creds.authority_key,
@@ -102,11 +115,8 @@ class _Parts:
         )
         node_id = creds.identity.node_id
         self.roster = Roster(node_id, records)
-        self.revocations = RevocationService(
-            creds.files, creds.revocations, creds.authority_key,
-            gossip_interval=self.swim_config.push_pull_interval,
-        )  # fmt: skip
-        self.codec.set_control_handler(self.revocations.on_control)
+        self.revocations = RevocationService(creds.files, creds.revocations, creds.authority_key)
+        self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
         self.skew = SkewWatch()
         self.codec.set_stale_handler(self.skew.observe)
         public = encode_public_key(creds.identity.public_key)
@@ -153,6 +163,7 @@ class Node:
         self.observe_app: AsgiApp | None = None
         #: What those routes read; `provide("tasks", rows)` fills the page's task table.
         self.observe: ObserveView | None = None
+        self._leases: LeaseService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -221,15 +232,23 @@ class Node:
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
             incarnation=incarnation, transport=transport, codec=parts.codec,
             max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
+            app_state=parts.app,
+        )  # fmt: skip
+        parts.app.attach(membership.broadcast_app)
+        runner = ProcessRunner(config.state_dir / "tasks")
+        leases = self._leases = LeaseService(
+            _LEASE_PRESETS[config.preset](), creds.identity, config.state_dir / "leases.sqlite3",
+            runner=runner, channel=parts.app, submit_acks=config.submit_acks,
+        )  # fmt: skip
+        leases.attach(
+            members=membership.members, record_of=parts.roster.records.get,
+            allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
         )  # fmt: skip
         codec = parts.codec
 
-        async def send_sealed(address: Address, payload: bytes) -> None:
-            await transport.send_frame(address, codec.seal(address, payload, True))
-
         parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
         parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
-        parts.revocations.attach(lambda: [m.address for m in membership.live_peers()], send_sealed)
+        parts.revocations.attach(functools.partial(parts.app.broadcast, AppKind.REVOCATIONS))
         store.attach(lambda: membership.incarnation)
         links = LinkService(node_id, codec, transport, membership.holds())
         peers = [(p, advertise[1]) for p in overlay.peers]  # Tailscale's online peers
@@ -275,10 +294,14 @@ class Node:
         subscribers = [(parts.roster.run, membership.subscribe()),
                        (links.run, membership.subscribe()),
                        (store.run, membership.subscribe()),
-                       (parts.events.run, membership.subscribe())]  # fmt: skip
+                       (parts.events.run, membership.subscribe()),
+                       (parts.app.run, membership.subscribe())]  # fmt: skip
         discovery_events = membership.subscribe()
+        lease_events = membership.subscribe()
         for run, events in subscribers:
             await nursery.start(run, events)
+        await nursery.start(runner.run)
+        await nursery.start(leases.run, lease_events)
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
         try:
@@ -316,7 +339,15 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         assert self._view is not None
-        return self._view.status()
+        status = self._view.status()
+        if self._leases is not None:
+            status["tasks"] = self._leases.summary()
+        return status
+
+    @property
+    def leases(self) -> LeaseService:
+        assert self._leases is not None, "the node has not started"
+        return self._leases
 
     def member_rows(self) -> list[dict[str, Any]]:
         return [] if self._parts is None else self._parts.roster.member_rows()
@@ -356,6 +387,29 @@ class _Backend:
 
     def request_leave(self) -> None:
         self._node.request_leave()
+
+    # The tasks part of the API (`api.TaskBackend`).
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return await self._node.leases.submit(spec)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return self._node.leases.rows()
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self._node.leases.detail(task_id)
+
+    def explain(self, task_id: str) -> dict[str, Any]:
+        return self._node.leases.explain(task_id)
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
+
+    async def drain(self, handoff: bool) -> dict[str, Any]:
+        return await self._node.leases.drain(handoff)
+
+    async def undrain(self) -> dict[str, Any]:
+        return await self._node.leases.undrain()
 
 
 async def _join_once_probed(

@@ -183,9 +183,7 @@ class RecordBook:
         except CertificateError as exc:
             if exc.reason == "revoked":
                 raise RecordError("revoked", str(exc)) from None
-            raise RecordError(
-                "bad_certificate", str(exc), certificate_reason=exc.reason
-            ) from None
+            raise RecordError("bad_certificate", str(exc), certificate_reason=exc.reason) from None
         self._signed[record.node_id] = new
         self._certs[record.node_id] = cert
         self.accepted += 1

@@ -413,9 +413,14 @@ class LeaseTable:
         buckets = max(1, len(self._entries) // self.config.anti_entropy_entries_per_bucket)
         return min(LEAF_BITS, max(8, (buckets - 1).bit_length()))
 
-    def digest(self) -> bytes:
-        """Step 1: 32-bit hashes of 2**bits task-id-prefix buckets (bits sized to n)."""
-        bits = self._bits()
+    def digest(self, bits: int | None = None) -> bytes:
+        """Step 1: 32-bit hashes of 2**bits task-id-prefix buckets (bits sized to n).
+
+        Args:
+            bits: a fixed width instead (0..16), for a channel that bounds the digest's
+                size (the swim sync carries at most 256 bytes: ``bits=5``).
+        """
+        bits = self._bits() if bits is None else min(LEAF_BITS, max(0, bits))
         hashes = self._bucket_hashes(bits)
         return encode_message(
             MessageType.DIGEST, [bits, b"".join(h.to_bytes(4, "big") for h in hashes)]

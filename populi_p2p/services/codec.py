@@ -20,16 +20,11 @@ from swim.wire import answers_a_probe
 from .._log import event, get_logger
 from .clock import stale_skew
 
-__all__ = ["CONTROL_PREFIX", "CONTROL_REVOCATIONS", "WIRE_PACKET_BUDGET", "AuthCodec", "lane"]
+__all__ = ["WIRE_PACKET_BUDGET", "AuthCodec", "lane"]
 
 #: Bytes a sealed datagram may occupy on the wire. Below WireGuard's 1420-byte MTU less
 #: IPv6 and UDP headers, so an overlay never fragments protocol packets.
 WIRE_PACKET_BUDGET: Final = 1350
-#: First byte of a populi control message inside an authenticated envelope. swim
-#: packets start with their protocol version byte, which is never 0xFF.
-CONTROL_PREFIX: Final = b"\xff"
-#: Control message kinds (second byte). ONLY APPEND; values are part of the protocol.
-CONTROL_REVOCATIONS: Final = b"R"
 
 _log = get_logger("node")
 
@@ -57,7 +52,6 @@ class AuthCodec:
         self,
         auth: PacketAuthenticator,
         max_frame_size: int,
-        on_control: Callable[[bytes], None] = lambda _: None,
         *,
         on_stale: Callable[[Address, float], None] = lambda _source, _skew: None,
         clock: Callable[[], float] = time.monotonic,
@@ -71,7 +65,6 @@ class AuthCodec:
         self.datagrams_with_certificate = 0
         self.datagrams_without_certificate = 0
         self._max_frame = max_frame_size
-        self._on_control = on_control
         self._on_stale = on_stale
         self.bytes_out = 0
         self.bytes_in = 0
@@ -79,7 +72,6 @@ class AuthCodec:
 
     def set_control_handler(self, on_control: Callable[[bytes], None]) -> None:
         """Where populi's own control messages go (the revocation service)."""
-        self._on_control = on_control
 
     def set_stale_handler(self, on_stale: Callable[[Address, float], None]) -> None:
         """Where the skew of packets refused as stale goes (source, seconds ahead)."""
@@ -126,9 +118,4 @@ class AuthCodec:
         if answers_a_probe(opened.payload):
             # It read a probe of ours, so it holds our certificate already.
             self.introductions.acknowledged(opened.sender_node_id)
-        if opened.payload[:1] == CONTROL_PREFIX:
-            # Not for the core: populi's own authenticated messages (revocation gossip).
-            self.control_in += 1
-            self._on_control(opened.payload[1:])
-            return None
         return opened.payload

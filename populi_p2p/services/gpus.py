@@ -60,6 +60,15 @@ class GpuService:
         self.ready.set()
         await self._on_report(report)
 
+    def allocate(self, held: Sequence[tuple[str, int]]) -> None:
+        """What running tasks hold, as (GPU uuid, VRAM bytes): Layer B shrinks by it, and
+        the re-evaluated report is signed and gossiped like any change."""
+        if self._monitor is None:
+            return
+        from ..gpu import Allocation
+
+        self._monitor.update(allocations=[Allocation(uuid, vram) for uuid, vram in held])
+
     def gpus(self) -> dict[str, Any]:
         """The latest report, as a table and as the `gpus --json` form."""
         from ..gpu import format_gpu_table, report_to_dict

@@ -18,7 +18,7 @@ from typing import Final
 import trio
 
 from overlay.base import Address
-from swim import Event, Member, Membership, MembershipStatistics, MemberState, SwimConfig
+from swim import AppState, Event, Member, Membership, MembershipStatistics, MemberState, SwimConfig
 
 from ..driver import Driver, DriverStatistics, PacketCodec, PacketTransport
 
@@ -39,6 +39,7 @@ class MembershipService:
         max_datagram_size: sealed payloads above this go over TCP.
         now: the core's start time (``trio.current_time()``).
         rng: the core's random source.
+        app_state: the application channel's push-pull delegate (`swim.AppState`).
     """
 
     def __init__(
@@ -54,11 +55,12 @@ class MembershipService:
         max_datagram_size: int,
         now: float,
         rng: random.Random | None = None,
+        app_state: AppState | None = None,
     ) -> None:
         self.node_id = node_id
         self._core = Membership(
             config, node_id, advertise, rng if rng is not None else random.Random(), now,
-            meta=meta, incarnation=incarnation,
+            meta=meta, incarnation=incarnation, app_state=app_state,
         )  # fmt: skip
         self._driver = Driver(
             self._core, transport, codec, self._fan_out, max_datagram_size=max_datagram_size
@@ -101,6 +103,15 @@ class MembershipService:
         """Publish new member metadata (a re-signed record)."""
         core = self._core
         await self._driver.call(lambda now: core.set_meta(meta, now))
+
+    async def broadcast_app(self, key: str, payload: bytes) -> None:
+        """Queue an application broadcast (`swim.Membership.broadcast_app`).
+
+        Raises:
+            ValueError: the channel is off, we left, or the payload is too big.
+        """
+        core = self._core
+        await self._driver.call(lambda now: core.broadcast_app(key, payload, now))
 
     async def join(self, seeds: Sequence[Address]) -> None:
         core = self._core

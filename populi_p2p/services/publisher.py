@@ -84,6 +84,7 @@ class RecordPublisher:
         self.sequence: int | None = None
         self.signed: bytes | None = None
         self._gpu_report: Any = None
+        self.status = NodeStatus.AVAILABLE
         self._publish: Callable[[bytes], Awaitable[None]] | None = None
         self._is_open: Callable[[], bool] = lambda: False
 
@@ -116,6 +117,18 @@ class RecordPublisher:
         await self._publish(self.sign())
         event(_log, 20, "record.updated", reason="gpu", sequence=self.sequence)
 
+    async def set_draining(self, draining: bool) -> None:
+        """Advertise (or stop advertising) `draining` in our signed record, so that
+        placement on every node sees it."""
+        status = NodeStatus.DRAINING if draining else NodeStatus.AVAILABLE
+        if status is self.status:
+            return
+        self.status = status
+        if self._publish is None or not self._is_open():
+            return
+        await self._publish(self.sign())
+        event(_log, 20, "record.updated", reason=status.value, sequence=self.sequence)
+
     def _record_with(self, gpu: dict[str, Any] | None) -> NodeRecord:
         assert self.sequence is not None
         return NodeRecord(
@@ -128,7 +141,7 @@ class RecordPublisher:
             protocol_version=_protocol_version(),
             started_at=float(self._started_at),
             sequence=self.sequence,
-            status=NodeStatus.AVAILABLE,
+            status=self.status,
             capabilities=Capabilities(os.cpu_count() or 0, _ram_bytes(), gpu),
             labels=dict(self._labels),
             certificate=self._certificate,

@@ -1,30 +1,30 @@
 """The revocation service: revocation files in STATE_DIR/revocations, gossiped as a
-grow-only set.
+grow-only set over the swim application channel (`AppKind.REVOCATIONS`).
 
-Events in: revocation files appearing (checked on every housekeeping interval) and
-control messages from peers (`on_control`). Commands out: every listener registered
-with `on_change` is handed the merged list (the packet authenticator and the record
-book), and the list is sent to a few live members when it grows, and to one every
-push-pull interval (anti-entropy).
+Events in: revocation files appearing (checked every `FILE_CHECK_INTERVAL`), lists
+broadcast by peers (`on_app`), and the push-pull section (this service is the kind's
+`swim.AppState`: a 16-byte digest of the list first; the list itself only to a peer
+whose digest differs). Commands out: every listener registered with `on_change` is
+handed the merged list (the packet authenticator and the record book), and the list is
+broadcast on the channel when it grows (a list too big for one packet travels in the
+push-pull section only).
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
 import trio
 
-from overlay.base import Address, TransportError
+from swim import AppMessage
 
 from .._keyfiles import KeyFileError
 from .._log import event, get_logger
 from ..certificate import CertificateError
 from ..revocation import RevocationList, read_revocation, write_revocation
-from .codec import CONTROL_PREFIX, CONTROL_REVOCATIONS
 
 __all__ = ["REVOCATION_SUFFIX", "RevocationFiles", "RevocationService"]
 
@@ -69,8 +69,9 @@ class RevocationFiles:
         return revocations
 
 
-Peers = Callable[[], Sequence[Address]]
-SendFrame = Callable[[Address, bytes], Awaitable[None]]
+#: Queue a payload on the application channel (`AppChannel.broadcast` bound to the
+#: kind); False when it was refused (too big: the push-pull section carries it).
+Broadcast = Callable[[str, bytes], Awaitable[bool]]
 
 
 class RevocationService:
@@ -80,37 +81,25 @@ class RevocationService:
         files: the revocation directory.
         initial: the list verified at start-up.
         authority_key: revocations must be signed by it.
-        gossip_interval: seconds between anti-entropy sends (the push-pull interval).
-        rng: picks the members gossiped to.
     """
 
     def __init__(
-        self,
-        files: RevocationFiles,
-        initial: RevocationList,
-        authority_key: bytes,
-        *,
-        gossip_interval: float,
-        rng: random.Random | None = None,
+        self, files: RevocationFiles, initial: RevocationList, authority_key: bytes
     ) -> None:
         self._files = files
         self.revocations = initial
         self._authority_key = authority_key
-        self._interval = max(1.0, gossip_interval)
-        self._rng = rng if rng is not None else random.Random()
         self._listeners: list[Callable[[RevocationList], None]] = []
         self._now = trio.Event()
-        self._peers: Peers = list
-        self._send: SendFrame | None = None
+        self._broadcast: Broadcast | None = None
 
     def on_change(self, listener: Callable[[RevocationList], None]) -> None:
         """Call `listener` with the merged list every time it grows."""
         self._listeners.append(listener)
 
-    def attach(self, peers: Peers, send_frame: SendFrame) -> None:
-        """Where gossip goes: live peers' addresses, and a sealed reliable send."""
-        self._peers = peers
-        self._send = send_frame
+    def attach(self, broadcast: Broadcast) -> None:
+        """Where gossip goes: the application channel, under `AppKind.REVOCATIONS`."""
+        self._broadcast = broadcast
 
     def adopt(self, heard: RevocationList, source: str) -> None:
         merged = self.revocations.merge(heard)
@@ -134,16 +123,34 @@ class RevocationService:
                     event(_log, 30, "revocation.not_saved", reason=str(exc))
         self._now.set()
 
-    def on_control(self, message: bytes) -> None:
-        """A control message from a peer (already authenticated)."""
-        if message[:1] != CONTROL_REVOCATIONS:
-            return  # a kind from a newer version: ignore
+    def _heard(self, payload: bytes) -> None:
         try:
-            heard = RevocationList.from_bytes(message[1:], self._authority_key)
+            heard = RevocationList.from_bytes(payload, self._authority_key)
         except CertificateError as exc:
             event(_log, 30, "revocation.refused", reason=str(exc))
             return
         self.adopt(heard, source="gossip")
+
+    async def on_app(self, message: AppMessage, body: bytes) -> None:
+        """A list broadcast by a peer (the channel's envelope authenticated the packet;
+        each revocation is verified against the authority key)."""
+        self._heard(body)
+
+    ####################################################################################
+    # swim.AppState: the push-pull section, digest first
+
+    def digest(self) -> bytes:
+        return self.revocations.digest() if len(self.revocations) else b""
+
+    def state_for(self, remote_digest: bytes) -> bytes | None:
+        if not len(self.revocations) or remote_digest == self.revocations.digest():
+            return None
+        return self.revocations.to_bytes()
+
+    def merge(self, payload: bytes) -> None:
+        self._heard(payload)
+
+    ####################################################################################
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -157,18 +164,10 @@ class RevocationService:
             self.adopt(self._files.load(), source="file")
 
     async def _gossip(self) -> None:
+        """Broadcast the list each time it grows; peers that miss it (or that join
+        later) get it from the push-pull section."""
         while True:
-            with trio.move_on_after(self._interval):
-                await self._now.wait()
-            burst = self._now.is_set()
+            await self._now.wait()
             self._now = trio.Event()
-            if not len(self.revocations) or self._send is None:
-                continue
-            peers = list(self._peers())
-            self._rng.shuffle(peers)
-            payload = CONTROL_PREFIX + CONTROL_REVOCATIONS + self.revocations.to_bytes()
-            for address in peers[: 3 if burst else 1]:
-                try:
-                    await self._send(address, payload)
-                except TransportError as exc:
-                    event(_log, 10, "revocation.send_failed", to=str(address), reason=str(exc))
+            if len(self.revocations) and self._broadcast is not None:
+                await self._broadcast("revocations", self.revocations.to_bytes())

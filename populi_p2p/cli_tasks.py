@@ -1,0 +1,268 @@
+"""The task commands of `populi-node`: submit, tasks, task, explain, cancel, drain.
+
+Each talks to the local daemon's API (see `api`), and every bad argument is caught
+here, before the daemon is asked, as one line saying what is wrong: the spec is built
+and validated locally (`leases.TaskSpec`), so a bad spec is never stored anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from .api import ApiClient, ApiError
+
+__all__ = ["TASK_COMMANDS", "add_task_commands"]
+
+#: Seconds between polls of `submit --wait`.
+WAIT_POLL: Final = 0.2
+#: How long `submit` waits for the daemon (the acks wait up to 10 s).
+SUBMIT_TIMEOUT: Final = 30.0
+
+
+class TaskCliError(Exception):
+    """One line for stderr (exit 1)."""
+
+
+def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add the task subcommands to `populi-node`'s subparsers."""
+    s = sub.add_parser("submit", help="run a command on the mesh: submit [flags] -- CMD ARGS")
+    add_state_dir(s)
+    s.add_argument("--gpus", type=int, default=0, help="GPUs on one node (default 0)")
+    s.add_argument("--vram", metavar="SIZE", help="VRAM per GPU, e.g. 16GiB")
+    s.add_argument("--min-cc", metavar="X.Y", default="0.0", help="minimum compute capability")
+    s.add_argument("--cpus", type=float, default=0.0, help="CPU cores")
+    s.add_argument("--ram", metavar="SIZE", help="RAM, e.g. 8GiB")
+    s.add_argument("--label", action="append", default=[], metavar="K=V", help="required label")
+    s.add_argument("--prefer", action="append", default=[], metavar="K=V", help="preferred label")
+    s.add_argument("--kind", choices=("batch", "inference", "training", "agent"), default="batch")
+    s.add_argument("--timeout", default="1h", help="run time limit, e.g. 90s, 30m, 1h")
+    s.add_argument("--retries", type=int, default=2, help="retries after a non-zero exit")
+    s.add_argument("--env", action="append", default=[], metavar="K=V", help="environment")
+    s.add_argument("--wait", action="store_true", help="follow the task; exit with its code")
+    s.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...")
+    t = sub.add_parser("tasks", help="the tasks the mesh holds")
+    add_state_dir(t)
+    t.add_argument("--phase", help="only tasks in this phase (pending, running, ...)")
+    t.add_argument("--owner", help="only tasks owned by this node (name or id prefix)")
+    t.add_argument("--json", action="store_true", help="print JSON for scripts")
+    for name, text in (
+        ("task", "one task: spec, epochs, result"),
+        ("explain", "why a task went where it did"),
+        ("cancel", "cancel a task everywhere (it never restarts)"),
+    ):
+        p = sub.add_parser(name, help=text)
+        add_state_dir(p)
+        p.add_argument("task", help="task id (or a unique prefix)")
+        p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    d = sub.add_parser("drain", help="take no new work (--handoff: move running tasks on)")
+    add_state_dir(d)
+    d.add_argument("--handoff", action="store_true", help="stop running tasks; re-place them")
+    u = sub.add_parser("undrain", help="take work again")
+    add_state_dir(u)
+
+
+def build_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON spec from `submit`'s flags, validated like the daemon will.
+
+    Raises:
+        TaskCliError: one line naming the bad flag.
+    """
+    from .cli import parse_duration
+    from .gpu._labels import parse_size
+    from .leases import Requirements, TaskKind, TaskSpec
+
+    command = list(args.argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise TaskCliError("no command given: put it after --, e.g. submit -- python job.py")
+    try:
+        vram = parse_size(args.vram) if args.vram else 0
+        ram = parse_size(args.ram) if args.ram else 0
+    except ValueError as exc:
+        raise TaskCliError(f"--vram/--ram: {exc}") from None
+    try:
+        timeout = parse_duration(args.timeout)
+    except ValueError as exc:
+        raise TaskCliError(f"--timeout: {exc}") from None
+    env = {}
+    for item in args.env:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise TaskCliError(f"--env {item!r}: expected K=V")
+        env[key] = value
+    for flag, labels in (("--label", args.label), ("--prefer", args.prefer)):
+        for label in labels:
+            if "=" not in label or label.startswith("="):
+                raise TaskCliError(f"{flag} {label!r}: expected k=v")
+    major, dot, minor = args.min_cc.partition(".")
+    if not (major.isdigit() and (not dot or minor.isdigit())):
+        raise TaskCliError(f"--min-cc {args.min_cc!r}: expected a version like 8.0")
+    spec = {
+        "kind": args.kind, "gpus": args.gpus, "vram": vram, "min_cc": args.min_cc,
+        "cpus": args.cpus, "ram": ram, "labels": args.label, "prefer": args.prefer,
+        "timeout": timeout, "retries": args.retries, "env": env, "command": command,
+    }  # fmt: skip
+    try:  # the daemon validates the same way: check here so nothing bad is sent
+        cc = (int(major), int(minor or 0))
+        req = Requirements(args.gpus, vram, cc, args.cpus, ram, args.label, args.prefer)
+        TaskSpec(
+            kind=TaskKind(args.kind),
+            requirements=req,
+            command=tuple(command),
+            env=env,
+            timeout=timeout,
+            retry_limit=args.retries,
+            submitted_by="cli",
+        )
+    except ValueError as exc:
+        raise TaskCliError(f"bad task: {exc}") from None
+    return spec
+
+
+def _client(args: argparse.Namespace, timeout: float | None = None) -> ApiClient:
+    from .config import default_state_dir
+
+    state_dir = args.state_dir if args.state_dir is not None else default_state_dir()
+    if timeout is None:
+        return ApiClient(state_dir / "api.sock")
+    return ApiClient(state_dir / "api.sock", timeout=timeout)
+
+
+def _cmd_submit(args: argparse.Namespace) -> int | None:
+    spec = build_spec(args)
+    client = _client(args, timeout=SUBMIT_TIMEOUT)
+    answer = client.post("/v1/tasks", spec)
+    task_id = str(answer["id"])
+    print(task_id, flush=True)
+    return _follow(client, task_id) if args.wait else None
+
+
+def _follow(client: ApiClient, task_id: str) -> int:
+    """Poll the task to its end with a live status line; its exit code."""
+    started = time.monotonic()
+    last = ""
+    tty = sys.stderr.isatty()
+    while True:
+        task = client.get(f"/v1/tasks/{task_id}")
+        owner = (task.get("owner") or "-")[:12]
+        line = f"{task['phase']} epoch {task['epoch']} owner {owner}"
+        if line != last or tty:
+            elapsed = time.monotonic() - started
+            end = "\r" if tty else "\n"
+            print(f"{line} {elapsed:.1f}s", end=end, file=sys.stderr, flush=True)
+            last = line
+        if task.get("finished"):
+            if tty:
+                print(file=sys.stderr)
+            code = task.get("exit_code")
+            return int(code) if isinstance(code, int) and 0 <= code < 256 else 1
+        time.sleep(WAIT_POLL)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _cmd_tasks(args: argparse.Namespace) -> None:
+    from .cli import _table
+
+    client = _client(args)
+    rows: list[dict[str, Any]] = client.get("/v1/tasks")
+    names = {m["node_id"]: m["name"] for m in client.get("/v1/members")}
+    if args.phase:
+        rows = [r for r in rows if r["phase"] == args.phase]
+    if args.owner:
+        rows = [
+            r for r in rows
+            if r["owner"] and (r["owner"].startswith(args.owner)
+                               or names.get(r["owner"]) == args.owner)
+        ]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    table = [
+        [r["id"][:12], r["kind"] or "?", r["phase"], str(r["epoch"]),
+         names.get(r["owner"], (r["owner"] or "-")[:12]), _age(r["age"]), r["why"] or ""]
+        for r in rows
+    ]  # fmt: skip
+    print(_table(table, ["ID", "KIND", "PHASE", "EPOCH", "OWNER", "AGE", "WHY PENDING"]))
+
+
+def _cmd_task(args: argparse.Namespace) -> None:
+    task = _client(args).get(f"/v1/tasks/{args.task}")
+    if args.json:
+        print(json.dumps(task, indent=2, sort_keys=True))
+        return
+    spec = task.get("spec") or {}
+    print(f"task     {task['id']}\nphase    {task['phase']} (epoch {task['epoch']})")
+    print(f"command  {' '.join(spec.get('command', []))}\nkind     {spec.get('kind')}")
+    print(f"needs    {json.dumps(spec.get('requirements', {}), sort_keys=True)}")
+    for e in task["epochs"]:
+        code = "" if e["exit_code"] is None else f" exit {e['exit_code']}"
+        print(f"epoch {e['epoch']}: {e['owner'][:12]} {e['phase']}{code}")
+    if task.get("why"):
+        print(f"pending  {task['why']}")
+    result = task.get("result")
+    if result is not None:
+        print(f"result   exit {result['exit_code']} in {result['duration']:.1f}s")
+        print(result["output_tail"])
+
+
+def _cmd_explain(args: argparse.Namespace) -> None:
+    answer = _client(args).get(f"/v1/tasks/{args.task}/explain")
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True))
+        return
+    print(f"task {answer['id']} ({answer['phase']})")
+    print(f"lease:     {answer['claim'] or 'never claimed'}")
+    print(f"placement: {answer['placement'] or 'not placed by this node yet'}")
+
+
+def _cmd_cancel(args: argparse.Namespace) -> None:
+    answer = _client(args).post(f"/v1/tasks/{args.task}/cancel")
+    print(f"cancelled {answer['id']}")
+
+
+def _cmd_drain(args: argparse.Namespace) -> None:
+    answer = _client(args).post("/v1/drain", {"handoff": args.handoff})
+    more = f", handing off {answer['running']} running" if args.handoff else ""
+    print(f"draining: no new work lands here{more}")
+
+
+def _cmd_undrain(args: argparse.Namespace) -> None:
+    _client(args).post("/v1/undrain")
+    print("taking work again")
+
+
+def _wrap(
+    command: Callable[[argparse.Namespace], int | None],
+) -> Callable[[argparse.Namespace], int | None]:
+    def run(args: argparse.Namespace) -> int | None:
+        try:
+            return command(args)
+        except TaskCliError as exc:
+            raise ApiError(str(exc)) from None  # main prints it as one line, exit 1
+
+    return run
+
+
+TASK_COMMANDS: Final = {
+    "submit": _wrap(_cmd_submit),
+    "tasks": _wrap(_cmd_tasks),
+    "task": _wrap(_cmd_task),
+    "explain": _wrap(_cmd_explain),
+    "cancel": _wrap(_cmd_cancel),
+    "drain": _wrap(_cmd_drain),
+    "undrain": _wrap(_cmd_undrain),
+}

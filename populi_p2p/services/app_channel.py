@@ -1,0 +1,145 @@
+"""The node's side of the swim application channel: one registry of payload kinds, one
+`swim.AppState` delegate that carries every application's push-pull section.
+
+The swim core has one broadcast queue and one `AppState` delegate for the whole node,
+but several applications use them (the lease table, its submit acknowledgements, and
+next the revocation list). So every broadcast payload starts with a one-byte kind
+(`AppKind`, the only registry of kinds: ONLY APPEND, values are on the wire), and the
+push-pull section is a msgpack map ``{kind: bytes}`` of each registered section's
+digest or state. A kind this node does not know is ignored, so a newer peer may add
+kinds. Everything received is hostile: junk is counted in `dropped` and never raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import msgpack
+import trio
+
+from swim import AppMessage, AppState, Event
+
+from .._log import event, get_logger
+
+__all__ = ["AppChannel", "AppKind"]
+
+_log = get_logger("node")
+
+#: Largest number of sections one sync message may carry (one per kind).
+SECTIONS_MAX: Final = 16
+
+
+class AppKind(enum.IntEnum):
+    """The first byte of every application payload. ONLY APPEND; values are part of
+    the protocol."""
+
+    LEASES = 1  # a lease-table delta (`LeaseTable` wire format)
+    LEASE_ACK = 2  # a signed "I have persisted task T" (`LeaseService`)
+    REVOCATIONS = 3  # reserved for the revocation list
+
+
+Handler = Callable[[AppMessage, bytes], Awaitable[None]]
+Broadcast = Callable[[str, bytes], Awaitable[None]]
+
+
+def _decode_sections(payload: bytes) -> dict[int, bytes]:
+    """``{kind: bytes}`` from a sync section, or {} for junk."""
+    if not payload:
+        return {}
+    try:
+        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException):
+        return {}
+    if not isinstance(raw, dict) or len(raw) > SECTIONS_MAX:
+        return {}
+    return {k: v for k, v in raw.items() if type(k) is int and isinstance(v, bytes)}
+
+
+def _encode_sections(sections: dict[int, bytes]) -> bytes:
+    return msgpack.packb(dict(sorted(sections.items())), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+class AppChannel:
+    """Routes application broadcasts by kind and multiplexes the sync section.
+
+    It is the swim core's `AppState` delegate (pass it to `MembershipService`), and
+    the sender of every application broadcast once `attach`ed to the membership
+    service's `broadcast_app`.
+    """
+
+    def __init__(self) -> None:
+        self._sections: dict[int, AppState] = {}
+        self._handlers: dict[int, Handler] = {}
+        self._broadcast: Broadcast | None = None
+        self.dropped = 0  # junk or unknown-kind payloads received
+
+    def attach(self, broadcast: Broadcast) -> None:
+        """`broadcast(key, payload)`: queue a payload on the swim channel."""
+        self._broadcast = broadcast
+
+    def register(self, kind: AppKind, handler: Handler, section: AppState | None = None) -> None:
+        """Deliver payloads of `kind` to `handler(message, body)`; `section`, if given,
+        takes part in push-pull under the same kind."""
+        self._handlers[int(kind)] = handler
+        if section is not None:
+            self._sections[int(kind)] = section
+
+    async def broadcast(self, kind: AppKind, key: str, body: bytes) -> bool:
+        """Queue `body` under `kind`; False when the channel refused it (too big, left):
+        the push-pull section then carries the change."""
+        if self._broadcast is None:
+            return False
+        try:
+            await self._broadcast(key, bytes([int(kind)]) + body)
+        except ValueError as exc:
+            event(_log, 30, "app.broadcast_refused", kind=kind.name, reason=str(exc))
+            return False
+        return True
+
+    async def run(
+        self,
+        events: trio.MemoryReceiveChannel[Event],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Deliver every `AppMessage` of the membership fan-out to its kind's handler."""
+        task_status.started()
+        async for ev in events:
+            if isinstance(ev, AppMessage):
+                await self.deliver(ev)
+
+    async def deliver(self, message: AppMessage) -> None:
+        """An `AppMessage` from the core: hand its body to its kind's handler."""
+        handler = self._handlers.get(message.payload[0]) if message.payload else None
+        if handler is None:
+            self.dropped += 1
+            return
+        await handler(message, message.payload[1:])
+
+    ####################################################################################
+    # swim.AppState
+
+    def digest(self) -> bytes:
+        return _encode_sections({k: s.digest() for k, s in self._sections.items()})
+
+    def state_for(self, remote_digest: bytes) -> bytes | None:
+        remote = _decode_sections(remote_digest)
+        out = {}
+        for kind, section in self._sections.items():
+            state = section.state_for(remote.get(kind, b""))
+            if state:
+                out[kind] = state
+        return _encode_sections(out) if out else None
+
+    def merge(self, payload: bytes) -> None:
+        sections = _decode_sections(payload)
+        if payload and not sections:
+            self.dropped += 1
+        for kind, state in sections.items():
+            section = self._sections.get(kind)
+            if section is None:
+                self.dropped += 1
+                continue
+            section.merge(state)

@@ -1,0 +1,357 @@
+"""The lease service's parts on their own: the app channel mux, the placement view built
+from records, spec checks in the CLI and the API, and the stand-in process runner."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from populi_p2p.api import ApiClient, ApiError, make_app, serve_api
+from populi_p2p.cli import main
+from populi_p2p.cli_tasks import TaskCliError, build_spec
+from populi_p2p.gpu import build_report
+from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
+from populi_p2p.identity import NodeIdentity
+from populi_p2p.leases import LeaseConfig, LeaseTable, Requirements, TaskKind, TaskSpec
+from populi_p2p.leases.placement import place
+from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
+from populi_p2p.services.app_channel import AppChannel, AppKind
+from populi_p2p.services.lease_view import LeaseSection, candidate, gpu_slots, spec_from
+from populi_p2p.services.leases import SubmitError
+from populi_p2p.services.task_runner import ProcessRunner, TaskExited
+from swim import AppMessage, Member, MemberState
+
+########################################################################################
+# The app channel: kinds and the multiplexed sync section
+
+
+def _table(me: str) -> LeaseTable:
+    return LeaseTable(LeaseConfig.local(), me, lambda d: b"s" * 64, lambda n, d, s: True)
+
+
+def _spec(me: str, n: int) -> TaskSpec:
+    return TaskSpec(TaskKind.BATCH, Requirements(), ("echo", str(n)), submitted_by=me)
+
+
+def _channel(table: LeaseTable) -> AppChannel:
+    channel = AppChannel()
+
+    async def ignore(message: AppMessage, body: bytes) -> None:
+        pass
+
+    channel.register(AppKind.LEASES, ignore, LeaseSection(table, lambda _e: None, lambda: 0.0))
+    return channel
+
+
+def test_sync_section_converges_two_tables_digest_first() -> None:
+    a, b = _table("a"), _table("b")
+    for n in range(40):
+        a.submit(_spec("a", n), 0.0)
+    for n in range(40, 45):
+        b.submit(_spec("b", n), 0.0)
+    ca, cb = _channel(a), _channel(b)
+    assert len(ca.digest()) <= 256, "must fit SwimConfig.app_digest_size_max"
+    # The swim sync: leg 0 A's digest; leg 1 B answers with what A lacks; leg 2 back.
+    to_a = cb.state_for(ca.digest())
+    to_b = ca.state_for(cb.digest())
+    assert to_a is not None and to_b is not None
+    ca.merge(to_a)
+    cb.merge(to_b)
+    assert {e.task_id for e in a} == {e.task_id for e in b}
+    assert len(a) == 45
+    # In agreement: two digests, no state.
+    assert ca.state_for(cb.digest()) is None and cb.state_for(ca.digest()) is None
+
+
+async def test_channel_routes_by_kind_and_counts_junk() -> None:
+    channel = AppChannel()
+    got: list[bytes] = []
+
+    async def on_ack(message: AppMessage, body: bytes) -> None:
+        got.append(body)
+
+    channel.register(AppKind.LEASE_ACK, on_ack)
+    await channel.deliver(AppMessage("x", "k", bytes([AppKind.LEASE_ACK]) + b"hello"))
+    await channel.deliver(AppMessage("x", "k", bytes([AppKind.LEASES]) + b"nobody"))
+    await channel.deliver(AppMessage("x", "k", b""))
+    assert got == [b"hello"]
+    assert channel.dropped == 2
+    channel.merge(b"\xc1junk")  # never raises
+    channel.merge(b"\x81\x07\xc4\x01x")  # {7: b"x"}: an unknown kind
+    assert channel.dropped == 4
+    assert channel.state_for(b"\xff\xff") is None
+
+
+########################################################################################
+# The placement view built from a member and its verified record
+
+
+def _record(identity: NodeIdentity, gpu: dict[str, Any] | None, status: NodeStatus) -> NodeRecord:
+    return NodeRecord(
+        node_id=identity.node_id, public_key=identity.public_key, name="n", address="127.0.0.1",
+        port=1, software_version="t", protocol_version=1, started_at=0.0, sequence=1,
+        status=status, capabilities=Capabilities(8, 32 << 30, gpu), labels={"zone": "x"},
+    )  # fmt: skip
+
+
+def _gpu_record(xids: tuple[int, ...] = ()) -> dict[str, Any]:
+    device = GpuDevice(
+        index=0, uuid="GPU-aaaa", name="H100", vendor=Vendor.NVIDIA, source=Source.NVML,
+        compute_capability=(9, 0), memory_total=80 << 30, memory_used=0, memory_free=80 << 30,
+        xids=xids,
+    )  # fmt: skip
+    return build_report(HardwareFacts(devices=(device,))).to_record()
+
+
+def test_candidate_carries_capacity_health_labels_and_draining(tmp_path: Path) -> None:
+    identity = NodeIdentity.load_or_create(tmp_path)
+    member = Member(identity.node_id, ("127.0.0.1", 1), MemberState.ALIVE, 1, rtt=0.002)
+    gpu_task = TaskSpec(
+        TaskKind.TRAINING, Requirements(gpu_count=1, vram_per_gpu=40 << 30,
+                                        compute_capability_min=(8, 0)),
+        ("train",), submitted_by="someone",
+    )  # fmt: skip
+    config, rng = LeaseConfig.local(), random.Random(1)
+
+    healthy = candidate(member, _record(identity, _gpu_record(), NodeStatus.AVAILABLE), 0.5)
+    assert healthy is not None
+    assert [g.compute_capability for g in healthy.gpus] == [(9, 0)]
+    assert healthy.gpus[0].healthy and healthy.gpus[0].vram_allocatable > 40 << 30
+    assert "zone=x" in healthy.labels and healthy.cpu_cores == 8.0
+    assert healthy.rtt is None, "only the accepting node has a known RTT (0)"
+    assert place(gpu_task, [healthy], config=config, rng=rng).chosen == identity.node_id
+
+    # A fatal XID makes the GPU unhealthy: GPU work no longer lands there.
+    sick = candidate(member, _record(identity, _gpu_record((79,)), NodeStatus.AVAILABLE), 0.5)
+    assert sick is not None and not sick.gpus[0].healthy
+    p = place(gpu_task, [sick], config=config, rng=rng)
+    assert p.chosen is None and p.removed["compute_capability"] == 1
+
+    # Draining in the signed record is seen by every node's placement.
+    drained = candidate(member, _record(identity, None, NodeStatus.DRAINING), 0.5)
+    assert drained is not None and drained.draining
+    cpu_task = TaskSpec(TaskKind.BATCH, Requirements(), ("true",), submitted_by="x")
+    assert place(cpu_task, [drained], config=config, rng=rng).removed["draining"] == 1
+
+    # No verified record, no work; a junk GPU record offers no GPUs.
+    assert candidate(member, None, 0.5) is None
+    assert gpu_slots({"v": 99}) == []
+    accepting = candidate(member, _record(identity, None, NodeStatus.AVAILABLE), 0.5,
+                          accepting=identity.node_id)  # fmt: skip
+    assert accepting is not None and accepting.rtt == 0.0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"command": []},
+        {"command": ["x"], "gpus": -1},
+        {"command": ["x"], "kind": "mining"},
+        {"command": ["x"], "env": {"K": "v" * 5000}},
+        {"command": ["x"], "env": ["K=V"]},
+        {"command": ["x"], "timeout": 0},
+        {"command": ["x"], "ram": "lots"},
+        "not a map",
+    ],
+)
+def test_daemon_refuses_bad_specs(fields: Any) -> None:
+    with pytest.raises(ValueError):
+        spec_from(fields, "me", 0.0)
+
+
+########################################################################################
+# The CLI: a bad spec is one line, and nothing reaches a daemon
+
+
+def _submit_args(*argv: str) -> argparse.Namespace:
+    base: dict[str, Any] = {
+        "gpus": 0, "vram": None, "min_cc": "0.0", "cpus": 0.0, "ram": None, "label": [],
+        "prefer": [], "kind": "batch", "timeout": "1h", "retries": 2, "env": [],
+        "argv": ["--", "true"],
+    }  # fmt: skip
+    for item in argv:
+        key, _, value = item.partition("=")
+        base[key] = value if not isinstance(base.get(key), list) else [value]
+    return argparse.Namespace(**base)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"vram": "16Gibberish"}, "--vram"),
+        ({"ram": "-1GiB"}, "--vram/--ram"),
+        ({"argv": ["--"]}, "no command"),
+        ({"env": ["NOEQUALS"]}, "--env"),
+        ({"env": ["K=" + "v" * 5000]}, "env is larger"),
+        ({"gpus": -2}, "gpu_count"),
+        ({"timeout": "soon"}, "--timeout"),
+        ({"min_cc": "eight"}, "--min-cc"),
+        ({"label": ["novalue"]}, "--label"),
+        ({"retries": 99}, "retry_limit"),
+    ],
+)
+def test_cli_bad_specs_are_one_line(change: dict[str, Any], says: str) -> None:
+    args = _submit_args()
+    for key, value in change.items():
+        setattr(args, key, value)
+    with pytest.raises(TaskCliError) as info:
+        build_spec(args)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cli_submit_refuses_before_asking_the_daemon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No daemon runs here: the error must be about the spec, not the missing daemon.
+    code = main(["submit", "--state-dir", str(tmp_path), "--vram", "12 parsecs", "--", "x"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "--vram" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "leases.sqlite3").exists()
+    good = build_spec(_submit_args("vram=16GiB", "label=zone=x", "env=A=b"))
+    assert good["vram"] == 16 << 30 and good["labels"] == ["zone=x"] and good["env"] == {"A": "b"}
+
+
+########################################################################################
+# The API's task routes: status codes and one-line errors
+
+
+class _Tasks:
+    """An `ApiBackend` that is also a `TaskBackend`."""
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+    def members(self) -> list[dict[str, Any]]:
+        return []
+
+    def gpus(self) -> dict[str, Any]:
+        return {}
+
+    async def probe_gpus(self) -> dict[str, Any]:
+        return {}
+
+    def request_leave(self) -> None:
+        pass
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        if spec.get("command") == ["slow"]:
+            raise SubmitError("task t is stored on this node, but only 0 of 1 members acked")
+        spec_from(spec, "me", 0.0)
+        return {"id": "t", "acks": 0}
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return [{"id": "t"}]
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        raise KeyError(f"no single task matches {task_id!r}")
+
+    def explain(self, task_id: str) -> dict[str, Any]:
+        return {"id": task_id}
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        return {"id": task_id, "cancelled": True}
+
+    async def drain(self, handoff: bool) -> dict[str, Any]:
+        return {"draining": True, "handoff": handoff, "running": 0}
+
+    async def undrain(self) -> dict[str, Any]:
+        return {"draining": False}
+
+
+async def test_task_routes(tmp_path: Path) -> None:
+    sock = tmp_path / "api.sock"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_api, make_app(_Tasks()), sock)
+        client = ApiClient(sock)
+
+        async def call(method: str, path: str, body: Any = None) -> Any:
+            if method == "get":
+                return await trio.to_thread.run_sync(client.get, path)
+            return await trio.to_thread.run_sync(client.post, path, body)
+
+        assert await call("post", "/v1/tasks", {"command": ["true"]}) == {"id": "t", "acks": 0}
+        assert await call("get", "/v1/tasks") == [{"id": "t"}]
+        assert (await call("post", "/v1/drain", {"handoff": True}))["handoff"] is True
+        assert (await call("post", "/v1/tasks/abc/cancel"))["cancelled"] is True
+        assert await call("get", "/v1/tasks/abc/explain") == {"id": "abc"}
+        for method, path, body, says in (
+            ("post", "/v1/tasks", {"command": []}, "command is empty"),
+            ("post", "/v1/tasks", {"command": ["slow"]}, "only 0 of 1"),
+            ("get", "/v1/tasks/zzz", None, "no single task matches"),
+            ("get", "/v1/tasks/a/b/c", None, "no such endpoint"),
+        ):
+            with pytest.raises(ApiError) as info:
+                await call(method, path, body)
+            assert says in str(info.value) and "\n" not in str(info.value)
+        nursery.cancel_scope.cancel()
+
+
+########################################################################################
+# The stand-in runner: process group, environment, GPUs, timeout, stop
+
+
+def _run_spec(command: str, timeout: float = 30.0) -> TaskSpec:
+    return TaskSpec(
+        TaskKind.BATCH, Requirements(), ("sh", "-c", command), env={"GREETING": "hi"},
+        timeout=timeout, submitted_by="me",
+    )  # fmt: skip
+
+
+def _group_alive(pgid: int) -> bool:
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+async def test_runner_runs_stops_and_times_out(tmp_path: Path) -> None:
+    runner = ProcessRunner(tmp_path, grace=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        exits = runner.exits()
+
+        runner.start("t1", 1, _run_spec('echo "$GREETING $CUDA_VISIBLE_DEVICES"; echo oops >&2'),
+                     ["GPU-a", "GPU-b"])  # fmt: skip
+        done: TaskExited = await exits.receive()
+        assert (done.task_id, done.epoch, done.exit_code, done.reason) == ("t1", 1, 0, "exited")
+        assert done.stdout_tail == b"hi GPU-a,GPU-b\n" and done.stderr_tail == b"oops\n"
+        assert (tmp_path / "t1-1" / "stdout").exists(), "full output stays on the owner"
+
+        # stop: SIGTERM to the group, SIGKILL for what ignores it; the group is gone.
+        runner.start("t2", 3, _run_spec("trap '' TERM; sleep 60 & sleep 60; wait"), [])
+        with trio.fail_after(5):
+            while "t2" not in runner.pids:
+                await trio.sleep(0.01)
+        pgid = runner.pids["t2"]
+        runner.stop("t2", "cancelled")
+        with trio.fail_after(5):
+            stopped = await exits.receive()
+        assert (stopped.task_id, stopped.reason) == ("t2", "cancelled")
+        with trio.fail_after(2):  # SIGKILL is delivered at once; dying takes a moment
+            while _group_alive(pgid):
+                await trio.sleep(0.01)
+
+        runner.start("t3", 1, _run_spec("sleep 60", timeout=0.3), [])
+        with trio.fail_after(5):
+            late = await exits.receive()
+        assert late.reason == "timeout" and late.exit_code != 0
+
+        runner.start("t4", 1, attrs_evolve_command(_run_spec("x"), ("/nonexistent/prog",)), [])
+        failed = await exits.receive()
+        assert failed.reason.startswith("start_failed") and failed.exit_code == 127
+        nursery.cancel_scope.cancel()
+
+
+def attrs_evolve_command(spec: TaskSpec, command: tuple[str, ...]) -> TaskSpec:
+    import attrs
+
+    return attrs.evolve(spec, command=command)
