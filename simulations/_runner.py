@@ -150,7 +150,7 @@ class _Run:
         #: The lease table in every node, when the scenario has `[tasks]`.
         self.leases: LeaseSim | None = None
         if scenario.tasks is not None and core_factory is None:
-            self.config = lease_swim_config(self.config)
+            self.config = lease_swim_config(self.config, scenario.tasks)
 
             def factory(*args: Any) -> Membership:
                 assert self.leases is not None

@@ -27,7 +27,7 @@ class TasksSpec:
     #: Submissions per second, cluster-wide (a Poisson process).
     rate: float = 0.5
     #: Submissions happen from `start` to `stop` seconds into the timeline (stop None:
-    #: `duration` minus the longest task, so most tasks can finish in the timeline).
+    #: the end of the timeline; tasks still running then finish in the drain phase).
     start: float = 0.0
     stop: float | None = None
     #: At most this many tasks in the run (0: no limit).
