@@ -537,7 +537,10 @@ class LeaseSim:
                 gpus=self._gpus,
                 cpu_cores=spec.node_cpu_cores,
                 ram=int(spec.node_ram_gib * GIB),
-                rtt=0.0 if m.name == agent.name else m.rtt,
+                # The ranker wants RTT from the accepting node, which no other member
+                # knows; each member's own RTTs would rank itself first (RTT 0) and
+                # split the views, so the simulated candidates carry none.
+                rtt=None,
                 reliability=earned.get(m.name, prior),
             )
             for m in alive
