@@ -515,6 +515,18 @@ class Simulator:
         self._record("meta", node, len(meta))
         self._apply(node, core.set_meta(meta, self.local_time(node)), self.now)
 
+    def broadcast_app(self, node: int, key: str, payload: bytes) -> None:
+        """Have `node`'s core queue an application broadcast (`Membership.broadcast_app`)
+        from outside a core call (a scheduled call), and reschedule its tick so the
+        gossip round that carries it happens. Down or sleeping nodes send nothing."""
+        core = self.cores[node]
+        if core is None or self._mode[node] in (_DOWN, _PAUSED):
+            return
+        broadcast = getattr(core, "broadcast_app", None)
+        if broadcast is None:
+            raise TypeError(f"node {node}'s core has no application channel")
+        self._apply(node, broadcast(key, payload, self.local_time(node)), self.now)
+
     def _set_mode(self, node: int, mode: int) -> None:
         old = self._mode[node]
         if old == mode:

@@ -108,8 +108,47 @@ def format_report(result: RunResult) -> str:
             f"  convergence after {c['label']}: "
             + ("not reached" if after is None else f"{after:.2f} s")
         )
+    if "leases" in m:
+        lines.extend(_lease_lines(m["leases"]))
     lines.append("  OK" if result.ok else f"  FAILED: {result.failure}")
     return "\n".join(lines)
+
+
+def _lease_lines(m: dict[str, Any]) -> list[str]:
+    """The lease table's measures (scenarios with `[tasks]`)."""
+    outcomes = ", ".join(f"{n} {k}" for k, n in sorted(m["outcomes"].items())) or "none"
+    pending = ", ".join(f"{n} {k}" for k, n in sorted(m["pending"].items()))
+    lines = [
+        f"  leases: {m['submitted']} tasks submitted: {outcomes}"
+        + (f"; pending: {pending}" if pending else "")
+        + f"; LOST {m['lost']}; accepted stale results {m['accepted_stale_results']}",
+        f"  leases: every live member agreed on one owner after mean "
+        f"{_s(m['agreement_mean'])} (max {_s(m['agreement_max'])}, {m['agreed']} tasks); "
+        f"first start after mean {_s(m['first_start_mean'])}",
+        f"  leases: duplicate starts {m['duplicate_starts']} "
+        f"({m['duplicate_starts_partitioned']} between owners cut off from each other), "
+        f"{m['reruns_after_success']} re-runs after a success, "
+        f"{m['stops']} superseded executions stopped, "
+        f"{m['table']['stale_results_rejected']} results of superseded epochs seen by replicas",
+        f"  leases: owner crash to the task running elsewhere: {m['failovers']} failovers, "
+        f"mean {_s(m['failover_mean'])}, max {_s(m['failover_max'])}"
+        + (
+            f" ({m['crashed_owners_not_failed_over']} crashed owners' tasks never ran again)"
+            if m["crashed_owners_not_failed_over"]
+            else ""
+        ),
+        f"  leases: {_b(m['lease_bytes_per_member_second'])} of lease payload received per "
+        f"member per second (gossip {m['lease_broadcast_bytes']} B in deltas of "
+        f"{_b(m['lease_delta_bytes_mean'])} on average, "
+        f"anti-entropy {m['lease_sync_bytes']} B); drained in {_s(m['drain_seconds'])}",
+    ]
+    if m["replicas_disagree"]:
+        lines.append(f"  leases: {m['replicas_disagree']} tasks on which live replicas disagree")
+    return lines
+
+
+def _b(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} B"
 
 
 def format_sweep(results: Sequence[RunResult]) -> str:

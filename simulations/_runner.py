@@ -44,6 +44,7 @@ from swim.rejoin import RejoinConfig, RejoinPolicy, failed_targets
 from ._engine import CoreFactory, InvariantViolation, NodeStatus, Simulator
 from ._envelope import EnvelopeModel
 from ._invariants import IncarnationCheck
+from ._leases import LeaseSim, lease_swim_config
 from ._metrics import Metrics, Sample
 from ._network import Network
 from ._rng import child_rng
@@ -146,7 +147,18 @@ class _Run:
         seed = scenario.seed
         network = Network(scenario.network, child_rng(seed, "network"))
         factory = core_factory or swim_factory(self.config)
+        #: The lease table in every node, when the scenario has `[tasks]`.
+        self.leases: LeaseSim | None = None
+        if scenario.tasks is not None and core_factory is None:
+            self.config = lease_swim_config(self.config, scenario.tasks)
+
+            def factory(*args: Any) -> Membership:
+                assert self.leases is not None
+                return self.leases.core_factory(self.config)(*args)
+
         self.sim = Simulator(seed=seed, network=network, core_factory=factory)
+        if scenario.tasks is not None and core_factory is None:
+            self.leases = LeaseSim(self.sim, scenario.tasks, seed, safety=scenario.safety)
         self.metrics = Metrics(self.sim, capacity=scenario.members)
         self.sim.add_observer(self.metrics)
         if scenario.envelope is not None:
@@ -209,6 +221,8 @@ class _Run:
                             f"liveness: no convergence within {scenario.liveness_bound:g}s "
                             f"after healing ({self.metrics.wrong} wrong beliefs left)"
                         )
+                if self.leases is not None and failure is None:
+                    self.leases.drain()
         except InvariantViolation as exc:
             failure = f"safety: {exc}"
         finally:
@@ -217,6 +231,13 @@ class _Run:
             failure += f"; reproduce with --seed {scenario.seed}"
         sim = self.sim
         measures = self.metrics.summary(sim.now, self.config.probe_interval)
+        if self.leases is not None:
+            leases = measures["leases"] = self.leases.summary()
+            if failure is None and (leases["lost"] or leases["accepted_stale_results"]):
+                failure = (
+                    f"leases: {leases['lost']} tasks lost, {leases['accepted_stale_results']} "
+                    f"stale results accepted; reproduce with --seed {scenario.seed}"
+                )
         engine = attrs.asdict(sim.statistics())
         engine["network"] = attrs.asdict(sim.network.statistics())
         return RunResult(
@@ -383,6 +404,8 @@ class _Run:
             ):
                 if rate > 0:
                     self._next_churn(kind, t0 + churn.start)
+        if self.leases is not None:
+            self.leases.begin(t0, end)
         sim.run_until(end)
         self.metrics.close_window(sim.now)
 

@@ -24,6 +24,7 @@ import attrs
 
 from ._envelope import EnvelopeSpec
 from ._network import NetworkConfig
+from ._tasks import TasksSpec, parse_tasks
 
 __all__ = [
     "ChurnSpec",
@@ -174,6 +175,9 @@ class Scenario:
     #: The daemon's packet envelope, priced per packet (`[envelope]`); None: not
     #: modelled (`enabled = false`), and only bare payload bytes are reported.
     envelope: EnvelopeSpec | None = attrs.field(factory=EnvelopeSpec)
+    #: Tasks for the lease table run in every node (`[tasks]`, see `_leases.py`);
+    #: None: no lease table is simulated.
+    tasks: TasksSpec | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.members < 1:
@@ -507,9 +511,17 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "scenario") -> Scen
         liveness_bound=liveness_bound,
         sweep=_sweep(top.table("sweep")),
         envelope=_envelope(top.table("envelope")),
+        tasks=_tasks(top.table("tasks")),
     )
     top.done()
     return scenario
+
+
+def _tasks(table: _Table | None) -> TasksSpec | None:
+    try:
+        return parse_tasks(table)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def _envelope(table: _Table | None) -> EnvelopeSpec | None:
@@ -576,4 +588,3 @@ def override(scenario: Scenario, **changes: Any) -> Scenario:
         return attrs.evolve(scenario, **kept)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
-

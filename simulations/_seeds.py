@@ -85,6 +85,17 @@ def _detection(key: str) -> Callable[[RunResult], float | None]:
     return read
 
 
+def _lease(key: str) -> Callable[[RunResult], float | None]:
+    """A lease measure (scenarios with `[tasks]`); None for runs without leases."""
+
+    def read(result: RunResult) -> float | None:
+        leases = result.measures.get("leases")
+        value = None if leases is None else leases[key]
+        return None if value is None else float(value)
+
+    return read
+
+
 #: Per-run measures reduced over seeds, in print order: name -> how to read it.
 MEASURES: dict[str, Callable[[RunResult], float | None]] = {
     "healthy members declared dead": lambda r: _fp(r, "episodes_healthy"),
@@ -102,6 +113,16 @@ MEASURES: dict[str, Callable[[RunResult], float | None]] = {
     ),
     "messages per member per second": lambda r: float(r.measures["messages_per_member_second"]),
     "bytes per member per second": lambda r: float(r.measures["bytes_per_member_second"]),
+    "leases: tasks submitted": _lease("submitted"),
+    "leases: all agree on one owner (s)": _lease("agreement_mean"),
+    "leases: submission to first start (s)": _lease("first_start_mean"),
+    "leases: duplicate starts": _lease("duplicate_starts"),
+    "leases: duplicate starts, partitioned": _lease("duplicate_starts_partitioned"),
+    "leases: owner crash to rerun (s)": _lease("failover_mean"),
+    "leases: owner crashes failed over": _lease("failovers"),
+    "leases: tasks lost": _lease("lost"),
+    "leases: accepted stale results": _lease("accepted_stale_results"),
+    "leases: lease bytes per member-second": _lease("lease_bytes_per_member_second"),
 }
 
 
@@ -145,6 +166,8 @@ def format_seeds(results: Sequence[RunResult]) -> str:
         "mean ± half-width of the 95% t-interval over seeds",
     ]
     for summary in summarize(results):
+        if summary.n == 0 and summary.measure.startswith("leases:"):
+            continue  # a scenario without [tasks]
         lines.append(f"  {summary.measure:<34} {_interval(summary)}")
     failed = sum(1 for r in results if not r.ok)
     if failed:

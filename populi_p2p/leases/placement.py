@@ -31,6 +31,9 @@ from ._entry import EXPLANATION_CHARS_MAX, Phase, TaskEntry
 from ._spec import Requirements, TaskKind, TaskSpec
 from .config import LeaseConfig
 
+#: Scores closer than this are a tie for ranking (broken by the rendezvous hash).
+SCORE_QUANTUM = 1e-4
+
 #: Gate names, in pipeline order; `Placement.removed` is keyed by them.
 GATES = (
     "not_alive",
@@ -314,8 +317,15 @@ def place(
             except KeyError:
                 fit, load = parts[c.node_class] = _fit_and_load(c, req, ())
         scores[c.node_id] = _score(c, req, fit, load, weights)
+    # Totals are compared quantized (SCORE_QUANTUM): every node ranks over its own view,
+    # and inputs such as reliability (decayed on each replica's own clock) differ by
+    # float noise between views. Compared raw, a near-tie could order A > B on one
+    # node and B > A on another, so that neither claims; quantized, it is a tie that
+    # the rendezvous hash breaks the same way everywhere.
     ranked = sorted(
-        scores, key=lambda node: (scores[node].total, _rendezvous(tid, node)), reverse=True
+        scores,
+        key=lambda node: (round(scores[node].total / SCORE_QUANTUM), _rendezvous(tid, node)),
+        reverse=True,
     )
     return Placement(
         task_id=tid,

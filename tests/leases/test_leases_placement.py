@@ -117,3 +117,20 @@ def test_committed_resources_from_the_table() -> None:
     tid, _ = a.submit(spec(1, by="a", gpus=2), 0.0)
     a.claim(tid, 1, 0, "", 1.0)
     assert committed_resources(list(a)) == {"a": [spec(1, by="a", gpus=2).requirements]}
+
+
+def test_float_noise_between_views_cannot_split_the_choice() -> None:
+    """Two nodes whose reliability differs by float noise, in opposite directions on two
+    views (each replica decays evidence on its own clock), must be ranked the same on
+    both views, or each view would pick the other node and neither would claim. The
+    simulator found this (tests/simulations/test_sim_leases.py, leases-steady)."""
+    eps = 1e-9
+    for base in (0.3, 0.45, 0.6123456):
+        view_a = [gpu_node("a", reliability=base + eps), gpu_node("b", reliability=base)]
+        view_b = [gpu_node("a", reliability=base), gpu_node("b", reliability=base + eps)]
+        pa = place(task(), view_a, config=CFG, rng=random.Random(1))
+        pb = place(task(), view_b, config=CFG, rng=random.Random(1))
+        assert pa.chosen == pb.chosen
+        # a real difference still wins
+        clear = [gpu_node("a", reliability=base), gpu_node("b", reliability=base + 0.05)]
+        assert place(task(), clear, config=CFG, rng=random.Random(1)).chosen == "b"
