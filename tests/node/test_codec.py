@@ -156,3 +156,33 @@ def test_skew_within_the_freshness_window_is_not_reported() -> None:
     alice.set_stale_handler(watch.observe)
     assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
     assert watch.notices() == []
+
+
+CAROL = NodeIdentity.from_seed(b"c" * 32)
+CAROL_AT = ("10.0.0.3", 7950)
+
+
+def test_a_reply_to_a_non_member_is_addressed_to_it_and_cannot_be_replayed() -> None:
+    """Found by tests/attacks: alice's reply to a sender that is no member (carol) went
+    unaddressed, so carol, or anyone on the path, could replay it to bob, or back to
+    alice, and have it accepted once. Now it is bound to carol for a reply's while."""
+    from overlay.auth import FLAG_ADDRESSED
+    from populi_p2p.services.codec import REPLY_BINDING_SECONDS
+
+    clock = Clock()
+    alice, bob, carol = codec(ALICE, clock), codec(BOB, clock), codec(CAROL, clock)
+    bob.recipients[ALICE_AT] = ALICE.node_id
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"  # bob knows alice
+    assert send(carol, ALICE_AT, alice, CAROL_AT) == b"\x01payload"  # carol pings alice
+    reply = alice.seal(CAROL_AT, b"\x01ack", False)
+    assert reply[1] & FLAG_ADDRESSED
+    assert carol.open(Incoming(ALICE_AT, reply, False, URGENT)) == b"\x01ack"
+    # Captured and replayed: to bob, and reflected to alice. Both refuse it.
+    assert bob.open(Incoming(CAROL_AT, reply, False, URGENT)) is None
+    assert alice.open(Incoming(CAROL_AT, reply, False, URGENT)) is None
+    assert bob.auth.drops["bad_signature"] == 1
+    assert alice.auth.drops["bad_signature"] == 1
+    # The binding is for replies: later, a packet to that bare address is unaddressed
+    # again (a new key there would otherwise be refused).
+    clock.now += REPLY_BINDING_SECONDS
+    assert not alice.seal(CAROL_AT, b"\x01x", False)[1] & FLAG_ADDRESSED
