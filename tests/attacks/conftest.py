@@ -106,8 +106,12 @@ class Watch:
         self.daemons = daemons
         self.before = Snapshot.take(daemons)
 
-    def changes(self) -> list[str]:
-        """Every way membership differs from before; empty when nothing changed."""
+    def changes(self, *, rumored_dead: bool = False) -> list[str]:
+        """Every way membership differs from before; empty when nothing changed.
+
+        `rumored_dead`: a forged "dead" was delivered on purpose, so members that
+        believed it until the refute are not counted (their final view still is).
+        """
         problems = [f"{d.name} is not running" for d in self.daemons if not d.running]
         if problems:
             return problems
@@ -131,15 +135,18 @@ class Watch:
                         f" (+{rise}), but it refuted only {refuted} times"
                     )
         for observer, count in after.failed.items():
-            if count != self.before.failed[observer]:
+            if count != self.before.failed[observer] and not rumored_dead:
                 problems.append(f"{observer} declared {count - self.before.failed[observer]} dead")
         return problems
 
-    def settled(self, timeout: float = 15.0) -> list[str]:
+    def settled(self, timeout: float = 15.0, *, rumored_dead: bool = False) -> list[str]:
         """`changes()` once it is empty, or whatever is left after `timeout` seconds
         (refutes already in flight get that long to land everywhere)."""
         try:
-            wait_until(lambda: not self.changes(), timeout, "membership to be as before")
+            wait_until(
+                lambda: not self.changes(rumored_dead=rumored_dead),
+                timeout, "membership to be as before",
+            )  # fmt: skip
         except WaitTimeout:
             pass
-        return self.changes()
+        return self.changes(rumored_dead=rumored_dead)
