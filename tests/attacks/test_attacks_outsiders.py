@@ -64,9 +64,9 @@ def test_forged_senders_are_refused(attack_mesh: AttackMesh) -> None:
     daemons = attack_mesh.daemons
     victim = daemons[1]
     attackers = {
-        "rogue": Attacker("127.0.0.52", ClusterAuthority.generate()),
-        "none": Attacker("127.0.0.53", None),
-        "expired": Attacker(
+        "a rogue authority's certificate": Attacker("127.0.0.52", ClusterAuthority.generate()),
+        "no certificate": Attacker("127.0.0.53", None),
+        "an expired certificate": Attacker(
             "127.0.0.54", attack_mesh.mesh.authority, issued_at=time.time() - 7200,
             expires_in=3600,
         ),
@@ -89,7 +89,7 @@ def test_forged_senders_are_refused(attack_mesh: AttackMesh) -> None:
             assert attacker.receive(timeout=0.3) is None  # no ping was answered
         changes = watch.settled()
         for name, attacker in attackers.items():
-            TALLY.add(f"forged sender: {name} certificate", attacker.sent, len(changes))
+            TALLY.add(f"forged sender: {name}", attacker.sent, len(changes))
         assert changes == []
     finally:
         for attacker in attackers.values():
