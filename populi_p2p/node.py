@@ -227,6 +227,7 @@ class Node:
         if outside is not None:
             event(_log, 30, "advertise.outside_accept", message=outside)
         parts.publisher.advertise = advertise
+        parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         node_id = creds.identity.node_id
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),

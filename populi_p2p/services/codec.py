@@ -7,6 +7,7 @@ the benchmarks can use it without a node.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
@@ -25,6 +26,12 @@ __all__ = ["WIRE_PACKET_BUDGET", "AuthCodec", "lane"]
 #: Bytes a sealed datagram may occupy on the wire. Below WireGuard's 1420-byte MTU less
 #: IPv6 and UDP headers, so an overlay never fragments protocol packets.
 WIRE_PACKET_BUDGET: Final = 1350
+#: How long (monotonic seconds) the node id of a sender that just authenticated from an
+#: address addresses what we send back there, when that address is no member's: long
+#: enough for a reply, short enough that a new key at the address is not refused long.
+REPLY_BINDING_SECONDS: Final = 5.0
+#: Addresses remembered for that (least recently heard forgotten first).
+REPLY_BINDINGS_MAX: Final = 1024
 
 _log = get_logger("node")
 
@@ -61,32 +68,54 @@ class AuthCodec:
         self._clock = clock
         self._realtime = realtime
         self.recipients: dict[Address, str] = {}
+        #: Address -> (node id, when) of the last sender authenticated from it (see seal).
+        self._replies: OrderedDict[Address, tuple[str, float]] = OrderedDict()
         self.introductions = Introductions()
         self.datagrams_with_certificate = 0
         self.datagrams_without_certificate = 0
         self._max_frame = max_frame_size
         self._on_stale = on_stale
+        self._on_tcp_answer: Callable[[Address], None] = lambda _address: None
         self.bytes_out = 0
         self.bytes_in = 0
-        self.control_in = 0
 
-    def set_control_handler(self, on_control: Callable[[bytes], None]) -> None:
-        """Where populi's own control messages go (the revocation service)."""
+    def set_tcp_answer_handler(self, on_tcp_answer: Callable[[Address], None]) -> None:
+        """Told a member's address whenever a frame from that member authenticates.
+
+        The transport can attribute a frame on our own outbound connection to its peer,
+        but a peer answers over whichever connection it pooled, often one it opened to
+        us; only here, after authentication, is the sender known. The node feeds this to
+        `PathHealth.record_tcp_received`, the evidence behind "UDP blocked, TCP works".
+        """
+        self._on_tcp_answer = on_tcp_answer
 
     def set_stale_handler(self, on_stale: Callable[[Address, float], None]) -> None:
         """Where the skew of packets refused as stale goes (source, seconds ahead)."""
         self._on_stale = on_stale
 
     def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes:
+        """Seal for `destination`, addressed (ADDRESSED) to whoever we know is there.
+
+        A member's address gives its node id. Any other address is addressed to the
+        sender that authenticated from it in the last `REPLY_BINDING_SECONDS` (our reply
+        to a non-member's ping): so a reply captured on its way cannot be replayed to
+        another member, nor reflected back to us (issue 7, attack suite).
+        """
+        now = self._clock()
         recipient = self.recipients.get(destination)
-        include = self.introductions.include(recipient, reliable, self._clock())
+        include = self.introductions.include(recipient, reliable, now)
+        addressee = recipient
+        if addressee is None:
+            bound = self._replies.get(destination)
+            if bound is not None and now - bound[1] < REPLY_BINDING_SECONDS:
+                addressee = bound[0]
         if not reliable:
             if include:
                 self.datagrams_with_certificate += 1
             else:
                 self.datagrams_without_certificate += 1
         sealed = self.auth.seal(
-            payload, self._realtime(), recipient=recipient, include_certificate=include
+            payload, self._realtime(), recipient=addressee, include_certificate=include
         )
         self.bytes_out += len(sealed)
         return sealed
@@ -112,6 +141,14 @@ class AuthCodec:
             return None
         if incoming.vouch is not None:
             incoming.vouch()  # a member's TCP connection: keep it (overlay/tcp.py)
+        if incoming.reliable:
+            for address, node_id in self.recipients.items():
+                if node_id == opened.sender_node_id:
+                    self._on_tcp_answer(address)  # it reached us over TCP (any connection)
+        self._replies[incoming.source] = (opened.sender_node_id, self._clock())
+        self._replies.move_to_end(incoming.source)
+        if len(self._replies) > REPLY_BINDINGS_MAX:
+            self._replies.popitem(last=False)
         if opened.new_session:
             # New to us, or restarted: it may not hold our certificate (any more).
             self.introductions.introduce(opened.sender_node_id, self._clock())

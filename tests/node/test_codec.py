@@ -177,3 +177,52 @@ def test_skew_within_the_freshness_window_is_not_reported() -> None:
     alice.set_stale_handler(watch.observe)
     assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
     assert watch.notices() == []
+
+
+CAROL = NodeIdentity.from_seed(b"c" * 32)
+CAROL_AT = ("10.0.0.3", 7950)
+
+
+def test_a_reply_to_a_non_member_is_addressed_to_it_and_cannot_be_replayed() -> None:
+    """Found by tests/attacks: alice's reply to a sender that is no member (carol) went
+    unaddressed, so carol, or anyone on the path, could replay it to bob, or back to
+    alice, and have it accepted once. Now it is bound to carol for a reply's while."""
+    from overlay.auth import FLAG_ADDRESSED
+    from populi_p2p.services.codec import REPLY_BINDING_SECONDS
+
+    clock = Clock()
+    alice, bob, carol = codec(ALICE, clock), codec(BOB, clock), codec(CAROL, clock)
+    bob.recipients[ALICE_AT] = ALICE.node_id
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"  # bob knows alice
+    assert send(carol, ALICE_AT, alice, CAROL_AT) == b"\x01payload"  # carol pings alice
+    reply = alice.seal(CAROL_AT, b"\x01ack", False)
+    assert reply[1] & FLAG_ADDRESSED
+    assert carol.open(Incoming(ALICE_AT, reply, False, URGENT)) == b"\x01ack"
+    # Captured and replayed: to bob, and reflected to alice. Both refuse it.
+    assert bob.open(Incoming(CAROL_AT, reply, False, URGENT)) is None
+    assert alice.open(Incoming(CAROL_AT, reply, False, URGENT)) is None
+    assert bob.auth.drops["bad_signature"] == 1
+    assert alice.auth.drops["bad_signature"] == 1
+    # The binding is for replies: later, a packet to that bare address is unaddressed
+    # again (a new key there would otherwise be refused).
+    clock.now += REPLY_BINDING_SECONDS
+    assert not alice.seal(CAROL_AT, b"\x01x", False)[1] & FLAG_ADDRESSED
+
+
+def test_an_authenticated_frame_is_tcp_evidence_for_the_senders_member_address() -> None:
+    """A peer answers over the connection it pooled (inbound to us, from an ephemeral port):
+    the codec names the member's address once the frame authenticates, so "UDP blocked, TCP
+    works" can be said on either side (tests/node/test_netns.py)."""
+    clock = Clock()
+    alice, bob = codec(ALICE, clock), codec(BOB, clock)
+    answered: list[tuple[str, int]] = []
+    alice.set_tcp_answer_handler(answered.append)
+    alice.recipients[BOB_AT] = BOB.node_id
+    frame = bob.seal(ALICE_AT, b"\x01state", True)
+    ephemeral = (BOB_AT[0], 40001)
+    assert alice.open(Incoming(ephemeral, frame, True, URGENT)) == b"\x01state"
+    assert answered == [BOB_AT]
+    # A datagram is no TCP evidence, and a frame that fails authentication names nobody.
+    assert alice.open(Incoming(BOB_AT, bob.seal(ALICE_AT, b"\x01d", False), False, URGENT))
+    assert alice.open(Incoming(ephemeral, frame[:-1] + b"\x00", True, URGENT)) is None
+    assert answered == [BOB_AT]

@@ -1,0 +1,199 @@
+"""Attacks with a key: replays, a revoked key, overflowing integers from an enrolled
+insider, a skewed clock, and an insider's forged suspicions (issue 7, "A standing
+fault-and-attack suite"). The limit case, `Suspect(victim, 2**62)`, has its own mesh
+(test_attacks_limit.py) because it takes the victim out for a while, by design.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from node.harness import wait_until
+
+from swim import wire
+
+from .attacker import TALLY, Attacker
+from .conftest import AttackMesh
+from .helpers import auth_drops, swim_counter, wait_for_drops
+
+
+def test_replayed_packets_are_refused(attack_mesh: AttackMesh) -> None:
+    """An enrolled attacker's own packets sent again, its packet for one member sent to
+    another, and members' replies to it (captured) sent back and to the others."""
+    watch = attack_mesh.watch()
+    daemons = attack_mesh.daemons
+    attacker = Attacker("127.0.0.61", attack_mesh.mesh.authority, seed=61)
+    try:
+        pings = {d.node_id: attacker.ping(d.node_id, seq=61, recipient=d.node_id) for d in daemons}
+        captured = {}
+        for d in daemons:
+            attacker.send(attack_mesh.address(d), pings[d.node_id])
+            reply = attacker.receive(timeout=10)
+            assert reply is not None, f"{d.name} did not answer an enrolled sender"
+            assert attacker.auth.open(reply, time.time()).sender_node_id == d.node_id
+            captured[d.node_id] = reply
+        before = {d.node_id: auth_drops(d) for d in daemons}
+        for i, d in enumerate(daemons):
+            target = attack_mesh.address(d)
+            for _ in range(10):  # the very same bytes again
+                attacker.send(target, pings[d.node_id])
+            other = daemons[(i + 1) % len(daemons)]
+            attacker.send(target, pings[other.node_id])  # addressed to someone else
+            for reply in captured.values():  # a member's reply, captured and replayed
+                attacker.send(target, reply)
+        for d in daemons:
+            # Its own reply comes back signed for the attacker (bad_signature); the
+            # others' replies too, or (once the window moved on) replayed or rate limited.
+            replies = len(daemons)
+            now = wait_for_drops(d, before[d.node_id], {"replayed": 10, "bad_signature": 1})
+            refused = sum(now.values()) - sum(before[d.node_id].values())
+            assert refused >= 10 + 1 + replies, (before[d.node_id], now)
+        assert attacker.receive(timeout=0.3) is None  # no replay was answered
+        changes = watch.settled()
+        TALLY.add("replay of captured packets", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()
+
+
+def test_a_revoked_key_is_refused_everywhere(attack_mesh: AttackMesh) -> None:
+    """Revoked with `populi-node cluster revoke`, handed to one member, gossiped."""
+    watch = attack_mesh.watch()
+    daemons = attack_mesh.daemons
+    attacker = Attacker("127.0.0.62", attack_mesh.mesh.authority, seed=62)
+    try:
+        for d in daemons:  # accepted while enrolled: every member answers
+            attacker.send(attack_mesh.address(d), attacker.ping(d.node_id, recipient=d.node_id))
+            assert attacker.receive(timeout=10) is not None, f"{d.name} did not answer"
+        revocation = attack_mesh.mesh.root / "attacker.rev"
+        subprocess.run(
+            [
+                sys.executable, "-m", "populi_p2p.cli", "cluster", "revoke",
+                "--key", attacker.public_key.hex(),
+                "--authority-dir", str(attack_mesh.mesh.root / "authority"),
+                "--out", str(revocation),
+            ],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        first, *rest = daemons
+        (first.state_dir / "revocations").mkdir(exist_ok=True)
+        (first.state_dir / "revocations" / "attacker.rev").write_bytes(revocation.read_bytes())
+        wait_until(
+            lambda: all(
+                list((d.state_dir / "revocations").glob("gossip-*.rev")) for d in rest
+            ),
+            30, "the revocation to reach every member by gossip",
+        )  # fmt: skip
+        before = {d.node_id: auth_drops(d) for d in daemons}
+        victim = daemons[1]
+        for d in daemons:
+            packets = [attacker.ping(d.node_id, seq=i, recipient=d.node_id) for i in range(3)]
+            packets.append(
+                attacker.seal(wire.Dead(victim.node_id, 10, attacker.node_id), recipient=d.node_id)
+            )
+            for p in packets:
+                attacker.send(attack_mesh.address(d), p)
+        for d in daemons:
+            wait_for_drops(d, before[d.node_id], {"revoked": 4})
+        assert attacker.receive(timeout=0.3) is None  # refused: no answer any more
+        changes = watch.settled()
+        TALLY.add("revoked sender (gossiped revocation)", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()
+
+
+def test_overflowing_integers_from_an_insider_are_dropped(attack_mesh: AttackMesh) -> None:
+    """`Suspect(victim, 2**64-1)` and `2**63` (and Dead, Alive), sent by an enrolled key to
+    every member, about itself and about the others: dropped and counted, no crash."""
+    watch = attack_mesh.watch()
+    daemons = attack_mesh.daemons
+    attacker = Attacker("127.0.0.63", attack_mesh.mesh.authority, seed=63)
+    try:
+        before = {d.node_id: swim_counter(d, "dropped_out_of_range") for d in daemons}
+        sent: dict[str, int] = {}
+        for d in daemons:
+            packets = []
+            for victim in daemons:
+                address = attack_mesh.address(victim)
+                for huge in (2**64 - 1, 2**63, 2**62 + 1):
+                    for message in (
+                        wire.Suspect(victim.node_id, huge, attacker.node_id),
+                        wire.Dead(victim.node_id, huge, attacker.node_id),
+                        wire.Alive(victim.node_id, huge, address, b""),
+                    ):
+                        packets.append(attacker.seal(message, recipient=d.node_id))
+            attacker.send_paced(attack_mesh.address(d), packets, per_second=500)
+            sent[d.node_id] = len(packets)
+        for d in daemons:
+            wait_until(
+                lambda d=d: swim_counter(d, "dropped_out_of_range") - before[d.node_id]
+                >= sent[d.node_id],
+                15, f"{d.name} to drop every out-of-range integer",
+            )  # fmt: skip
+        changes = watch.settled()
+        TALLY.add("overflowing integers (2**64-1, 2**63, 2**62+1)", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()
+
+
+def test_a_sender_600_s_ahead_is_refused_and_named(attack_mesh: AttackMesh) -> None:
+    """An enrolled sender whose clock is 10 minutes ahead: refused as stale, counted,
+    and named in `status` with the fix."""
+    watch = attack_mesh.watch()
+    daemons = attack_mesh.daemons
+    attacker = Attacker("127.0.0.64", attack_mesh.mesh.authority, seed=64)
+    try:
+        before = {d.node_id: auth_drops(d) for d in daemons}
+        for d in daemons:
+            for seq in range(3):
+                ping = attacker.ping(d.node_id, seq=seq, recipient=d.node_id, clock_offset=600)
+                attacker.send(attack_mesh.address(d), ping)
+        for d in daemons:
+            wait_for_drops(d, before[d.node_id], {"stale": 3})
+
+            def said(d=d) -> list[str]:  # type: ignore[no-untyped-def]
+                return [
+                    w for w in d.status()["warnings"] if w.startswith("packets from 127.0.0.64")
+                ]
+
+            (warning,) = wait_until(said, 10, f"{d.name} to name the skewed sender")
+            assert "in the future: check its clock (NTP)" in warning
+            assert " are 59" in warning or " are 60" in warning, warning
+        assert attacker.receive(timeout=0.3) is None
+        changes = watch.settled()
+        TALLY.add("skewed clock (+600 s)", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()
+
+
+def test_an_insiders_forged_suspicion_is_refuted(attack_mesh: AttackMesh) -> None:
+    """An enrolled insider tells two members that a third is suspect, and dead, at its
+    current incarnation: the victim refutes, and ends alive everywhere."""
+    daemons = attack_mesh.daemons
+    victim = daemons[3]
+    watch = attack_mesh.watch()
+    attacker = Attacker("127.0.0.65", attack_mesh.mesh.authority, seed=65)
+    try:
+        incarnation = {m["node_id"]: m for m in victim.members()}[victim.node_id]["incarnation"]
+        refutes = swim_counter(victim, "refutes")
+        suspect = wire.Suspect(victim.node_id, incarnation, attacker.node_id)
+        dead = wire.Dead(victim.node_id, incarnation, attacker.node_id)
+        attacker.send(
+            attack_mesh.address(daemons[0]), attacker.seal(suspect, recipient=daemons[0].node_id)
+        )
+        attacker.send(
+            attack_mesh.address(daemons[1]), attacker.seal(dead, recipient=daemons[1].node_id)
+        )
+        wait_until(lambda: swim_counter(victim, "refutes") > refutes, 15, "the victim to refute")
+        # Membership as before, except what the refute explains: the victim's
+        # incarnation rose, and members that heard "dead" believed it until the refute.
+        changes = watch.settled(rumored_dead=True)
+        TALLY.add("insider's forged suspect and dead (refuted)", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()
