@@ -157,6 +157,25 @@ def _build_parser() -> _Parser:
     )
     up.add_argument("--preset", choices=PRESETS, help="membership timing (default lan)")
     up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    up.add_argument(
+        "--peer-port", type=int, help="peer API TCP port (default: --port + 1; 0 picks one)"
+    )
+    up.add_argument(
+        "--engine", action="append", metavar="URL",
+        help="a local OpenAI-compatible engine, loopback only, e.g. http://127.0.0.1:8080",
+    )  # fmt: skip
+    up.add_argument(
+        "--api-listen", metavar="HOST:PORT",
+        help="serve the OpenAI-compatible API here (default off; host default 127.0.0.1)",
+    )  # fmt: skip
+    up.add_argument(
+        "--require-api-keys", action="store_true", default=None,
+        help="demand API keys on a loopback listener too (always demanded elsewhere)",
+    )  # fmt: skip
+    up.add_argument(
+        "--stall-timeout", type=float, metavar="SECONDS",
+        help="token gap that fails a stream over (default max(3x p99 gap, 2 s))",
+    )  # fmt: skip
 
     for name, text in (
         ("status", "this node, overlay, cluster summary"),
@@ -457,6 +476,11 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "gpu_probe_interval": args.gpu_probe_interval,
         "preset": args.preset,
         "log_level": args.log_level,
+        "peer_port": args.peer_port,
+        "engine": args.engine,
+        "api_listen": args.api_listen,
+        "require_api_keys": args.require_api_keys,
+        "stall_timeout": args.stall_timeout,
     }
     config = NodeConfig.load(args.config, flags)
     # Every argument is checked before the node looks at its state (key, certificate).

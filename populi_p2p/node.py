@@ -45,6 +45,9 @@ from .api import ApiClient
 from .authority import cluster_fingerprint
 from .config import NodeConfig
 from .envelope_keys import EnvelopeKeys
+from .inference.peer_api import PeerApi, PeerRoutes
+from .inference.peer_auth import PeerCallSigner, PeerCallVerifier
+from .inference.peer_client import PeerClient
 from .record_book import RecordBook
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_server import ApiService
@@ -135,6 +138,12 @@ class Node:
         self._parts: _Parts | None = None
         self._view: StatusView | None = None
         self._lifecycle: Lifecycle | None = None
+        #: Routes of the peer API (signed node-to-node HTTP); services add theirs
+        #: before `run` (see `PeerRoutes.add`).
+        self.peer_routes = PeerRoutes()
+        self.peer_api: PeerApi | None = None
+        #: Signed calls to other members' peer APIs (set once `run` has started).
+        self.peer_client: PeerClient | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -199,6 +208,7 @@ class Node:
             event(_log, 30, "advertise.outside_accept", message=outside)
         parts.publisher.advertise = advertise
         node_id = creds.identity.node_id
+        await self._start_peer_api(nursery, creds, parts, bind, local[1])
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
             incarnation=incarnation, transport=transport, codec=parts.codec,
@@ -275,6 +285,22 @@ class Node:
             overlay=str(overlay.kind), accept=",".join(addressing.policy.cidrs),
             preset=config.preset, api=str(config.api_socket),
         )  # fmt: skip
+
+    async def _start_peer_api(
+        self, nursery: trio.Nursery, creds: Credentials, parts: _Parts, bind: str, port: int
+    ) -> None:
+        """The peer API on the bind address; its port goes into the record (section
+        ``peer``) before the first record is signed."""
+        config = self.config
+        wanted = config.peer_port if config.peer_port is not None else (port + 1) % 0x10000
+        node_id = creds.identity.node_id
+        verifier = PeerCallVerifier(parts.envelope_keys, node_id, clock=time.time)
+        api = self.peer_api = PeerApi(verifier, self.peer_routes, host=bind, port=wanted)
+        bound: int = await nursery.start(api.run)
+        await parts.publisher.set_section("peer", {"port": bound})
+        self.peer_client = PeerClient(
+            PeerCallSigner(creds.identity, creds.certificate, clock=time.time)
+        )
 
     ####################################################################################
     # What the API shows (the public names other code and tests use)
