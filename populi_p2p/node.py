@@ -43,11 +43,16 @@ from ._keyfiles import encode_public_key
 from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
-from .config import NodeConfig
+from .config import NodeConfig, parse_api_listen
 from .envelope_keys import EnvelopeKeys
+from .inference.engines import EngineService
+from .inference.keys import ApiKeyChecker
 from .inference.peer_api import PeerApi, PeerRoutes
 from .inference.peer_auth import PeerCallSigner, PeerCallVerifier
 from .inference.peer_client import PeerClient
+from .inference.route import Candidate
+from .inference.service import InferenceService
+from .record import NodeStatus
 from .record_book import RecordBook
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_server import ApiService
@@ -144,6 +149,8 @@ class Node:
         self.peer_api: PeerApi | None = None
         #: Signed calls to other members' peer APIs (set once `run` has started).
         self.peer_client: PeerClient | None = None
+        #: The OpenAI-compatible API and the relay (set once `run` has started).
+        self.inference: InferenceService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -209,6 +216,10 @@ class Node:
         parts.publisher.advertise = advertise
         node_id = creds.identity.node_id
         await self._start_peer_api(nursery, creds, parts, bind, local[1])
+        engines = None
+        if config.engine:
+            engines = EngineService(config.engine, parts.publisher.set_section)
+            await nursery.start(engines.run)  # the first record carries the models
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
             incarnation=incarnation, transport=transport, codec=parts.codec,
@@ -256,6 +267,7 @@ class Node:
             await nursery.start(run, events)
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
+        await self._start_inference(nursery, creds, parts, membership, engines)
         try:
             await nursery.start(api.run)
         except OSError as exc:
@@ -301,6 +313,57 @@ class Node:
         self.peer_client = PeerClient(
             PeerCallSigner(creds.identity, creds.certificate, clock=time.time)
         )
+
+    async def _start_inference(
+        self,
+        nursery: trio.Nursery,
+        creds: Credentials,
+        parts: _Parts,
+        membership: MembershipService,
+        engines: EngineService | None,
+    ) -> None:
+        """The inference service: peer routes always (so members can use our engines),
+        the public API when ``--api-listen`` is given."""
+        config = self.config
+        node_id = creds.identity.node_id
+        roster = parts.roster
+        listen = parse_api_listen(config.api_listen) if config.api_listen else None
+        keys = None
+        if listen is not None:
+            required = config.require_api_keys or listen[0] not in ("127.0.0.1", "::1")
+            keys = ApiKeyChecker(creds.authority_key, revocations=creds.revocations,
+                                 required=required, clock=trio.current_time)  # fmt: skip
+            parts.revocations.on_change(keys.update_revocations)
+
+        def view() -> list[Candidate]:
+            out = []
+            for m in membership.members():
+                record = roster.records.get(m.name)
+                if record is None or roster.unverified_reason(m.name) is not None:
+                    continue
+                models = record.sections.get("models") or {}
+                out.append(Candidate(
+                    node_id=m.name, name=record.name, state=m.state.name.lower(),
+                    draining=record.status is NodeStatus.DRAINING,
+                    models=models if isinstance(models, dict) else {},
+                    rtt=m.rtt, is_self=m.name == node_id,
+                ))  # fmt: skip
+            return out
+
+        def address_of(node: str) -> tuple[str, int] | None:
+            record = roster.records.get(node)
+            peer = record.sections.get("peer") if record is not None else None
+            port = peer.get("port") if isinstance(peer, dict) else None
+            if record is None or not isinstance(port, int):
+                return None
+            return record.address, port
+
+        service = self.inference = InferenceService(
+            node_id, view=view, address_of=address_of, peer_client=self.peer_client,
+            engines=engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
+        )  # fmt: skip
+        service.register_peer_routes(self.peer_routes)
+        await nursery.start(service.run)
 
     ####################################################################################
     # What the API shows (the public names other code and tests use)
