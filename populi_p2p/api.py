@@ -16,6 +16,8 @@ Endpoints (all JSON):
 ``POST /v1/gpus/probe``  re-probe the GPUs now; answers with the new report (a change
                          is signed into a new NodeRecord that gossips)
 ``POST /v1/leave``       announce a graceful leave, then the daemon exits
+``GET  /v1/inference/    the inference API's recent routes (``populi-node requests``)
+requests``
 =======================  ===============================================================
 
 The app only translates: it asks an `ApiBackend` (the node) for plain dicts and encodes
@@ -112,6 +114,10 @@ def make_app(backend: ApiBackend) -> AsgiApp:
         "/v1/gpus/probe": ("POST", backend.probe_gpus),
         "/v1/leave": ("POST", lambda: _leave(backend)),
     }
+    # Services add read-only endpoints through the backend (additive; optional).
+    extra = getattr(backend, "extra_routes", None)
+    if callable(extra):
+        routes.update({p: r for p, r in extra().items() if p not in routes})
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -189,12 +189,17 @@ def parse_api_listen(text: str) -> tuple[str, int]:
     """
     if text.isdigit():
         text = f"127.0.0.1:{text}"
+    host, _, port_text = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
     try:
-        host, port = parse_host_port(text, default_port=-1)
+        if ":" in host and not bracketed:
+            raise ValueError("an IPv6 address needs brackets")
         ipaddress.ip_address(host)
-    except (ConfigError, ValueError):
-        host, port = "", -1
-    if not host or not 0 <= port <= 0xFFFF:
+        port = int(port_text) if port_text.isdigit() else -1
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 0xFFFF:
         raise ConfigError(
             f"api-listen: {text!r} is not IP:PORT (e.g. 127.0.0.1:8080, or [::1]:8080)"
         )

@@ -384,6 +384,15 @@ class Node:
         assert self._parts is not None
         return await self._parts.gpus.probe_now()
 
+    def inference_requests(self) -> dict[str, Any]:
+        """The recent routes of this node's inference API, and its engines."""
+        service = self.inference
+        return {
+            "listening": None if service is None else service.port,
+            "requests": [] if service is None else service.recent_routes(),
+            "engines": [] if service is None else service.engines(),
+        }
+
     def request_leave(self) -> None:
         """Start a graceful leave (API or signal); `run` then returns."""
         if self._lifecycle is not None:
@@ -410,6 +419,9 @@ class _Backend:
 
     def request_leave(self) -> None:
         self._node.request_leave()
+
+    def extra_routes(self) -> dict[str, tuple[str, Any]]:
+        return {"/v1/inference/requests": ("GET", self._node.inference_requests)}
 
 
 async def _join_once_probed(

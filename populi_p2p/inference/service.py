@@ -141,6 +141,9 @@ class InferenceService:
     def recent_routes(self) -> list[dict[str, Any]]:
         return list(self._recent)
 
+    def engines(self) -> list[dict[str, Any]]:
+        return [] if self._engines is None else self._engines.engines()
+
     def stop(self) -> None:
         self._stop.set()
 
