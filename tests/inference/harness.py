@@ -37,6 +37,7 @@ class Member:
     engine_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     node_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     engine: StandinEngine | None = None
+    engine_url: str = ""
 
     def kill(self) -> None:
         """As kill -9: the engine and the peer API go at once, no goodbye."""
@@ -76,6 +77,7 @@ class Mesh:
                                 task_status=task_status)  # fmt: skip
 
         engine_port = await nursery.start(serve_engine)
+        member.engine_url = f"http://127.0.0.1:{engine_port}"
 
         async def publish(name: str, value: dict[str, Any] | None) -> None:
             member.models = value or {}
