@@ -105,3 +105,53 @@ def test_three_nodes_route_and_survive_kill_9(tmp_path: Path) -> None:
         for proc in engines:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_keys_on_every_node_and_revocation_after_one_gossip_round(tmp_path: Path) -> None:
+    """Two accepting daemons demand keys; a key revoked at a third node is refused by
+    both once the revocation has gossiped (file check 2 s + one push-pull round)."""
+    from populi_p2p.inference.keys import issue_api_key
+    from populi_p2p.revocation import write_revocation
+
+    mesh = Mesh(tmp_path)
+    engine = None
+    try:
+        engine, url = _engine(tmp_path, "e1", "--model", "m", "--tokens", "3")
+        a = mesh.start("a", "--peer-port", "0", "--engine", url)
+        seed = ("--bootstrap", a.address)
+        listeners = [
+            mesh.start(n, "--peer-port", "0", "--api-listen", "127.0.0.1:0",
+                       "--require-api-keys", *seed)
+            for n in ("b", "c")
+        ]  # fmt: skip
+        apis = [
+            f"http://127.0.0.1:{d.client.get('/v1/inference/requests')['listening']}"
+            for d in listeners
+        ]
+        key = issue_api_key(mesh.authority, "ci", now=time.time())
+        auth = {"authorization": f"Bearer {key.token}"}
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+        def post(api: str, headers: dict[str, str] | None) -> httpx.Response:
+            return httpx.post(api + "/v1/chat/completions", json=body, headers=headers,
+                              trust_env=False, timeout=10)  # fmt: skip
+
+        for api in apis:
+            wait_until(lambda api=api: post(api, auth).status_code == 200, 30, "a route to m")
+            refused = post(api, None)
+            assert refused.status_code == 401
+            assert refused.json()["error"]["code"] == "invalid_api_key"
+        (a.state_dir / "revocations").mkdir(exist_ok=True)
+        write_revocation(
+            a.state_dir / "revocations" / "ci.rev",
+            mesh.authority.revoke(now=time.time(), api_key_id=key.key_id),
+        )
+        start = time.monotonic()
+        for api in apis:
+            wait_until(lambda api=api: post(api, auth).status_code == 401, 20, "the revocation")
+        print(f"revoked key refused on both listeners after {time.monotonic() - start:.1f} s")
+    finally:
+        mesh.stop_all()
+        if engine is not None:
+            engine.kill()
+            engine.wait(timeout=10)
