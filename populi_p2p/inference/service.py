@@ -216,7 +216,11 @@ class InferenceService:
             yield r
 
     @contextlib.asynccontextmanager
-    async def _local_engine(self, path: str, body: bytes) -> AsyncIterator[httpx.Response]:
+    async def _local_engine(
+        self, path: str, body: bytes, events: list[int] | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """Our engine's answer to `body`; `events[0]` (when given) is the number of
+        streamed events the caller saw, for the tokens/s this node reports."""
         try:
             model = json.loads(body).get("model")
         except (ValueError, AttributeError):
@@ -249,14 +253,17 @@ class InferenceService:
             finally:
                 await response.aclose()
         finally:
-            self._engines.end(model, 0, time.monotonic() - started)
+            self._engines.end(model, events[0] if events else 0, time.monotonic() - started)
 
     async def _serve_peer(self, request: PeerRequest) -> PeerResponse:
         """Another member relays a request to our engine."""
         path = "/v1" + request.path[len(_PEER_PREFIX) :]
         stack = contextlib.AsyncExitStack()
+        events = [0]
         try:
-            response = await stack.enter_async_context(self._local_engine(path, request.body))
+            response = await stack.enter_async_context(
+                self._local_engine(path, request.body, events)
+            )
         except httpx.HTTPError as exc:
             await stack.aclose()
             return PeerResponse(
@@ -271,6 +278,7 @@ class InferenceService:
         async def body() -> AsyncIterator[bytes]:
             async with stack:
                 async for chunk in response.aiter_raw():
+                    events[0] += chunk.count(b"data: {")
                     yield chunk
 
         content_type = response.headers.get("content-type", "application/json")

@@ -38,6 +38,7 @@ class Member:
     node_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     engine: StandinEngine | None = None
     engine_url: str = ""
+    engines: EngineService | None = None
 
     def kill(self) -> None:
         """As kill -9: the engine and the peer API go at once, no goodbye."""
@@ -83,6 +84,7 @@ class Mesh:
             member.models = value or {}
 
         engines = EngineService([f"http://127.0.0.1:{engine_port}"], publish, interval=0.2)
+        member.engines = engines
         routes = PeerRoutes()
         service = InferenceService(
             identity.node_id, view=self.view, address_of=self.address_of, peer_client=None,

@@ -36,6 +36,10 @@ async def test_model_only_one_node_serves_lands_there() -> None:
         assert r.headers["x-populi-node"] == ALICE.node_id
         assert r.headers["x-populi-route"].startswith("loaded;")
         assert text == words(12) and lines.count("[DONE]") == 1 and lines[-1] == "[DONE]"
+        alice = mesh.members[ALICE.node_id].engines
+        assert alice is not None
+        facts = alice.section()["big"]  # type: ignore[index]
+        assert facts["tps"] > 0 and facts["inflight"] == 0  # observed by the serving node
         r, text, _ = await stream_chat(mesh.url, "small", path="/v1/completions")
         assert r.headers["x-populi-node"] == BOB.node_id and text == words(12)
         assert mesh.front is not None
