@@ -304,11 +304,32 @@ class Node:
         """The peer API on the bind address; its port goes into the record (section
         ``peer``) before the first record is signed."""
         config = self.config
-        wanted = config.peer_port if config.peer_port is not None else (port + 1) % 0x10000
+        # Default: the swim port + 1, or the kernel's choice when that is taken (the
+        # port is advertised in the record, so any port works) or the swim port is 0.
+        explicit = config.peer_port is not None
+        wanted = (
+            config.peer_port
+            if config.peer_port is not None
+            else ((port + 1) % 0x10000 if config.port else 0)
+        )
         node_id = creds.identity.node_id
         verifier = PeerCallVerifier(parts.envelope_keys, node_id, clock=time.time)
-        api = self.peer_api = PeerApi(verifier, self.peer_routes, host=bind, port=wanted)
-        bound: int = await nursery.start(api.run)
+        bound: int | None = None
+        for attempt in (wanted, 0):
+            api = self.peer_api = PeerApi(verifier, self.peer_routes, host=bind, port=attempt)
+            try:
+                bound = await nursery.start(api.run)
+                break
+            except (OSError, BaseExceptionGroup) as exc:
+                error = _os_error(exc)
+                if error is None:
+                    raise
+                if explicit or attempt == 0:
+                    raise NodeStartError(
+                        f"cannot listen for peer calls on {bind} port {attempt}: {error.strerror}"
+                        " (pick another with --peer-port; 0 lets the kernel choose)"
+                    ) from None
+        assert bound is not None
         await parts.publisher.set_section("peer", {"port": bound})
         self.peer_client = PeerClient(
             PeerCallSigner(creds.identity, creds.certificate, clock=time.time)
@@ -363,7 +384,16 @@ class Node:
             engines=engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
         )  # fmt: skip
         service.register_peer_routes(self.peer_routes)
-        await nursery.start(service.run)
+        try:
+            await nursery.start(service.run)
+        except (OSError, BaseExceptionGroup) as exc:
+            error = _os_error(exc)
+            if error is None or listen is None:
+                raise
+            raise NodeStartError(
+                f"cannot listen for the API on {config.api_listen}: {error.strerror}"
+                " (pick another with --api-listen)"
+            ) from None
 
     ####################################################################################
     # What the API shows (the public names other code and tests use)
@@ -430,6 +460,18 @@ async def _join_once_probed(
     with trio.move_on_after(GPU_FIRST_REPORT_WAIT):
         await gpus.ready.wait()
     await discovery.run(events)
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The first `OSError` in `exc` (itself, or a leaf of an exception group)."""
+    pending = [exc]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, OSError):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+    return None
 
 
 def _start_error(group: BaseExceptionGroup[BaseException]) -> NodeStartError | None:
