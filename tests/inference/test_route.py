@@ -97,3 +97,10 @@ def test_decision_ignores_view_order(rows: list[tuple], rnd: random.Random) -> N
     assert first.order == again.order
     for node in first.order:
         assert dict(first.ruled_out).get(node) is None
+
+
+def test_package_exports_exist() -> None:
+    import populi_p2p.inference as inference
+
+    for name in inference.__all__:
+        assert getattr(inference, name) is not None
