@@ -85,6 +85,10 @@ class _Broken(Exception):
     pass
 
 
+class _Finished(Exception):
+    """The upstream said it is done (its [DONE] or a finish reason)."""
+
+
 class Relay:
     """Args: how to open an upstream (node, path, body), whether a node is still
     alive, the configured stall timeout (None: adaptive), where outcomes go."""
@@ -199,6 +203,55 @@ class Relay:
         ))  # fmt: skip
         return result
 
+    def _take(
+        self,
+        splitter: SseSplitter,
+        data: bytes,
+        chat: bool,
+        result: StreamResult,
+        text: list[str],
+        out: list[bytes],
+        last: float,
+        first: int,
+    ) -> float:
+        """Cut `data` into events, keep their text, queue them on `out` (not [DONE]).
+
+        Returns the time of the last token. Raises `_Finished` once the upstream says it
+        is done (after queueing everything before), `_Broken` on a bad event.
+        """
+        try:
+            events = splitter.feed(data)
+        except ValueError as exc:
+            raise _Broken(str(exc)) from None
+        done = False
+        for ev in events:
+            payload = event_data(ev)
+            if payload is None:
+                continue
+            if payload.strip() == "[DONE]":
+                done = True
+                continue
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                raise _Broken("the engine sent an event that is not JSON") from None
+            if isinstance(parsed, dict) and "error" in parsed:
+                raise _Broken("the engine sent an error event")
+            piece, fin = chunk_text(parsed, chat)
+            done = done or fin
+            if piece:
+                now = trio.current_time()
+                if result.tokens > first:
+                    self.gaps.add(now - last)
+                last = now
+                text.append(piece)
+                result.tokens += 1
+                result.text_chars += len(piece)
+            out.append(ev)
+        if done:
+            raise _Finished
+        return last
+
     async def _pump(
         self, node: str, response: httpx.Response, chat: bool, emit: Emit, result: StreamResult
     ) -> str:
@@ -229,8 +282,9 @@ class Relay:
         async def consume() -> str:
             nonlocal finished
             last = trio.current_time()
+            pending: bytes | BaseException | None = None
             while True:
-                item: bytes | BaseException | None = None
+                item, pending = pending, None
                 while item is None:
                     with trio.move_on_after(WATCH_INTERVAL):
                         try:
@@ -252,34 +306,34 @@ class Relay:
                     if finished:
                         return "".join(text)
                     raise broken("connection closed before the end of the stream")
-                try:
-                    events = splitter.feed(item)
-                except ValueError as exc:
-                    raise broken(str(exc)) from None
-                for ev in events:
-                    data = event_data(ev)
-                    if data is None:
-                        continue
-                    if data.strip() == "[DONE]":
-                        finished = True
-                        continue
+                # Whatever else has already arrived goes out in the same write.
+                parts = [item]
+                while pending is None:
                     try:
-                        parsed = json.loads(data)
-                    except ValueError:
-                        raise broken("the engine sent an event that is not JSON") from None
-                    if isinstance(parsed, dict) and "error" in parsed:
-                        raise broken("the engine sent an error event")
-                    piece, fin = chunk_text(parsed, chat)
-                    finished = finished or fin
-                    if piece:
-                        now = trio.current_time()
-                        if result.tokens > first:
-                            self.gaps.add(now - last)
-                        last = now
-                        text.append(piece)
-                        result.tokens += 1
-                        result.text_chars += len(piece)
-                    await emit(ev)
+                        more = chunks_out.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        pending = b""
+                        break
+                    if isinstance(more, bytes) and more:
+                        parts.append(more)
+                    else:
+                        pending = more
+                out: list[bytes] = []
+                try:
+                    last = self._take(
+                        splitter, b"".join(parts), chat, result, text, out, last, first
+                    )
+                except _Finished:
+                    finished = True
+                    last = trio.current_time()
+                except _Broken as exc:
+                    if out:
+                        await emit(b"".join(out))
+                    raise broken(str(exc.args[0])) from None
+                if out:
+                    await emit(b"".join(out))
 
         outcome: str | _Broken
         async with trio.open_nursery() as nursery:
