@@ -379,9 +379,14 @@ class Node:
                 return None
             return record.address, port
 
+        def state_of(node: str) -> str | None:
+            member = membership.member(node)
+            return None if member is None else member.state.name.lower()
+
         service = self.inference = InferenceService(
             node_id, view=view, address_of=address_of, peer_client=self.peer_client,
             engines=engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
+            state_of=state_of,
         )  # fmt: skip
         service.register_peer_routes(self.peer_routes)
         try:

@@ -80,6 +80,8 @@ class InferenceService:
     outcomes: the reliability evidence source (the lease table once wired); None or
         a callable returning None: this node's own relay outcomes are used.
     on_outcome: where relay outcomes go as well (the lease table, metrics).
+    state_of: one member's state (``alive``, ...), checked mid-stream every 100 ms;
+        None: looked up in `view()` (fine for tests, O(members) per check).
     """
 
     def __init__(
@@ -96,9 +98,11 @@ class InferenceService:
         outcomes: Callable[[], Iterable[Outcome] | None] | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
         lease_config: LeaseConfig | None = None,
+        state_of: Callable[[str], str | None] | None = None,
     ) -> None:
         self.node_id = node_id
         self._view = view
+        self._state_of = state_of
         self._address_of = address_of
         self._peer = peer_client
         self._engines = engines
@@ -187,6 +191,8 @@ class InferenceService:
         return earned_reliability(outcomes, trio.current_time(), self._lease_config)
 
     def _is_alive(self, node: str) -> bool:
+        if self._state_of is not None:
+            return self._state_of(node) == "alive"
         for c in self._view():
             if c.node_id == node:
                 return c.state == "alive"

@@ -117,6 +117,7 @@ class Mesh:
         service = InferenceService(
             identity.node_id, view=self.view, address_of=self.address_of, peer_client=client,
             engines=None, listen=("127.0.0.1", 0), keys=key_checker, stall_timeout=stall_timeout,
+            state_of=lambda n: self.members[n].state if n in self.members else None,
         )  # fmt: skip
         self.front_port = await nursery.start(service.run)
         self.front = service
