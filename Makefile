@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 # Packages the network tests need (WireGuard, namespaces, firewall, a C compiler for the
-# fake NVML). Installed only when running as root on Debian/Ubuntu; elsewhere the tests
-# that need them skip with a reason.
+# fake NVML, Chromium for the dashboard test). Installed only when running as root on
+# Debian/Ubuntu; elsewhere the tests that need them skip with a reason.
 sysdeps:
 	@bash scripts/install-sysdeps.sh
 

@@ -74,6 +74,11 @@ class Introductions:
         """Carry the certificate to `node_id` for a while (see the module doc)."""
         self._open[node_id] = _Open(now + self._seconds, self._packets)
 
+    def acknowledged(self, node_id: str) -> None:
+        """`node_id` answered a packet of ours, so it holds our certificate: end its
+        introduction now rather than after `packets` more certificates."""
+        self._open.pop(node_id, None)
+
     def introduce_to_everyone(self, now: float) -> None:
         """Carry it to every peer for `seconds` (we were suspected: refute readably)."""
         self._everyone_until = now + self._seconds

@@ -198,6 +198,13 @@ def _build_parser() -> _Parser:
     _add_state_dir(requests)
     requests.add_argument("--json", action="store_true", help="print JSON for scripts")
 
+    events = sub.add_parser("events", help="membership and GPU events, one line each")
+    _add_state_dir(events)
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+    events.add_argument(
+        "--follow", action="store_true", help="keep printing new events until interrupted"
+    )
+
     leave = sub.add_parser("leave", help="leave the mesh gracefully; the daemon exits")
     _add_state_dir(leave)
 
@@ -309,6 +316,13 @@ def _cmd_members(args: argparse.Namespace) -> None:
         _print_json(members)
     else:
         print(format_members(members))
+
+
+def _cmd_events(args: argparse.Namespace) -> None:
+    from .observe.client import format_event, read_events
+
+    for event in read_events(_client(args).socket_path, follow=args.follow):
+        print(json.dumps(event, sort_keys=True) if args.json else format_event(event), flush=True)
 
 
 def _daemon_absent(socket_path: Path) -> bool:
@@ -571,6 +585,7 @@ _COMMANDS = {
     "status": _cmd_status,
     "members": _cmd_members,
     "gpus": _cmd_gpus,
+    "events": _cmd_events,
     "leave": _cmd_leave,
     "requests": _cmd_requests,
     "key": _cmd_key,

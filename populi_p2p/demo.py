@@ -3,8 +3,11 @@
 What it shows, in about 15 seconds: a fresh cluster authority enrolls five machines
 (here five state directories), five `populi-node up` daemons find each other through one
 bootstrap peer, the members table, then a node killed with SIGKILL (no goodbye) and the
-table once the survivors agree it is dead. Every wait polls the daemons' control API with
-a deadline; nothing sleeps for a guessed time. Everything lives in a temporary directory
+table once the survivors agree it is dead. It prints the dashboard's address (the first
+node's page, through a loopback relay to its API socket); run in a terminal, it waits for
+Enter before the kill and again before stopping the mesh, so the page can be watched.
+Every wait polls the daemons' control API with a deadline; nothing sleeps for a guessed
+time. Everything lives in a temporary directory
 that is removed at the end, and every process started is stopped, even on Ctrl-C.
 
 Run it with ``python -m populi_p2p.demo`` (``--nodes N`` for another size).
@@ -29,6 +32,7 @@ from .authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
 from .certificate import write_certificate
 from .cli import format_members
 from .identity import NodeIdentity
+from .observe.relay import UnixRelay
 
 __all__ = ["main"]
 
@@ -54,6 +58,17 @@ def _wait(condition: Callable[[], Any], what: str, timeout: float = STEP_TIMEOUT
         time.sleep(0.1)
 
 
+def _pause(prompt: str) -> None:
+    """Wait for Enter when a person runs the demo in a terminal; never in CI."""
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
+        return
+    try:
+        input(f"{prompt} ")
+    except EOFError:
+        pass
+
+
 class _Demo:
     def __init__(self, root: Path, nodes: int) -> None:
         self.root = root
@@ -61,6 +76,7 @@ class _Demo:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.clients: dict[str, ApiClient] = {}
         self.ids: dict[str, str] = {}
+        self.relay: UnixRelay | None = None
 
     def enroll(self, name: str, authority: ClusterAuthority) -> Path:
         state = self.root / name
@@ -102,6 +118,8 @@ class _Demo:
         return out
 
     def stop(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -133,6 +151,9 @@ class _Demo:
         took = time.monotonic() - t0
         print(f"\nconverged after {took:.1f} s; members as {names[0]} sees them:\n")
         print(format_members(self.clients[names[0]].get("/v1/members")))
+        self.relay = UnixRelay(self.clients[names[0]].socket_path)
+        print(f"\ndashboard: {self.relay.url} ({names[0]}'s page, live; metrics at /metrics)")
+        _pause(f"press Enter to kill {names[2]} and watch the page show it dead")
 
         victim = names[2]
         survivors = [n for n in names if n != victim]
@@ -149,6 +170,7 @@ class _Demo:
         print(f"all {len(survivors)} survivors agree {victim} is dead after {took:.1f} s;")
         print(f"members as {names[0]} sees them:\n")
         print(format_members(self.clients[names[0]].get("/v1/members")))
+        _pause(f"the mesh stays up; press Enter to stop it (dashboard: {self.relay.url})")
         print(f"\ndemo done in {time.monotonic() - t0:.1f} s; stopping the mesh")
 
 

@@ -52,6 +52,8 @@ from .inference.peer_auth import PeerCallSigner, PeerCallVerifier
 from .inference.peer_client import PeerClient
 from .inference.route import Candidate
 from .inference.service import InferenceService
+from .observe import EventService, MetricSources, MetricsService, NodeCollector, ObserveView
+from .observe.web import AsgiApp, make_observe_app
 from .record import NodeStatus
 from .record_book import RecordBook
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
@@ -124,8 +126,19 @@ class _Parts:
             started_at=started_at, on_signed=self.roster.accept_own,
             max_bytes=min(self.swim_config.meta_size_max, self.swim_config.packet_budget - 64),
         )  # fmt: skip
+        roster = self.roster
+        self.events = EventService(
+            name_of=lambda nid: n if (n := roster.name_of(nid)) != "?" else nid[:12]
+        )
+        self.metrics = MetricsService()
+        events, publisher = self.events, self.publisher
+
+        async def gpu_changed(report: Any) -> None:
+            events.gpu_report(report)
+            await publisher.gpu_changed(report)
+
         self.gpus = GpuService(
-            self.publisher.gpu_changed,
+            gpu_changed,
             reserve_vram=config.reserve_vram,
             withheld=config.withhold_gpu,
             labels=dict(config.labels),
@@ -151,6 +164,11 @@ class Node:
         self.peer_client: PeerClient | None = None
         #: The OpenAI-compatible API and the relay (set once `run` has started).
         self.inference: InferenceService | None = None
+        #: The observability routes (`populi_p2p.observe.web`), once the node runs: served
+        #: on the API socket; `observe.mount` puts them on another listener.
+        self.observe_app: AsgiApp | None = None
+        #: What those routes read; `provide("tasks", rows)` fills the page's task table.
+        self.observe: ObserveView | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -242,10 +260,26 @@ class Node:
                                 if m.node_id != node_id],
             probe_interval=parts.swim_config.probe_interval,
         )  # fmt: skip
-        api = ApiService(config.api_socket, _Backend(self))
+        parts.metrics.register(NodeCollector(MetricSources(
+            node_id=node_id, name=config.name, members=membership.members,
+            awareness=lambda: membership.awareness, swim=membership.statistics,
+            driver=membership.driver_statistics, transport=transport.statistics,
+            traffic=lambda: (codec.bytes_in, codec.bytes_out),
+            auth_drops=codec.auth.drops.as_dict, record_drops=parts.roster.records.drops.as_dict,
+            gpu_report=lambda: parts.gpus.report, event_counts=lambda: parts.events.counts,
+            events_dropped=lambda: parts.events.dropped,
+        )))  # fmt: skip
+        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
+        self.observe_app = make_observe_app(self.observe)
+        api = ApiService(config.api_socket, _Backend(self), extra=self.observe_app)
+
+        def stop_api() -> None:
+            parts.events.close()  # open event streams end now, not at the grace timeout
+            api.stop()
+
         lifecycle = self._lifecycle = Lifecycle(
             leave=membership.leave, announced=lambda: membership.leave_announced,
-            flush=store.flush, stop_api=api.stop, api_done=api.done,
+            flush=store.flush, stop_api=stop_api, api_done=api.done,
             stop_node=nursery.cancel_scope.cancel,
         )  # fmt: skip
         self._view = StatusView(
@@ -261,7 +295,8 @@ class Node:
         # Subscribe before the core runs, so that no subscriber misses an event.
         subscribers = [(parts.roster.run, membership.subscribe()),
                        (links.run, membership.subscribe()),
-                       (store.run, membership.subscribe())]  # fmt: skip
+                       (store.run, membership.subscribe()),
+                       (parts.events.run, membership.subscribe())]  # fmt: skip
         discovery_events = membership.subscribe()
         for run, events in subscribers:
             await nursery.start(run, events)

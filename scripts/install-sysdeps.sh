@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the system packages that the real-network tests use. Needs root and apt; if
-# either is missing it says so and returns 0, and those tests skip with a reason.
+# Installs the system packages that the real-network tests and the dashboard browser test
+# use. Needs root and apt; if either is missing it says so and returns 0, and those tests
+# skip with a reason.
 set -u
 need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
@@ -8,6 +9,8 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v wg >/dev/null 2>&1 || need+=(wireguard-tools)
 command -v wireguard-go >/dev/null 2>&1 || need+=(wireguard-go)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+# The dashboard test drives Debian's Chromium headless over its DevTools protocol.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "sysdeps: not root or no apt-get; tests needing ${need[*]} will skip" >&2

@@ -21,6 +21,8 @@ from ._engine import Observer as Observer
 from ._engine import Simulator as Simulator
 from ._engine import address_for as address_for
 from ._engine import name_for as name_for
+from ._envelope import EnvelopeModel as EnvelopeModel
+from ._envelope import EnvelopeSpec as EnvelopeSpec
 from ._invariants import IncarnationCheck as IncarnationCheck
 from ._metrics import ConvergenceRecord as ConvergenceRecord
 from ._metrics import Detection as Detection
@@ -50,6 +52,10 @@ from ._scenario import SweepSpec as SweepSpec
 from ._scenario import load_scenario as load_scenario
 from ._scenario import override as override
 from ._scenario import parse_scenario as parse_scenario
+from ._seeds import SeedSummary as SeedSummary
+from ._seeds import mean_ci as mean_ci
+from ._seeds import run_seeds as run_seeds
+from ._seeds import summarize as summarize
 
 __all__ = [
     "ChurnSpec",
@@ -58,6 +64,8 @@ __all__ = [
     "CoreFactory",
     "Detection",
     "EngineStatistics",
+    "EnvelopeModel",
+    "EnvelopeSpec",
     "FaultSpec",
     "FormationSpec",
     "IncarnationCheck",
@@ -75,6 +83,7 @@ __all__ = [
     "Sample",
     "Scenario",
     "ScenarioError",
+    "SeedSummary",
     "Simulator",
     "SweepSpec",
     "UpdateRecord",
@@ -84,11 +93,14 @@ __all__ = [
     "format_report",
     "format_sweep",
     "load_scenario",
+    "mean_ci",
     "name_for",
     "override",
     "parse_scenario",
     "run_once",
     "run_scenario",
+    "run_seeds",
+    "summarize",
     "swim_config",
     "swim_factory",
 ]

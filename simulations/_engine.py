@@ -269,6 +269,10 @@ class Simulator:
         self._sleep: list[tuple[float, bool]] = []
         self.sent_messages: list[int] = []
         self.sent_bytes: list[int] = []
+        #: Bytes sent as the daemon would seal them (payload plus envelope); stays 0
+        #: unless `set_envelope` gave the engine a way to price the envelope.
+        self.sealed_bytes: list[int] = []
+        self._envelope: Callable[[int, int | None, bool, float], int] | None = None
         # Counters and digest.
         self._events = 0
         self._deliveries = 0
@@ -285,6 +289,11 @@ class Simulator:
     def add_observer(self, observer: Observer) -> None:
         """Tell `observer` about every membership event and status change from now on."""
         self._watchers.append(observer)
+
+    def set_envelope(self, overhead: Callable[[int, int | None, bool, float], int]) -> None:
+        """Count `sealed_bytes` too: each Send's payload plus `overhead(src, dst, reliable,
+        t)` (dst None: an address no node has). The payloads themselves are unchanged."""
+        self._envelope = overhead
 
     def add_invariant(self, invariant: Invariant) -> None:
         """Check `invariant` after every core call from now on (safety mode)."""
@@ -319,6 +328,7 @@ class Simulator:
         self._sleep.append((0.0, False))
         self.sent_messages.append(0)
         self.sent_bytes.append(0)
+        self.sealed_bytes.append(0)
         self.network.add_node()
         return index
 
@@ -598,6 +608,8 @@ class Simulator:
             crc32 = zlib.crc32
             count = 0
             size = 0
+            envelope = self._envelope
+            sealed = 0
             for output in outputs:
                 if output.__class__ is Send:
                     payload = output.payload
@@ -605,6 +617,8 @@ class Simulator:
                     size += len(payload)
                     crc = crc32(payload, crc)
                     dst = index.get(output.destination)
+                    if envelope is not None:
+                        sealed += len(payload) + envelope(node, dst, output.reliable, t)
                     if output.reliable:
                         self._send_stream(node, dst, output, t)
                     elif dst is None:
@@ -617,6 +631,7 @@ class Simulator:
             self._crc = crc
             self.sent_messages[node] += count
             self.sent_bytes[node] += size
+            self.sealed_bytes[node] += sealed
         if core is None or self.cores[node] is not core:
             return
         if self._invariants:

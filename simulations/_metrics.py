@@ -112,6 +112,9 @@ class UpdateRecord:
     observers: int
     pending: set[int] = attrs.field(repr=False)
     all_seen: float | None = None
+    #: "seen" (by every member), "publisher down" (it crashed, left or slept before
+    #: every member saw the update, so the spread is not measurable), "open" (run ended).
+    outcome: str = "open"
 
     def as_dict(self, probe_interval: float) -> dict[str, Any]:
         spread = None if self.all_seen is None else self.all_seen - self.at
@@ -119,6 +122,7 @@ class UpdateRecord:
             "node": self.node,
             "at": self.at,
             "observers": self.observers,
+            "outcome": self.outcome,
             "all_seen_after": spread,
             "all_seen_periods": None if spread is None else spread / probe_interval,
         }
@@ -173,11 +177,14 @@ class Metrics:
         # Measures.
         self.window_start = 0.0
         self.window_end = math.inf
-        self._closed: tuple[int, int] | None = None
+        self._closed: tuple[int, int, int] | None = None
         self._member_seconds = 0.0
         self._last_change = 0.0
         self._messages0 = 0
         self._bytes0 = 0
+        self._sealed0 = 0
+        #: Whether the engine prices the envelope (`Simulator.set_envelope`).
+        self.sealed = False
         self.detections: list[Detection] = []
         self._open: dict[int, Detection] = {}
         self.updates: list[UpdateRecord] = []
@@ -326,17 +333,19 @@ class Metrics:
                     self.false_episodes += 1
                 elif cause == "partition":
                     self.partition_episodes += 1
+        # A real failure's first declaration is timed whatever the accusation's cause
+        # (a member suspected while healthy that then crashed is still detected by it)
+        # and whether or not the window has closed: a crash near the end of the timeline
+        # is declared dead in the liveness phase, and its "by all" time is measured too.
+        record = self._open.get(subject)
+        if record is not None and record.first_detected is None:
+            record.first_detected = now
         if not measured:
             return
         if cause in ("slow", "healthy"):
             self.false_declarations += 1
-            return
-        if cause == "partition":
-            return
-        self.true_declarations += 1
-        record = self._open.get(subject)
-        if record is not None and record.first_detected is None:
-            record.first_detected = now
+        elif cause != "partition":
+            self.true_declarations += 1
 
     def _on_suspected(self, now: float, observer: int, subject: int, incarnation: int) -> None:
         key = (subject, incarnation)
@@ -423,6 +432,8 @@ class Metrics:
                 self._close_detection(now, record, "detected")
         for update in list(self._open_updates.values()):
             if update.node == node:
+                # Not measurable: counted apart in the summary, not silently dropped.
+                update.outcome = "publisher down"
                 del self._open_updates[node]
             else:
                 self._update_seen(now, update, node)
@@ -463,6 +474,7 @@ class Metrics:
         self._last_change = now
         self._messages0 = sum(self._sim.sent_messages)
         self._bytes0 = sum(self._sim.sent_bytes)
+        self._sealed0 = sum(self._sim.sealed_bytes)
         self.false_episodes = self.false_episodes_slow = 0
         self.false_declarations = self.false_suspicions = self.true_declarations = 0
         self.partition_episodes = 0
@@ -478,6 +490,7 @@ class Metrics:
         self._closed = (
             sum(self._sim.sent_messages) - self._messages0,
             sum(self._sim.sent_bytes) - self._bytes0,
+            sum(self._sim.sealed_bytes) - self._sealed0,
         )
 
     def note_update(self, now: float, node: int, meta: bytes) -> None:
@@ -489,11 +502,13 @@ class Metrics:
             self._open_updates[node] = record
         else:
             record.all_seen = now
+            record.outcome = "seen"
 
     def _update_seen(self, now: float, update: UpdateRecord, observer: int) -> None:
         update.pending.discard(observer)
         if not update.pending:
             update.all_seen = now
+            update.outcome = "seen"
             self._open_updates.pop(update.node, None)
 
     def expect_convergence(self, now: float, label: str, *, stop: bool = False) -> None:
@@ -541,10 +556,11 @@ class Metrics:
         member_seconds = max(self._member_seconds, 1e-9)
         member_hours = member_seconds / 3600.0
         if self._closed is not None:
-            messages, sent_bytes = self._closed
+            messages, sent_bytes, sealed_bytes = self._closed
         else:
             messages = sum(self._sim.sent_messages) - self._messages0
             sent_bytes = sum(self._sim.sent_bytes) - self._bytes0
+            sealed_bytes = sum(self._sim.sealed_bytes) - self._sealed0
         detections = [d.as_dict(probe_interval) for d in self.detections]
         crashes = [d for d in detections if d["kind"] == "crash"]
         updates = [u.as_dict(probe_interval) for u in self.updates]
@@ -555,15 +571,19 @@ class Metrics:
             "members_end": self._members,
             "messages_per_member_second": messages / member_seconds,
             "bytes_per_member_second": sent_bytes / member_seconds,
+            # With the daemon's envelope (None: not modelled in this run).
+            "sealed_bytes_per_member_second": (
+                sealed_bytes / member_seconds if self.sealed else None
+            ),
             "messages": messages,
             "bytes": sent_bytes,
+            "sealed_bytes": sealed_bytes if self.sealed else None,
             "false_positives": {
                 "episodes_healthy": self.false_episodes,
                 "episodes_slow": self.false_episodes_slow,
                 "declarations": self.false_declarations,
                 "suspicions": self.false_suspicions,
-                "per_member_hour": (self.false_episodes + self.false_episodes_slow)
-                / member_hours,
+                "per_member_hour": (self.false_episodes + self.false_episodes_slow) / member_hours,
                 "healthy_per_member_hour": self.false_episodes / member_hours,
             },
             "true_declarations": self.true_declarations,
@@ -573,19 +593,30 @@ class Metrics:
                 "crashes": len(crashes),
                 "first_detected_mean": _mean(c["first_detected_after"] for c in crashes),
                 "all_detected_mean": _mean(c["all_detected_after"] for c in crashes),
-                "first_detected_periods_mean": _mean(
-                    c["first_detected_periods"] for c in crashes
-                ),
+                "first_detected_periods_mean": _mean(c["first_detected_periods"] for c in crashes),
                 "all_detected_periods_mean": _mean(c["all_detected_periods"] for c in crashes),
                 "first_suspected_mean": _mean(c["first_suspected_after"] for c in crashes),
                 "undetected": sum(1 for c in crashes if c["outcome"] != "detected"),
+                # The crashes left out of the "by all" mean, by reason.
+                "restarted_first": sum(1 for c in crashes if c["outcome"] == "returned"),
+                "still_open": sum(1 for c in crashes if c["outcome"] == "open"),
+                # Crashes seen dead by all but never declared dead (e.g. every observer
+                # learned it by a leave or lost it itself): left out of "first" means.
+                "first_unmeasured": sum(
+                    1
+                    for c in crashes
+                    if c["outcome"] == "detected" and c["first_detected_after"] is None
+                ),
             },
             "dissemination": {
                 "updates": len(self.updates),
+                "measured": sum(1 for u in self.updates if u.outcome == "seen"),
                 "all_seen_mean": _mean(u["all_seen_after"] for u in updates),
                 "all_seen_max": _max(u["all_seen_after"] for u in updates),
                 "all_seen_periods_mean": _mean(u["all_seen_periods"] for u in updates),
                 "incomplete": sum(1 for u in self.updates if u.all_seen is None),
+                "publisher_down": sum(1 for u in self.updates if u.outcome == "publisher down"),
+                "still_open": sum(1 for u in self.updates if u.outcome == "open"),
             },
             "detections": detections,
             "updates": updates,

@@ -39,8 +39,7 @@ def format_report(result: RunResult) -> str:
                 f"  crash of {who} at t={d['at'] - _t0(result):.1f} s: suspected after "
                 f"{_s(d['first_suspected_after'])}, declared dead after "
                 f"{_s(d['first_detected_after'])} "
-                f"({_periods(d['first_detected_after'], period)}), by all "
-                f"{d['observers']} observers after {_s(d['all_detected_after'])}"
+                f"({_periods(d['first_detected_after'], period)}), " + _by_all(d)
             )
         elif d["kind"] == "pause":
             outcome = (
@@ -72,16 +71,34 @@ def format_report(result: RunResult) -> str:
             f"  {m['partitioned_declared_dead']} members declared dead by the other side of "
             "a partition (expected: they were unreachable)"
         )
+    det = m["detection"]
+    unmeasured = [
+        (det.get("restarted_first", 0), "restarted before every member declared it dead"),
+        (det.get("still_open", 0), "not yet declared dead by all when the run ended"),
+        (det.get("first_unmeasured", 0), "never declared dead by anyone (no first time)"),
+    ]
+    for count, why in unmeasured:
+        if count:
+            lines.append(f"  {count} of {det['crashes']} crashes left out of the means: {why}")
     dis = m["dissemination"]
     if dis["updates"]:
+        measured = dis.get("measured", dis["updates"])
         lines.append(
             f"  dissemination of an update to every member: mean {_s(dis['all_seen_mean'])} "
             f"({_periods(dis['all_seen_mean'], period)}), max {_s(dis['all_seen_max'])} "
-            f"over {dis['updates']} updates"
+            f"over {measured} of {dis['updates']} updates"
         )
+        for count, why in (
+            (dis.get("publisher_down", 0), "publisher crashed, left or slept before all saw it"),
+            (dis.get("still_open", 0), "still spreading when the run ended"),
+        ):
+            if count:
+                lines.append(f"  {count} updates not measured: {why}")
+    sealed = m.get("sealed_bytes_per_member_second")
     lines.append(
         f"  traffic: {m['messages_per_member_second']:.2f} messages and "
         f"{m['bytes_per_member_second']:.0f} bytes sent per member per second"
+        + ("" if sealed is None else f" ({sealed:.0f} with the daemon's envelope)")
     )
     for c in m["convergence"]:
         if c["label"] == "formation":
@@ -119,6 +136,15 @@ def format_sweep(results: Sequence[RunResult]) -> str:
             + ("" if r.ok else f"  FAILED: {r.failure}")
         )
     return "\n".join(lines)
+
+
+def _by_all(d: dict[str, Any]) -> str:
+    """The "by all" part of a crash line, or why it has no time."""
+    if d["outcome"] == "returned":
+        return f"restarted before all {d['observers']} observers declared it dead (not measured)"
+    if d["all_detected_after"] is None:
+        return f"not declared dead by all {d['observers']} observers when the run ended"
+    return f"by all {d['observers']} observers after {_s(d['all_detected_after'])}"
 
 
 def _t0(result: RunResult) -> float:

@@ -42,6 +42,7 @@ from swim import (
 from swim.rejoin import RejoinConfig, RejoinPolicy, failed_targets
 
 from ._engine import CoreFactory, InvariantViolation, NodeStatus, Simulator
+from ._envelope import EnvelopeModel
 from ._invariants import IncarnationCheck
 from ._metrics import Metrics, Sample
 from ._network import Network
@@ -148,6 +149,11 @@ class _Run:
         self.sim = Simulator(seed=seed, network=network, core_factory=factory)
         self.metrics = Metrics(self.sim, capacity=scenario.members)
         self.sim.add_observer(self.metrics)
+        if scenario.envelope is not None:
+            envelope = EnvelopeModel(scenario.envelope, self.sim, self.metrics)
+            self.sim.add_observer(envelope)
+            self.sim.set_envelope(envelope.overhead)
+            self.metrics.sealed = True
         self.reconnect_rng = child_rng(seed, "reconnect")
         self.failed: dict[int, dict[int, float]] = {}
         # The daemon's join and reconnect policy (swim.RejoinPolicy), one per node life.

@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from ._envelope import EnvelopeSpec
 from ._network import NetworkConfig
 
 __all__ = [
@@ -170,6 +171,9 @@ class Scenario:
     liveness: bool = True
     liveness_bound: float = 300.0
     sweep: SweepSpec | None = None
+    #: The daemon's packet envelope, priced per packet (`[envelope]`); None: not
+    #: modelled (`enabled = false`), and only bare payload bytes are reported.
+    envelope: EnvelopeSpec | None = attrs.field(factory=EnvelopeSpec)
 
     def __attrs_post_init__(self) -> None:
         if self.members < 1:
@@ -502,9 +506,32 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "scenario") -> Scen
         liveness=liveness,
         liveness_bound=liveness_bound,
         sweep=_sweep(top.table("sweep")),
+        envelope=_envelope(top.table("envelope")),
     )
     top.done()
     return scenario
+
+
+def _envelope(table: _Table | None) -> EnvelopeSpec | None:
+    default = EnvelopeSpec()
+    if table is None:
+        return default
+    enabled = table.boolean("enabled", True)
+    try:
+        spec = EnvelopeSpec(
+            base=table.integer("base", default.base, minimum=0),
+            certificate=table.integer("certificate", default.certificate, minimum=0),
+            introduction_seconds=table.number(
+                "introduction_seconds", default.introduction_seconds
+            ),
+            introduction_packets=table.integer(
+                "introduction_packets", default.introduction_packets, minimum=0
+            ),
+        )
+    except ValueError as exc:
+        raise ScenarioError(f"{table.where}: {exc}") from None
+    table.done()
+    return spec if enabled else None
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -1,7 +1,7 @@
 """`populi-sim`: run simulation scenarios from the command line.
 
     populi-sim run SCENARIO.toml [--members N] [--duration S] [--loss P] [--seed N]
-                                 [--lifeguard on|off] [--json OUT] [--plot OUT.png]
+                                 [--seeds S] [--lifeguard on|off] [--json OUT] [--plot OUT.png]
     populi-sim list
     populi-sim plot RESULTS.json --plot OUT.png
 
@@ -23,6 +23,7 @@ from typing import NoReturn
 from ._report import format_report, format_sweep
 from ._runner import RunResult, run_scenario
 from ._scenario import Scenario, ScenarioError, load_scenario, override
+from ._seeds import as_json, format_seeds, run_seeds
 
 __all__ = ["main"]
 
@@ -100,6 +101,13 @@ def _parser() -> _Parser:
     run.add_argument("--duration", type=_duration, help="seconds of timeline after formation")
     run.add_argument("--loss", type=_probability, help="datagram loss probability on every link")
     run.add_argument("--seed", type=_seed, help="root seed; the same seed replays the same run")
+    run.add_argument(
+        "--seeds",
+        type=_positive_int,
+        metavar="S",
+        help="run S seeds (--seed, or the scenario's, and the S-1 after it) and print each "
+        "measure's mean and 95%% confidence interval",
+    )
     run.add_argument("--lifeguard", type=_on_off, metavar="on|off", help="Lifeguard mechanisms")
     run.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     run.add_argument("--plot", type=Path, metavar="OUT.png", help="write a PNG figure")
@@ -154,6 +162,31 @@ def _document(scenario: Scenario, source: Path, results: Sequence[RunResult]) ->
     }
 
 
+def _run_seeds(
+    scenario: Scenario, count: int, *, quiet: bool
+) -> tuple[list[RunResult], list[dict[str, object]]]:
+    """Each variant of `scenario` (its seed sweep dropped) over `count` seeds."""
+    first = scenario.seed
+    seeds = range(first, first + count)
+    results: list[RunResult] = []
+    summaries: list[dict[str, object]] = []
+    for variant in override(scenario, seed=first).variants():
+
+        def progress(result: RunResult) -> None:
+            if not quiet:
+                print(format_sweep([result]).splitlines()[-1], flush=True)
+
+        if not quiet:
+            print(format_sweep([]), flush=True)
+        runs = run_seeds(variant, seeds, progress=progress)
+        print(format_seeds(runs), flush=True)
+        results.extend(runs)
+        summaries.append(
+            {"members": variant.members, "lifeguard": variant.lifeguard, "measures": as_json(runs)}
+        )
+    return results, summaries
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `populi-sim` console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -187,14 +220,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(format_report(result), flush=True)
 
-        if not args.quiet and len(variants) > 1:
-            print(format_sweep([]), flush=True)
-        results = run_scenario(scenario, progress=progress)
+        if args.seeds is not None:
+            results, summaries = _run_seeds(scenario, args.seeds, quiet=args.quiet)
+        else:
+            if not args.quiet and len(variants) > 1:
+                print(format_sweep([]), flush=True)
+            results = run_scenario(scenario, progress=progress)
+            summaries = []
     except ScenarioError as exc:
         print(f"populi-sim: error: {exc}", file=sys.stderr)
         return _EXIT_USAGE
     if args.json is not None:
         document = _document(scenario, source, results)
+        if summaries:
+            document["seeds"] = summaries
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     if args.plot is not None:
         from ._plot import plot_results

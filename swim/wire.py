@@ -320,6 +320,20 @@ def encode(*messages: Message) -> bytes:
     return encode_packet([encode_message(m) for m in messages])
 
 
+def answers_a_probe(packet: bytes) -> bool:
+    """Whether `packet` opens with an ack or nack: proof its sender read a probe of ours.
+
+    A cheap peek at the first message's type, no decoding; False for anything else,
+    malformed input included. The daemon uses it to end a certificate introduction early
+    (`overlay.introductions`), so a wrong answer costs bytes, never correctness.
+    """
+    if len(packet) < 4 or packet[0] != PROTOCOL_VERSION:
+        return False
+    if not (0x91 <= packet[1] <= 0x9F and 0x91 <= packet[2] <= 0x9F):
+        return False  # not a fixarray of messages opening with a fixarray message
+    return packet[3] in (MessageType.ACK, MessageType.NACK)
+
+
 def packet_size(parts_size: int, count: int) -> int:
     """Exact size of a packet holding `count` messages totalling `parts_size` bytes."""
     header = 1 if count < 16 else 3

@@ -10,17 +10,22 @@ from pathlib import Path
 
 import trio
 
-from ..api import ApiBackend, make_app, serve_api
+from ..api import ApiBackend, AsgiApp, make_app, serve_api
+from ..observe.web import mount
 
 __all__ = ["ApiService"]
 
 
 class ApiService:
-    """Args: the socket path and the backend that answers."""
+    """Args: the socket path, the backend that answers, and an `extra` app whose routes
+    (`observe.web.handles`) are mounted in front: metrics, events, the dashboard."""
 
-    def __init__(self, socket_path: Path, backend: ApiBackend) -> None:
+    def __init__(
+        self, socket_path: Path, backend: ApiBackend, *, extra: AsgiApp | None = None
+    ) -> None:
         self.socket_path = socket_path
         self._backend = backend
+        self._extra = extra
         self._stop = trio.Event()
         self.done = trio.Event()
 
@@ -30,8 +35,9 @@ class ApiService:
 
     async def run(self, *, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED) -> None:
         try:
+            app = make_app(self._backend)
             await serve_api(
-                make_app(self._backend),
+                app if self._extra is None else mount(app, self._extra),
                 self.socket_path,
                 shutdown_trigger=self._stop.wait,
                 task_status=task_status,

@@ -15,6 +15,7 @@ from overlay.auth import AuthError, PacketAuthenticator
 from overlay.base import Address, format_address
 from overlay.inbox import BULK, URGENT, Incoming
 from overlay.introductions import Introductions
+from swim.wire import answers_a_probe
 
 from .._log import event, get_logger
 from .clock import stale_skew
@@ -122,6 +123,9 @@ class AuthCodec:
         if opened.new_session:
             # New to us, or restarted: it may not hold our certificate (any more).
             self.introductions.introduce(opened.sender_node_id, self._clock())
+        if answers_a_probe(opened.payload):
+            # It read a probe of ours, so it holds our certificate already.
+            self.introductions.acknowledged(opened.sender_node_id)
         if opened.payload[:1] == CONTROL_PREFIX:
             # Not for the core: populi's own authenticated messages (revocation gossip).
             self.control_in += 1

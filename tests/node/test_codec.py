@@ -97,6 +97,27 @@ def test_certificate_only_while_a_peer_may_not_know_us() -> None:
     assert lean(bob, ALICE_AT, alice, BOB_AT)
 
 
+def test_an_ack_ends_the_introduction_at_once() -> None:
+    """A peer that acks our probe read it, so it holds our certificate: stop sending it."""
+    from swim import wire
+
+    clock = Clock()
+    alice, bob = codec(ALICE, clock), codec(BOB, clock)
+    alice.recipients[BOB_AT] = BOB.node_id
+    bob.recipients[ALICE_AT] = ALICE.node_id
+    alice.introductions.introduce(BOB.node_id, clock.now)
+    ping = wire.encode(wire.Ping(1, BOB.node_id, ALICE.node_id, ALICE_AT))
+    assert bob.open(Incoming(ALICE_AT, alice.seal(BOB_AT, ping, False), False, URGENT)) == ping
+    assert alice.datagrams_with_certificate == 1
+    # Not an ack (gossip only): the introduction goes on.
+    assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
+    assert alice.datagrams_with_certificate == 2
+    ack = wire.encode(wire.Ack(1), wire.Left("x" * 16, 1))
+    assert alice.open(Incoming(BOB_AT, bob.seal(ALICE_AT, ack, False), False, URGENT)) == ack
+    assert lean(alice, BOB_AT, bob, ALICE_AT)  # well inside the 5 s and 3 packets
+
+
 def test_unknown_addresses_and_streams_always_get_the_certificate() -> None:
     clock = Clock()
     alice, bob = codec(ALICE, clock), codec(BOB, clock)

@@ -23,6 +23,8 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     out = proc.stdout
     assert out.count("NAME ") == 2  # the table, before and after
     assert "agree node3 is dead" in out
+    # The dashboard's address is printed; stdin is not a terminal, so nothing waits.
+    assert "dashboard: http://127.0.0.1:" in out
     after = out.split("kill -9 node3")[1]
     assert any(line.startswith("node3") and " dead " in line for line in after.splitlines())
     # Nothing left behind in its temporary directory.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -292,3 +294,35 @@ def test_encode_sync_matches_generic_encoding(
 def test_malformed_sync_and_app_are_decode_errors(raw: list[object]) -> None:
     with pytest.raises(DecodeError):
         decode_packet(bytes([PROTOCOL_VERSION]) + msgpack.packb([raw]))
+
+
+@given(st.lists(messages, min_size=1, max_size=20))
+def test_answers_a_probe_peeks_the_first_message_type(batch: list[Any]) -> None:
+    from swim.wire import answers_a_probe
+
+    packet = encode(*batch)
+    expected = isinstance(batch[0], Ack | Nack) and len(batch) < 16
+    assert answers_a_probe(packet) is expected
+
+
+def test_answers_a_probe_on_junk_is_false() -> None:
+    from swim.wire import answers_a_probe
+
+    for junk in (b"", b"\x01", b"\x01\x91\x92", b"\x02\x91\x92\x02\x00", b"\xff" * 8):
+        assert answers_a_probe(junk) is False
+
+
+def test_every_ack_a_cluster_sends_is_recognised() -> None:
+    """The daemon ends certificate introductions on acks: the core must send them first."""
+    from swim.wire import answers_a_probe
+    from tests.swim.helpers import Cluster
+
+    cluster = Cluster(4, seed=3)
+    cluster.join_all()
+    cluster.run(10.0)
+    acks = 0
+    for _at, _name, send in cluster.sent:
+        first = decode_packet(send.payload)[0]
+        assert answers_a_probe(send.payload) is isinstance(first, Ack | Nack)
+        acks += isinstance(first, Ack)
+    assert acks > 10

@@ -1,0 +1,140 @@
+"""The bytes the daemon's packet envelope adds, modelled per packet.
+
+The simulator carries the core's payloads bare, but the daemon seals every datagram
+and stream frame in `overlay.auth`'s envelope: a fixed 114 bytes (kind, flags, sender
+key, timestamp, counter, signature), plus the sender's enrollment certificate (2 + about
+134 bytes, 250 in all) while the receiver may not know the sender yet. Without the
+envelope, simulated bytes per member cannot be compared with a daemon's.
+
+`EnvelopeModel` decides per packet whether the certificate rides along, following
+`overlay.introductions.Introductions` (the daemon's rule), from what the simulation
+knows:
+
+* always in a stream frame (push-pull, the reliable fallback probe), and to an address
+  whose node the sender has never heard of (a join through a seed);
+* to a member the sender sees suspect or dead;
+* during an *introduction*: at least `introduction_seconds` and `introduction_packets`
+  packets after the sender learns of the member (`MemberJoined`, `MemberRecovered`),
+  or after the member restarted (a new life: the daemon sees its counter jump);
+* to everybody for `introduction_seconds` after the sender refuted a suspicion.
+
+Everything else pays only the fixed part. The sizes are parameters (`[envelope]` in a
+scenario), since the overlay may shrink the envelope. Pure bookkeeping: one small
+entry per (sender, peer) it has sent to.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from swim import Event, MemberJoined, MemberRecovered, SelfRefuted
+
+from ._engine import NodeStatus, Simulator
+from ._metrics import Metrics
+
+__all__ = ["EnvelopeModel", "EnvelopeSpec"]
+
+_SUSPECT = 2
+_DEAD = 3
+_UNKNOWN = 0
+
+
+@attrs.frozen
+class EnvelopeSpec:
+    """Sizes and introduction rule of the daemon's envelope (see `overlay.auth`)."""
+
+    #: Bytes every sealed packet adds without the certificate (`overlay.auth`: 114).
+    base: int = attrs.field(default=114, validator=attrs.validators.ge(0))
+    #: Bytes the certificate adds when it rides along: its 2-byte length plus the
+    #: certificate (250 - 114 = 136 with today's certificates).
+    certificate: int = attrs.field(default=136, validator=attrs.validators.ge(0))
+    #: `overlay.introductions.INTRODUCTION_SECONDS`.
+    introduction_seconds: float = attrs.field(default=5.0, validator=attrs.validators.ge(0))
+    #: `overlay.introductions.INTRODUCTION_PACKETS`.
+    introduction_packets: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+
+
+class EnvelopeModel:
+    """An `Observer` that also prices each packet's envelope for the engine.
+
+    Args:
+        spec: sizes and the introduction rule.
+        sim: the simulator (for node lives).
+        metrics: the run's metrics (each node's view of the others).
+    """
+
+    def __init__(self, spec: EnvelopeSpec, sim: Simulator, metrics: Metrics) -> None:
+        self.spec = spec
+        self._sim = sim
+        self._metrics = metrics
+        self._with = spec.base + spec.certificate
+        self._without = spec.base
+        # Per sender: peer -> [until, packets left, the peer's life it was for].
+        self._intro: list[dict[int, list[float]]] = []
+        self._everyone_until: list[float] = []
+        #: Packets priced with and without the certificate.
+        self.with_certificate = 0
+        self.without_certificate = 0
+
+    def _grow(self, node: int) -> None:
+        while len(self._intro) <= node:
+            self._intro.append({})
+            self._everyone_until.append(-1.0)
+
+    def overhead(self, src: int, dst: int | None, reliable: bool, t: float) -> int:
+        """Envelope bytes of one packet from `src` to `dst` (None: no such node) at `t`."""
+        if self._certificate(src, dst, reliable, t):
+            self.with_certificate += 1
+            return self._with
+        self.without_certificate += 1
+        return self._without
+
+    def _certificate(self, src: int, dst: int | None, reliable: bool, t: float) -> bool:
+        if reliable or dst is None:
+            return True
+        # `src` is running, so `on_status` has made room for it.
+        if t < self._everyone_until[src]:
+            return True
+        belief = self._metrics.view_of(src, dst)
+        if belief in (_UNKNOWN, _SUSPECT, _DEAD):
+            return True
+        life = self._sim.life(dst)
+        entry = self._intro[src].get(dst)
+        if entry is None:
+            # Known without an introduction (a primed cluster): it holds our certificate.
+            self._intro[src][dst] = [-1.0, 0.0, float(life)]
+            return False
+        if entry[2] != life:  # it restarted: a fresh cache, introduce ourselves again
+            entry[0], entry[1], entry[2] = (
+                t + self.spec.introduction_seconds,
+                float(self.spec.introduction_packets),
+                float(life),
+            )
+        if entry[1] > 0 or t < entry[0]:
+            entry[1] -= 1
+            return True
+        return False
+
+    def _introduce(self, src: int, dst: int, now: float) -> None:
+        self._grow(src)
+        self._intro[src][dst] = [
+            now + self.spec.introduction_seconds,
+            float(self.spec.introduction_packets),
+            float(self._sim.life(dst)),
+        ]
+
+    def on_event(self, now: float, node: int, event: Event) -> None:
+        cls = event.__class__
+        if cls is SelfRefuted:
+            self._grow(node)
+            self._everyone_until[node] = now + self.spec.introduction_seconds
+        elif cls is MemberJoined or cls is MemberRecovered:
+            subject = self._sim.index_of(event.member.name)  # type: ignore[union-attr]
+            if subject is not None and subject != node:
+                self._introduce(node, subject, now)
+
+    def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
+        if old == NodeStatus.DOWN and new != NodeStatus.DOWN:
+            self._grow(node)
+            self._intro[node] = {}  # a fresh process: introduces itself to everyone
+            self._everyone_until[node] = -1.0

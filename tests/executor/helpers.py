@@ -1,0 +1,59 @@
+"""Run an `ExecutorService` in a test's nursery and wait for one task's end."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from populi_p2p.leases import Requirements, TaskKind, TaskSpec
+from populi_p2p.services.executor import ExecutorConfig, ExecutorService, TaskExited
+
+PY = sys.executable
+#: Longest a test waits for an exit event: far beyond what any task here needs.
+EXIT_WAIT = 60.0
+
+
+def spec(*command: str, timeout: float = 60.0, cpus: float = 0.0, **env: str) -> TaskSpec:
+    argv: Any = command  # attrs' `converter=tuple` confuses mypy's inference here
+    return TaskSpec(
+        kind=TaskKind.BATCH,
+        requirements=Requirements(cpu_cores=cpus),
+        command=argv,
+        env=env,
+        timeout=timeout,
+        submitted_by="test-node",
+    )
+
+
+def python(code: str, **kw: Any) -> TaskSpec:
+    return spec(PY, "-c", code, **kw)
+
+
+@asynccontextmanager
+async def executor(tmp_path: Path, **config: Any) -> AsyncIterator[ExecutorService]:
+    """A running executor (tasks as root unless the test says otherwise), cancelled after."""
+    config.setdefault("task_user", "root")
+    config.setdefault("grace_period", 1.0)
+    config.setdefault("poll_interval", 0.05)
+    service = ExecutorService(ExecutorConfig(tasks_dir=tmp_path / "tasks", **config))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        yield service
+        nursery.cancel_scope.cancel()
+
+
+async def next_exit(service: ExecutorService) -> TaskExited:
+    with trio.fail_after(EXIT_WAIT):
+        return await service.exits.receive()
+
+
+async def run_one(service: ExecutorService, task_id: str, task: TaskSpec, **kw: Any) -> TaskExited:
+    service.start(task_id, 1, task, kw.pop("gpus", []), **kw)
+    ended = await next_exit(service)
+    assert ended.task_id == task_id
+    return ended

@@ -1,0 +1,80 @@
+"""The daemon's envelope priced per packet: fixed part always, certificate when needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulations import RunResult, ScenarioError, parse_scenario, run_once
+
+QUIET: dict[str, Any] = {
+    "name": "t",
+    "members": 12,
+    "seed": 2,
+    "duration": 20.0,
+    "formation": {"mode": "prime", "settle": 1.0},
+    # No stream frames: every packet is a datagram, priced by the introduction rule.
+    "swim": {"push_pull_interval": 0.0, "reliable_probe_enabled": False},
+}
+
+
+def run(**fields: Any) -> RunResult:
+    data = dict(QUIET)
+    data.update(fields)
+    result = run_once(parse_scenario(data))
+    assert result.ok, result.failure
+    return result
+
+
+def test_a_settled_cluster_pays_exactly_the_fixed_envelope_per_packet() -> None:
+    result = run(envelope={"base": 100, "certificate": 1000})
+    m = result.measures
+    assert m["messages"] > 0
+    assert m["sealed_bytes"] == m["bytes"] + 100 * m["messages"]
+    assert m["sealed_bytes_per_member_second"] == pytest.approx(
+        m["bytes_per_member_second"] + 100 * m["messages_per_member_second"]
+    )
+
+
+def test_a_restarted_member_is_sent_the_certificate_again() -> None:
+    faults = [{"kind": "crash", "at": 3.0, "members": [4], "restart_after": 5.0}]
+    result = run(envelope={"base": 100, "certificate": 1000}, fault=faults)
+    m = result.measures
+    extra = m["sealed_bytes"] - m["bytes"] - 100 * m["messages"]
+    # Some packets carried the certificate (to the suspect, the restarted member, and
+    # from it while it introduced itself), but far from all of them.
+    assert extra > 0 and extra % 1000 == 0
+    assert extra // 1000 < m["messages"] // 2
+
+
+def test_the_sizes_are_parameters_and_the_model_can_be_switched_off() -> None:
+    small = run(envelope={"base": 10, "certificate": 0})
+    large = run(envelope={"base": 200, "certificate": 0})
+    assert small.digest == large.digest  # pricing changes no packet
+    m = small.measures
+    assert large.measures["sealed_bytes"] - m["sealed_bytes"] == 190 * m["messages"]
+    off = run(envelope={"enabled": False})
+    assert off.measures["sealed_bytes"] is None
+    assert off.measures["sealed_bytes_per_member_second"] is None
+
+
+def test_default_sizes_are_the_overlays_114_and_250() -> None:
+    scenario = parse_scenario({"name": "t"})
+    assert scenario.envelope is not None
+    assert scenario.envelope.base == 114
+    assert scenario.envelope.base + scenario.envelope.certificate == 250
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"base": -1}, "base must be >= 0"),
+        ({"certificate": "big"}, "certificate must be an integer"),
+        ({"colour": 1}, "colour"),
+    ],
+)
+def test_bad_envelope_tables_are_one_line_errors(table: dict[str, Any], message: str) -> None:
+    with pytest.raises(ScenarioError, match=message) as info:
+        parse_scenario({"name": "t", "envelope": table})
+    assert "\n" not in str(info.value)
