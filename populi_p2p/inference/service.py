@@ -114,6 +114,7 @@ class InferenceService:
         self._own_outcomes: deque[Outcome] = deque(maxlen=MAX_OUTCOMES)
         self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROUTES)
         self._mounts: dict[str, AsgiApp] = {}
+        self._path_mounts: list[tuple[Callable[[str], bool], AsgiApp]] = []
         self._local_http = httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=2.0), trust_env=False
         )
@@ -137,6 +138,12 @@ class InferenceService:
         if prefix in self._mounts:
             raise ValueError(f"{prefix!r} is already mounted")
         self._mounts[prefix] = app
+
+    def mount_paths(self, handles: Callable[[str], bool], app: AsgiApp) -> None:
+        """Serve `app` for every path `handles(path)` accepts (exact paths such as
+        ``/``, ``/metrics``, ``/events``: e.g. ``observe.web.handles``), consulted before
+        this service's own routes. The mounted app does its own authorization."""
+        self._path_mounts.append((handles, app))
 
     def register_peer_routes(self, routes: PeerRoutes) -> None:
         for path in _ROUTED:
@@ -300,6 +307,10 @@ class InferenceService:
         if scope["type"] != "http":
             return
         path, method = str(scope["path"]), str(scope["method"]).upper()
+        for handles, handler in self._path_mounts:
+            if handles(path):
+                await handler(scope, receive, send)
+                return
         for prefix, mounted in self._mounts.items():
             if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
                 await mounted(scope, receive, send)

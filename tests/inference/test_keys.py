@@ -106,3 +106,23 @@ async def test_listener_demands_keys() -> None:
             r = await c.get(mesh.url + "/v1/models", headers=auth)
         assert r.status_code == 401 and "revoked" in r.json()["error"]["message"]
         nursery.cancel_scope.cancel()
+
+
+async def test_mounted_routes_are_served_before_the_api() -> None:
+    from populi_p2p.inference._asgi import send_json
+
+    async def metrics(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        await send_json(send, 200, {"path": scope["path"]})
+
+    async with trio.open_nursery() as nursery:
+        mesh = Mesh()
+        service = await mesh.start_front(nursery, CAROL)
+        service.mount("/metrics", metrics)
+        service.mount_paths(lambda p: p in ("/", "/events"), metrics)
+        with pytest.raises(ValueError):
+            service.mount("/v1", metrics)
+        async with httpx.AsyncClient(trust_env=False) as c:
+            for path in ("/metrics", "/metrics/x", "/", "/events"):
+                assert (await c.get(mesh.url + path)).json() == {"path": path}
+            assert (await c.get(mesh.url + "/v1/models")).json()["object"] == "list"
+        nursery.cancel_scope.cancel()
