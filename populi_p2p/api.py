@@ -22,6 +22,8 @@ Endpoints (all JSON):
 ``POST /v1/tasks/ID/cancel``  cancel a task everywhere
 ``POST /v1/drain``       take no new work (``{"handoff": true}`` hands running tasks on)
 ``POST /v1/undrain``     take work again
+``GET  /v1/inference/    the inference API's recent routes (``populi-node requests``)
+requests``
 =======================  ===============================================================
 
 The task routes are served when the backend is also a `TaskBackend`. A bad spec or
@@ -186,6 +188,10 @@ def make_app(backend: ApiBackend) -> AsgiApp:
         "/v1/gpus/probe": ("POST", backend.probe_gpus),
         "/v1/leave": ("POST", lambda: _leave(backend)),
     }
+    # Services add read-only endpoints through the backend (additive; optional).
+    extra = getattr(backend, "extra_routes", None)
+    if callable(extra):
+        routes.update({p: r for p, r in extra().items() if p not in routes})
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

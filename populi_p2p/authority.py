@@ -253,8 +253,21 @@ class ClusterAuthority:
             self.key_id, node_public_key, scope, issued_at, expires_at, serial, raw
         )
 
+    def sign_statement(self, context: bytes, body: bytes) -> bytes:
+        """``body || signature`` over ``context + body``: for other signed statements
+        of the authority (API keys, `populi_p2p.inference.keys`), each with its own
+        context so that no statement can pass for another."""
+        if context in (CERTIFICATE_CONTEXT, REVOCATION_CONTEXT):
+            raise ValueError("certificates and revocations have their own methods")
+        return self._sign(context, body)
+
     def revoke(
-        self, *, now: float, serial: int | None = None, node_public_key: bytes | None = None
+        self,
+        *,
+        now: float,
+        serial: int | None = None,
+        node_public_key: bytes | None = None,
+        api_key_id: bytes | None = None,
     ) -> Revocation:
         """Sign a revocation of one certificate (`serial`) or of a node key (all its certs).
 
@@ -263,6 +276,6 @@ class ClusterAuthority:
         """
         if node_public_key is not None and len(node_public_key) != KEY_BYTES:
             raise ValueError(f"a public key is {KEY_BYTES} bytes, got {len(node_public_key)}")
-        body = Revocation.encode_body(self.key_id, serial, node_public_key, int(now))
+        body = Revocation.encode_body(self.key_id, serial, node_public_key, int(now), api_key_id)
         raw = self._sign(REVOCATION_CONTEXT, body)
-        return Revocation(self.key_id, serial, node_public_key, int(now), raw)
+        return Revocation(self.key_id, serial, node_public_key, int(now), raw, api_key_id)

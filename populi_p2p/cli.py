@@ -19,7 +19,9 @@ Commands::
     populi-node key                        print this node's public key (to enroll it)
     populi-node cluster init               create a cluster authority
     populi-node cluster enroll KEY         issue an enrollment certificate
-    populi-node cluster revoke             sign a revocation (by serial or node key)
+    populi-node cluster revoke             sign a revocation (by serial, node key or API key)
+    populi-node cluster apikey create      sign an API key for the inference API
+    populi-node requests                   the inference API's recent routes
 """
 
 from __future__ import annotations
@@ -168,6 +170,25 @@ def _build_parser() -> _Parser:
         help="members that must persist a submitted task before submit returns (default 1)",
     )
     up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    up.add_argument(
+        "--peer-port", type=int, help="peer API TCP port (default: --port + 1; 0 picks one)"
+    )
+    up.add_argument(
+        "--engine", action="append", metavar="URL",
+        help="a local OpenAI-compatible engine, loopback only, e.g. http://127.0.0.1:8080",
+    )  # fmt: skip
+    up.add_argument(
+        "--api-listen", metavar="HOST:PORT",
+        help="serve the OpenAI-compatible API here (default off; host default 127.0.0.1)",
+    )  # fmt: skip
+    up.add_argument(
+        "--require-api-keys", action="store_true", default=None,
+        help="demand API keys on a loopback listener too (always demanded elsewhere)",
+    )  # fmt: skip
+    up.add_argument(
+        "--stall-timeout", type=float, metavar="SECONDS",
+        help="token gap that fails a stream over (default max(3x p99 gap, 2 s))",
+    )  # fmt: skip
 
     for name, text in (
         ("status", "this node, overlay, cluster summary"),
@@ -183,6 +204,10 @@ def _build_parser() -> _Parser:
                 action="store_true",
                 help="re-probe the GPUs now (a change gossips a new signed record)",
             )
+
+    requests = sub.add_parser("requests", help="the inference API's recent routes")
+    _add_state_dir(requests)
+    requests.add_argument("--json", action="store_true", help="print JSON for scripts")
 
     events = sub.add_parser("events", help="membership and GPU events, one line each")
     _add_state_dir(events)
@@ -211,8 +236,17 @@ def _build_parser() -> _Parser:
     group = revoke.add_mutually_exclusive_group(required=True)
     group.add_argument("--serial", type=int, help="revoke the certificate with this serial")
     group.add_argument("--key", metavar="NODE_PUBLIC_KEY", help="revoke every cert of a key")
+    group.add_argument("--api-key", metavar="KEY_ID", help="revoke an API key (its hex id)")
     revoke.add_argument("--out", type=Path, help="revocation file (default revoke-*.rev)")
-    for p in (init, enroll, revoke):
+    apikey = csub.add_parser("apikey", help="API keys for the inference API")
+    asub = apikey.add_subparsers(dest="apikey_command", metavar="ACTION", parser_class=_Parser)
+    asub.required = True
+    create = asub.add_parser("create", help="sign a new API key (verifiable offline)")
+    create.add_argument("--name", required=True, help="who the key is for (shown in logs)")
+    create.add_argument("--models", nargs="+", metavar="MODEL", help="only these models")
+    create.add_argument("--rate", metavar="N/min", help="requests per minute per node, e.g. 60/min")
+    create.add_argument("--expires", metavar="DURATION", help="validity, e.g. 30d (default never)")
+    for p in (init, enroll, revoke, create):
         p.add_argument(
             "--authority-dir",
             type=Path,
@@ -454,9 +488,24 @@ def _cmd_cluster_revoke(args: argparse.Namespace) -> None:
             node_key = decode_public_key(args.key)
         except ValueError as exc:
             raise _UsageError(f"--key: {exc}") from None
+    api_key_id = None
+    if args.api_key is not None:
+        try:
+            api_key_id = bytes.fromhex(args.api_key)
+            if len(api_key_id) != 16:
+                raise ValueError
+        except ValueError:
+            raise _UsageError(
+                "--api-key: expected the key's 32-hex-digit id (apikey create prints it)"
+            ) from None
     authority = _load_authority(args)
-    revocation = authority.revoke(now=time.time(), serial=args.serial, node_public_key=node_key)
-    name = str(args.serial) if args.serial is not None else args.key[:16]
+    revocation = authority.revoke(
+        now=time.time(), serial=args.serial, node_public_key=node_key, api_key_id=api_key_id
+    )
+    name = (
+        str(args.serial) if args.serial is not None
+        else args.key[:16] if args.key is not None else f"apikey-{args.api_key[:12]}"
+    )  # fmt: skip
     out = args.out if args.out is not None else Path(f"revoke-{name}.rev")
     try:
         write_revocation(out, revocation)
@@ -464,6 +513,49 @@ def _cmd_cluster_revoke(args: argparse.Namespace) -> None:
         raise CliError(f"{shown(out)} exists already (remove it or pass --out)") from None
     print(f"{revocation.describe()}: written to {out}")
     print("copy it into STATE_DIR/revocations/ of any node; nodes gossip it to the rest")
+
+
+def _cmd_cluster_apikey(args: argparse.Namespace) -> None:
+    from .inference.keys import issue_api_key
+
+    rate = 0
+    if args.rate is not None:
+        match = re.fullmatch(r"(\d+)(?:/min)?", args.rate.strip())
+        if match is None:
+            raise _UsageError(f"--rate: {args.rate!r} is not N/min (e.g. 60/min)")
+        rate = int(match.group(1))
+    try:
+        expires = parse_duration(args.expires) if args.expires is not None else None
+    except ValueError as exc:
+        raise _UsageError(f"--expires: {exc}") from None
+    authority = _load_authority(args)
+    try:
+        key = issue_api_key(authority, args.name, now=time.time(), models=args.models or (),
+                            rate_per_minute=rate, expires_in=expires)  # fmt: skip
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    print(key.token)
+    print(
+        f"key {key.name!r} id {key.key_id.hex()}: send it as Authorization: Bearer KEY;"
+        f" revoke with populi-node cluster revoke --api-key {key.key_id.hex()}",
+        file=sys.stderr,
+    )
+
+
+def _cmd_requests(args: argparse.Namespace) -> None:
+    data = _client(args).get("/v1/inference/requests")
+    if args.json:
+        _print_json(data)
+        return
+    if data.get("listening") is None:
+        print("this node serves no inference API (start it with --api-listen HOST:PORT)")
+    rows = [
+        [time.strftime("%H:%M:%S", time.localtime(r.get("at", 0))), str(r.get("model")),
+         str(r.get("node") or "-"), "stream" if r.get("stream") else "whole",
+         str(r.get("tokens", "-")), "; ".join(r.get("attempts") or []) or "-"]
+        for r in data.get("requests", [])
+    ]  # fmt: skip
+    print(_table(rows, ["TIME", "MODEL", "NODE", "MODE", "TOKENS", "ATTEMPTS"]))
 
 
 def _cmd_up(args: argparse.Namespace) -> None:
@@ -488,6 +580,11 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "preset": args.preset,
         "submit_acks": args.submit_acks,
         "log_level": args.log_level,
+        "peer_port": args.peer_port,
+        "engine": args.engine,
+        "api_listen": args.api_listen,
+        "require_api_keys": args.require_api_keys,
+        "stall_timeout": args.stall_timeout,
     }
     config = NodeConfig.load(args.config, flags)
     # Every argument is checked before the node looks at its state (key, certificate).
@@ -507,6 +604,7 @@ _COMMANDS = {
     "gpus": _cmd_gpus,
     "events": _cmd_events,
     "leave": _cmd_leave,
+    "requests": _cmd_requests,
     "key": _cmd_key,
     **TASK_COMMANDS,
 }
@@ -514,6 +612,7 @@ _CLUSTER_COMMANDS = {
     "init": _cmd_cluster_init,
     "enroll": _cmd_cluster_enroll,
     "revoke": _cmd_cluster_revoke,
+    "apikey": _cmd_cluster_apikey,
 }
 
 

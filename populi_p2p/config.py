@@ -154,6 +154,58 @@ def _bootstraps(
         parse_host_port(item)
 
 
+def _optional_port(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None:
+        _port(instance, attribute, value)
+
+
+def _optional_seconds(
+    instance: object, attribute: attrs.Attribute[Any], value: float | None
+) -> None:
+    if value is not None:
+        _positive_seconds(instance, attribute, value)
+
+
+def _engines(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    from .inference.engine_url import check_engine_url
+
+    for url in value:
+        try:
+            check_engine_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"engine: {exc}") from None
+
+
+def _api_listen(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        parse_api_listen(value)
+
+
+def parse_api_listen(text: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` for --api-listen (host 127.0.0.1).
+
+    Raises:
+        ConfigError: not an address and port.
+    """
+    if text.isdigit():
+        text = f"127.0.0.1:{text}"
+    host, _, port_text = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    try:
+        if ":" in host and not bracketed:
+            raise ValueError("an IPv6 address needs brackets")
+        ipaddress.ip_address(host)
+        port = int(port_text) if port_text.isdigit() else -1
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 0xFFFF:
+        raise ConfigError(
+            f"api-listen: {text!r} is not IP:PORT (e.g. 127.0.0.1:8080, or [::1]:8080)"
+        )
+    return host, port
+
+
 def _name(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not (0 < len(value) <= 64 and value.isprintable() and " " not in value):
         raise ConfigError(f"name: {value!r} must be 1 to 64 printable characters without spaces")
@@ -211,6 +263,17 @@ class NodeConfig:
     submit_acks: int = attrs.field(default=1, validator=attrs.validators.in_(range(0, 17)))
     #: Log verbosity.
     log_level: str = attrs.field(default="info", validator=_choice(LOG_LEVELS))
+    #: TCP port of the peer API (signed node-to-node HTTP) on the bind address.
+    #: None: the swim port + 1; 0: the kernel picks. Advertised in the NodeRecord.
+    peer_port: int | None = attrs.field(default=None, validator=_optional_port)
+    #: Local inference engines (OpenAI-compatible base URLs, loopback only).
+    engine: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_engines)
+    #: ``HOST:PORT`` for the OpenAI-compatible API (host defaults to 127.0.0.1); None: off.
+    api_listen: str | None = attrs.field(default=None, validator=_api_listen)
+    #: Demand API keys even on a loopback listener (always demanded elsewhere).
+    require_api_keys: bool = False
+    #: Seconds without a token before a stream fails over; None: max(3x p99 gap, 2 s).
+    stall_timeout: float | None = attrs.field(default=None, validator=_optional_seconds)
 
     @property
     def cert_path(self) -> Path:
@@ -361,10 +424,12 @@ def _check_resolves(host: str, timeout: float) -> None:
 
 
 _FIELDS: Final = {f.name for f in attrs.fields(NodeConfig)}
-_LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu", "withhold_gpu"}
-_BOOL_FIELDS: Final = {"mdns"}
+_LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu", "withhold_gpu", "engine"}
+_BOOL_FIELDS: Final = {"mdns", "require_api_keys"}
 _PATH_FIELDS: Final = {"state_dir", "cert", "authority_pubkey", "cluster_secret"}
-_STR_FIELDS: Final = {"name", "bind", "advertise", "overlay", "preset", "log_level"}
+_STR_FIELDS: Final = {
+    "name", "bind", "advertise", "overlay", "preset", "log_level", "api_listen",
+}  # fmt: skip
 
 
 def _key(key: str, where: str) -> str:
@@ -422,11 +487,11 @@ def _coerce(key: str, value: object) -> object:
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 16:
             raise ConfigError(f"submit-acks: {value!r} is not a number from 0 to 16")
         return value
-    if key == "port":
+    if key in ("port", "peer_port"):
         if isinstance(value, str) and value.isdigit():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"port: {value!r} is not a number (0 to 65535)")
+            raise ConfigError(f"{where}: {value!r} is not a number (0 to 65535)")
         return value
     if key == "labels":
         items: list[str]
@@ -449,7 +514,7 @@ def _coerce(key: str, value: object) -> object:
             except ValueError as exc:
                 raise ConfigError(f"reserve-vram: {exc}") from None
         raise ConfigError(f"reserve-vram: {value!r} is not a size like 2GiB")
-    if key == "gpu_probe_interval":
+    if key in ("gpu_probe_interval", "stall_timeout"):
         if isinstance(value, str):
             try:
                 value = float(value)

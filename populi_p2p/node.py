@@ -46,11 +46,21 @@ from ._keyfiles import encode_public_key
 from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
-from .config import NodeConfig
+from .config import NodeConfig, parse_api_listen
 from .envelope_keys import EnvelopeKeys
+from .inference.engines import EngineService
+from .inference.keys import ApiKeyChecker, request_authorizer
+from .inference.peer_api import PeerApi, PeerRoutes
+from .inference.peer_auth import PeerCallSigner, PeerCallVerifier
+from .inference.peer_client import PeerClient
+from .inference.route import Candidate
+from .inference.service import InferenceService
 from .leases import LeaseConfig
+from .leases.reliability import Outcome
 from .observe import EventService, MetricSources, MetricsService, NodeCollector, ObserveView
 from .observe.web import AsgiApp, make_observe_app
+from .observe.web import handles as observe_paths
+from .record import NodeStatus
 from .record_book import RecordBook
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_server import ApiService
@@ -158,6 +168,14 @@ class Node:
         self._parts: _Parts | None = None
         self._view: StatusView | None = None
         self._lifecycle: Lifecycle | None = None
+        #: Routes of the peer API (signed node-to-node HTTP); services add theirs
+        #: before `run` (see `PeerRoutes.add`).
+        self.peer_routes = PeerRoutes()
+        self.peer_api: PeerApi | None = None
+        #: Signed calls to other members' peer APIs (set once `run` has started).
+        self.peer_client: PeerClient | None = None
+        #: The OpenAI-compatible API and the relay (set once `run` has started).
+        self.inference: InferenceService | None = None
         #: The observability routes (`populi_p2p.observe.web`), once the node runs: served
         #: on the API socket; `observe.mount` puts them on another listener.
         self.observe_app: AsgiApp | None = None
@@ -229,6 +247,11 @@ class Node:
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         node_id = creds.identity.node_id
+        await self._start_peer_api(nursery, creds, parts, bind, local[1])
+        engines = None
+        if config.engine:
+            engines = EngineService(config.engine, parts.publisher.set_section)
+            await nursery.start(engines.run)  # the first record carries the models
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
             incarnation=incarnation, transport=transport, codec=parts.codec,
@@ -305,6 +328,7 @@ class Node:
         await nursery.start(leases.run, lease_events)
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
+        await self._start_inference(nursery, creds, parts, membership, engines)
         try:
             await nursery.start(api.run)
         except OSError as exc:
@@ -335,6 +359,111 @@ class Node:
             preset=config.preset, api=str(config.api_socket),
         )  # fmt: skip
 
+    async def _start_peer_api(
+        self, nursery: trio.Nursery, creds: Credentials, parts: _Parts, bind: str, port: int
+    ) -> None:
+        """The peer API on the bind address; its port goes into the record (section
+        ``peer``) before the first record is signed."""
+        config = self.config
+        # Default: the swim port + 1, or the kernel's choice when that is taken (the
+        # port is advertised in the record, so any port works) or the swim port is 0.
+        explicit = config.peer_port is not None
+        wanted = (
+            config.peer_port
+            if config.peer_port is not None
+            else ((port + 1) % 0x10000 if config.port else 0)
+        )
+        node_id = creds.identity.node_id
+        verifier = PeerCallVerifier(parts.envelope_keys, node_id, clock=time.time)
+        bound: int | None = None
+        for attempt in (wanted, 0):
+            api = self.peer_api = PeerApi(verifier, self.peer_routes, host=bind, port=attempt)
+            try:
+                bound = await nursery.start(api.run)
+                break
+            except (OSError, BaseExceptionGroup) as exc:
+                error = _os_error(exc)
+                if error is None:
+                    raise
+                if explicit or attempt == 0:
+                    raise NodeStartError(
+                        f"cannot listen for peer calls on {bind} port {attempt}: {error.strerror}"
+                        " (pick another with --peer-port; 0 lets the kernel choose)"
+                    ) from None
+        assert bound is not None
+        await parts.publisher.set_section("peer", {"port": bound})
+        self.peer_client = PeerClient(
+            PeerCallSigner(creds.identity, creds.certificate, clock=time.time)
+        )
+
+    async def _start_inference(
+        self,
+        nursery: trio.Nursery,
+        creds: Credentials,
+        parts: _Parts,
+        membership: MembershipService,
+        engines: EngineService | None,
+    ) -> None:
+        """The inference service: peer routes always (so members can use our engines),
+        the public API when ``--api-listen`` is given."""
+        config = self.config
+        node_id = creds.identity.node_id
+        roster = parts.roster
+        listen = parse_api_listen(config.api_listen) if config.api_listen else None
+        keys = None
+        if listen is not None:
+            required = config.require_api_keys or listen[0] not in ("127.0.0.1", "::1")
+            keys = ApiKeyChecker(creds.authority_key, revocations=creds.revocations,
+                                 required=required, clock=trio.current_time)  # fmt: skip
+            parts.revocations.on_change(keys.update_revocations)
+
+        def view() -> list[Candidate]:
+            out = []
+            for m in membership.members():
+                record = roster.records.get(m.name)
+                if record is None or roster.unverified_reason(m.name) is not None:
+                    continue
+                models = record.sections.get("models") or {}
+                out.append(Candidate(
+                    node_id=m.name, name=record.name, state=m.state.name.lower(),
+                    draining=record.status is NodeStatus.DRAINING,
+                    models=models if isinstance(models, dict) else {},
+                    rtt=m.rtt, is_self=m.name == node_id,
+                ))  # fmt: skip
+            return out
+
+        def address_of(node: str) -> tuple[str, int] | None:
+            record = roster.records.get(node)
+            peer = record.sections.get("peer") if record is not None else None
+            port = peer.get("port") if isinstance(peer, dict) else None
+            if record is None or not isinstance(port, int):
+                return None
+            return record.address, port
+
+        def state_of(node: str) -> str | None:
+            member = membership.member(node)
+            return None if member is None else member.state.name.lower()
+
+        service = self.inference = InferenceService(
+            node_id, view=view, address_of=address_of, peer_client=self.peer_client,
+            engines=engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
+            state_of=state_of, outcomes=self._lease_outcomes,
+        )  # fmt: skip
+        service.register_peer_routes(self.peer_routes)
+        if self.observe is not None:  # the dashboard, /metrics and /events on this listener
+            observe = make_observe_app(self.observe, authorize=request_authorizer(keys))
+            service.mount_paths(observe_paths, observe)
+        try:
+            await nursery.start(service.run)
+        except (OSError, BaseExceptionGroup) as exc:
+            error = _os_error(exc)
+            if error is None or listen is None:
+                raise
+            raise NodeStartError(
+                f"cannot listen for the API on {config.api_listen}: {error.strerror}"
+                " (pick another with --api-listen)"
+            ) from None
+
     ####################################################################################
     # What the API shows (the public names other code and tests use)
 
@@ -344,6 +473,10 @@ class Node:
         if self._leases is not None:
             status["tasks"] = self._leases.summary()
         return status
+
+    def _lease_outcomes(self) -> list[Outcome] | None:
+        """The lease table's task outcomes: reliability evidence for the router too."""
+        return None if self._leases is None else self._leases.table.outcomes()
 
     @property
     def leases(self) -> LeaseService:
@@ -361,6 +494,15 @@ class Node:
         """Re-probe the GPUs now; a change is signed and gossiped before this returns."""
         assert self._parts is not None
         return await self._parts.gpus.probe_now()
+
+    def inference_requests(self) -> dict[str, Any]:
+        """The recent routes of this node's inference API, and its engines."""
+        service = self.inference
+        return {
+            "listening": None if service is None else service.port,
+            "requests": [] if service is None else service.recent_routes(),
+            "engines": [] if service is None else service.engines(),
+        }
 
     def request_leave(self) -> None:
         """Start a graceful leave (API or signal); `run` then returns."""
@@ -412,6 +554,9 @@ class _Backend:
     async def undrain(self) -> dict[str, Any]:
         return await self._node.leases.undrain()
 
+    def extra_routes(self) -> dict[str, tuple[str, Any]]:
+        return {"/v1/inference/requests": ("GET", self._node.inference_requests)}
+
 
 async def _join_once_probed(
     gpus: GpuService, discovery: Discovery, events: trio.MemoryReceiveChannel[Event]
@@ -419,6 +564,18 @@ async def _join_once_probed(
     with trio.move_on_after(GPU_FIRST_REPORT_WAIT):
         await gpus.ready.wait()
     await discovery.run(events)
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The first `OSError` in `exc` (itself, or a leaf of an exception group)."""
+    pending = [exc]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, OSError):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+    return None
 
 
 def _start_error(group: BaseExceptionGroup[BaseException]) -> NodeStartError | None:

@@ -16,7 +16,13 @@ Wire format (`SignedNodeRecord.raw`): ``body || signature``, `body` the canonica
 msgpack array below, the signature by `public_key` over ``b"populi/record/v1" + body``::
 
     [1, node_id, public_key, name, address, port, software_version, protocol_version,
-     started_at, sequence, status, cpu_cores, ram_bytes, gpu|nil, labels, certificate]
+     started_at, sequence, status, cpu_cores, ram_bytes, gpu|nil, labels, certificate
+     (, sections)]
+
+`sections` (optional, appended later; absent when empty, so a record without it is
+byte-for-byte what older code signs) is a map from a section name to a plain msgpack
+map: facts a service observed, e.g. ``"peer"`` (the peer API's port) and ``"models"``
+(the inference engines' models). Every section is covered by the signature.
 
 `status` is an index into `NODE_STATUSES` (ONLY APPEND); `gpu` is the GPU report, a
 plain msgpack map or nil; `labels` a str-to-str map. Sizes are in docs/security.md.
@@ -60,6 +66,9 @@ MAX_LABELS: Final = 32
 MAX_LABEL_KEY_LENGTH: Final = 64
 MAX_LABEL_VALUE_LENGTH: Final = 256
 _FIELDS: Final = 16
+#: With the optional `sections` map appended.
+_FIELDS_WITH_SECTIONS: Final = 17
+MAX_SECTIONS: Final = 16
 
 RecordReason = Literal[
     "malformed",
@@ -139,6 +148,26 @@ def _label_dict(value: Mapping[str, str]) -> dict[str, str]:
     return dict(value)
 
 
+def _plain_sections(value: Mapping[str, Any]) -> dict[str, Any]:
+    """Normalise the sections to what decoding gives back; each must be a plain map."""
+    if not value:
+        return {}
+    try:
+        normalised = unpack_strict(pack_canonical(dict(value)))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"the record sections are not msgpack data: {exc}") from None
+    if not (isinstance(normalised, dict) and is_plain(normalised)):
+        raise ValueError("the record sections must be plain msgpack data")
+    if len(normalised) > MAX_SECTIONS:
+        raise ValueError(f"at most {MAX_SECTIONS} record sections")
+    for key, section in normalised.items():
+        if not (isinstance(key, str) and 0 < len(key) <= MAX_LABEL_KEY_LENGTH):
+            raise ValueError("a section name is a non-empty string")
+        if not isinstance(section, dict):
+            raise ValueError(f"section {key!r} is not a map")
+    return dict(normalised)
+
+
 @attrs.frozen
 class Capabilities:
     """What the machine has: CPU cores, RAM, and the GPU engineer's report (opaque here)."""
@@ -177,6 +206,8 @@ class NodeRecord:
     capabilities: Capabilities
     labels: Mapping[str, str] = attrs.field(factory=dict, converter=_label_dict)
     certificate: bytes = b""
+    #: Observed facts by section name (see the module docstring); empty: none.
+    sections: Mapping[str, Any] = attrs.field(factory=dict, converter=_plain_sections)
 
     def __attrs_post_init__(self) -> None:
         if len(self.public_key) != KEY_BYTES:
@@ -209,6 +240,7 @@ class NodeRecord:
     def encode_body(self) -> bytes:
         """The canonical body that the node signs (see the module docstring)."""
         caps = self.capabilities
+        sections = [dict(self.sections)] if self.sections else []
         return pack_canonical(
             [
                 RECORD_VERSION,
@@ -227,6 +259,7 @@ class NodeRecord:
                 caps.gpu,
                 dict(self.labels),
                 self.certificate,
+                *sections,
             ]
         )
 
@@ -253,8 +286,14 @@ def _decode_body(body: bytes) -> NodeRecord:
         fields = unpack_strict(body)
     except CodecError as exc:
         raise RecordError("malformed", str(exc)) from None
-    if not (isinstance(fields, list) and len(fields) == _FIELDS):
+    if not (isinstance(fields, list) and len(fields) in (_FIELDS, _FIELDS_WITH_SECTIONS)):
         raise RecordError("malformed", f"a record body is a {_FIELDS}-element array")
+    sections: Any = {}
+    if len(fields) == _FIELDS_WITH_SECTIONS:
+        sections = fields.pop()
+        # Present means non-empty: one record, one encoding.
+        if not (isinstance(sections, dict) and sections):
+            raise RecordError("malformed", "sections, when present, is a non-empty map")
     (version, node_id, public_key, name, address, port, software_version, protocol_version,
      started_at, sequence, status, cpu_cores, ram_bytes, gpu, labels, certificate) = fields  # fmt: skip  # noqa: E501
     if type(version) is not int or version != RECORD_VERSION:
@@ -286,6 +325,7 @@ def _decode_body(body: bytes) -> NodeRecord:
             capabilities=Capabilities(cpu_cores, ram_bytes, gpu),
             labels=labels,
             certificate=certificate,
+            sections=sections,
         )
     except (ValueError, TypeError) as exc:
         raise RecordError("malformed", str(exc)) from None

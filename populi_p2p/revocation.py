@@ -10,11 +10,13 @@ a removed machine that should come back makes a new key (delete its ``node.key``
 enrolled again, which also protects against a key that leaked with the machine.
 
 A revocation names either one certificate (by serial: for example a certificate issued
-with the wrong scope) or a node key (every certificate ever issued to that key).
+with the wrong scope) or a node key (every certificate ever issued to that key), or
+(appended later) one API key by its 16-byte id (`populi_p2p.inference.keys`).
 
 Wire format, like certificates (see `certificate`): ``body || signature`` with `body`
 the canonical msgpack array ``[1, authority_key_id, serial|nil, node_public_key|nil,
-issued_at]`` (exactly one of serial and key set) and the signature over
+issued_at]`` (exactly one of serial and key set), or for an API key the 6-element
+``[1, authority_key_id, nil, nil, issued_at, api_key_id]``, and the signature over
 ``b"populi/revocation/v1" + body``. A revocation list on the wire is a msgpack array of
 such byte strings, sorted, so equal lists have equal bytes and equal `digest`.
 """
@@ -46,6 +48,8 @@ REVOCATION_VERSION: Final = 1
 REVOCATION_CONTEXT: Final = b"populi/revocation/v1"
 #: Armor label of a revocation file.
 REVOCATION_LABEL: Final = "POPULI REVOCATION"
+#: Bytes of an API key id.
+API_KEY_ID_BYTES: Final = 16
 
 
 @attrs.frozen
@@ -60,12 +64,26 @@ class Revocation:
     node_public_key: bytes | None
     issued_at: int
     raw: bytes = attrs.field(repr=False)
+    #: The API key this revokes (then `serial` and `node_public_key` are None).
+    api_key_id: bytes | None = None
 
     @staticmethod
     def encode_body(
-        authority_key_id: bytes, serial: int | None, node_public_key: bytes | None, issued_at: int
+        authority_key_id: bytes,
+        serial: int | None,
+        node_public_key: bytes | None,
+        issued_at: int,
+        api_key_id: bytes | None = None,
     ) -> bytes:
         """The canonical body that the authority signs."""
+        if api_key_id is not None:
+            if serial is not None or node_public_key is not None:
+                raise ValueError("an API key revocation names only the key id")
+            if len(api_key_id) != API_KEY_ID_BYTES:
+                raise ValueError(f"an API key id is {API_KEY_ID_BYTES} bytes")
+            return pack_canonical(
+                [REVOCATION_VERSION, authority_key_id, None, None, issued_at, api_key_id]
+            )
         if (serial is None) == (node_public_key is None):
             raise ValueError("a revocation names exactly one of a serial and a node key")
         return pack_canonical(
@@ -84,9 +102,15 @@ class Revocation:
             fields = unpack_strict(body)
         except CodecError as exc:
             raise CertificateError("malformed", str(exc)) from None
-        if not (isinstance(fields, list) and len(fields) == 5):
+        if not (isinstance(fields, list) and len(fields) in (5, 6)):
             raise CertificateError("malformed", "a revocation body is a 5-element array")
+        api_key_id = fields.pop() if len(fields) == 6 else None
         version, key_id, serial, node_key, issued_at = fields
+        if api_key_id is not None and not (
+            isinstance(api_key_id, bytes) and len(api_key_id) == API_KEY_ID_BYTES
+            and serial is None and node_key is None and type(issued_at) is int
+        ):  # fmt: skip
+            raise CertificateError("malformed", "an API key revocation has the wrong fields")
         if type(version) is not int or version != REVOCATION_VERSION:
             raise CertificateError("malformed", f"unknown revocation version {version!r}")
         if not (
@@ -94,7 +118,7 @@ class Revocation:
             and len(key_id) == AUTHORITY_KEY_ID_BYTES
             and (serial is None or type(serial) is int)
             and (node_key is None or (isinstance(node_key, bytes) and len(node_key) == KEY_BYTES))
-            and (serial is None) != (node_key is None)
+            and ((serial is None) != (node_key is None) or api_key_id is not None)
             and type(issued_at) is int
         ):
             raise CertificateError("malformed", "a revocation field has the wrong type")
@@ -102,10 +126,12 @@ class Revocation:
             raise CertificateError("wrong_authority", "revocation from another cluster's authority")
         if not verify_signature(authority_public_key, REVOCATION_CONTEXT, body, signature):
             raise CertificateError("bad_signature", "the authority signature does not verify")
-        return cls(key_id, serial, node_key, issued_at, data)
+        return cls(key_id, serial, node_key, issued_at, data, api_key_id)
 
     def describe(self) -> str:
         """One line for logs and the CLI."""
+        if self.api_key_id is not None:
+            return f"revoke API key {self.api_key_id.hex()}"
         if self.node_public_key is not None:
             return f"revoke node key {encode_public_key(self.node_public_key)}"
         return f"revoke certificate serial {self.serial}"
@@ -123,6 +149,7 @@ class RevocationList:
     revocations: frozenset[Revocation] = frozenset()
     _serials: frozenset[int] = attrs.field(init=False, eq=False, repr=False)
     _keys: frozenset[bytes] = attrs.field(init=False, eq=False, repr=False)
+    _api_keys: frozenset[bytes] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         revs = self.revocations
@@ -130,6 +157,8 @@ class RevocationList:
         keys = frozenset(r.node_public_key for r in revs if r.node_public_key is not None)
         object.__setattr__(self, "_serials", serials)
         object.__setattr__(self, "_keys", keys)
+        api_keys = frozenset(r.api_key_id for r in revs if r.api_key_id is not None)
+        object.__setattr__(self, "_api_keys", api_keys)
 
     @classmethod
     def of(cls, revocations: Iterable[Revocation]) -> RevocationList:
@@ -159,6 +188,10 @@ class RevocationList:
     def is_key_revoked(self, node_public_key: bytes) -> bool:
         """Whether every certificate for `node_public_key` is revoked."""
         return node_public_key in self._keys
+
+    def is_api_key_revoked(self, api_key_id: bytes) -> bool:
+        """Whether the API key with this id is revoked."""
+        return api_key_id in self._api_keys
 
     def to_bytes(self) -> bytes:
         """The list on the wire: a msgpack array of signed revocations, sorted."""

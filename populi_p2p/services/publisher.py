@@ -85,6 +85,7 @@ class RecordPublisher:
         self.signed: bytes | None = None
         self._gpu_report: Any = None
         self.status = NodeStatus.AVAILABLE
+        self._sections: dict[str, dict[str, Any]] = {}
         self._publish: Callable[[bytes], Awaitable[None]] | None = None
         self._is_open: Callable[[], bool] = lambda: False
 
@@ -104,7 +105,13 @@ class RecordPublisher:
             signed = self._record_with(gpu).sign(self._identity, max_bytes=self._max_bytes)
         except ValueError as exc:
             event(_log, 30, "record.gpu_omitted", reason=str(exc))
-            signed = self._record_with(None).sign(self._identity, max_bytes=self._max_bytes)
+            try:
+                signed = self._record_with(None).sign(self._identity, max_bytes=self._max_bytes)
+            except ValueError as exc2:
+                event(_log, 30, "record.sections_omitted", reason=str(exc2))
+                signed = self._record_with(None, sections=False).sign(
+                    self._identity, max_bytes=self._max_bytes
+                )
         self.signed = signed.raw
         self._on_signed(signed.raw, now)
         return signed.raw
@@ -129,7 +136,22 @@ class RecordPublisher:
         await self._publish(self.sign())
         event(_log, 20, "record.updated", reason=status.value, sequence=self.sequence)
 
-    def _record_with(self, gpu: dict[str, Any] | None) -> NodeRecord:
+    async def set_section(self, name: str, value: dict[str, Any] | None) -> None:
+        """Set (or with None remove) one observed-facts section of the record, and
+        re-sign and publish once attached, if it changed."""
+        if value is None:
+            if self._sections.pop(name, None) is None:
+                return
+        elif self._sections.get(name) == value:
+            return
+        else:
+            self._sections[name] = value
+        if self._publish is None or not self._is_open():
+            return
+        await self._publish(self.sign())
+        event(_log, 10, "record.updated", reason=name, sequence=self.sequence)
+
+    def _record_with(self, gpu: dict[str, Any] | None, *, sections: bool = True) -> NodeRecord:
         assert self.sequence is not None
         return NodeRecord(
             node_id=self._identity.node_id,
@@ -145,4 +167,5 @@ class RecordPublisher:
             capabilities=Capabilities(os.cpu_count() or 0, _ram_bytes(), gpu),
             labels=dict(self._labels),
             certificate=self._certificate,
+            sections=dict(self._sections) if sections else {},
         )

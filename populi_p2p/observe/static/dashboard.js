@@ -1,3 +1,8 @@
+// On a listener that needs API keys the page is opened as /?key=pk-populi-...; the
+// stream and the snapshot must carry the same key (EventSource cannot send headers).
+const PAGE_KEY = new URLSearchParams(window.location.search).get("key");
+const KEY_QUERY = PAGE_KEY ? "?key=" + encodeURIComponent(PAGE_KEY) : "";
+
 // The populi dashboard: draws /api/mesh, and redraws when /events says something
 // changed. No framework, no build, nothing fetched from outside. Every string from the
 // mesh goes in through textContent (member names are whatever a record says).
@@ -145,7 +150,7 @@ async function refresh() {
   pending = null;
   lastFetch = Date.now();
   try {
-    const response = await fetch("/api/mesh", { cache: "no-store" });
+    const response = await fetch("/api/mesh" + KEY_QUERY, { cache: "no-store" });
     if (response.ok) draw(await response.json());
   } catch (err) {
     // The daemon is restarting: the event stream reconnects and asks again.
@@ -170,7 +175,7 @@ function addEvent(ev) {
 }
 
 function connect() {
-  const stream = new EventSource("/events");
+  const stream = new EventSource("/events" + KEY_QUERY);
   const badge = document.getElementById("stream");
   stream.onopen = () => {
     badge.textContent = "live";

@@ -1,0 +1,152 @@
+"""The few ASGI pieces the inference listeners share: types, body reading, JSON
+answers, and serving an app on a TCP address with hypercorn's Trio worker.
+
+HTTP itself is hypercorn's; this only speaks ASGI to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+import trio
+
+__all__ = [
+    "AsgiApp",
+    "BodyTooLarge",
+    "Receive",
+    "Scope",
+    "Send",
+    "header_map",
+    "read_body",
+    "send_json",
+    "send_stream",
+    "serve_tcp",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the listener's limit (answer 413)."""
+
+
+def header_map(scope: Scope) -> dict[str, str]:
+    """Request headers, lower-case names; a repeated header keeps its last value."""
+    out: dict[str, str] = {}
+    for name, value in scope.get("headers", []):
+        out[bytes(name).decode("latin-1").lower()] = bytes(value).decode("latin-1")
+    return out
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body, at most `limit` bytes. Raises `BodyTooLarge`."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the body is over {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def send_json(
+    send: Send, status: int, body: object, headers: dict[str, str] | None = None
+) -> None:
+    data = json.dumps(body).encode()
+    extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *extra,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+async def send_stream(
+    send: Send,
+    status: int,
+    chunks: AsyncIterator[bytes],
+    *,
+    content_type: str,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Answer with `chunks` as they come (each flushed at once: SSE passes through)."""
+    extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type.encode()), *extra],
+        }
+    )
+    async for chunk in chunks:
+        if chunk:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Acknowledge hypercorn's lifespan protocol (nothing to set up)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def serve_tcp(
+    app: AsgiApp,
+    host: str,
+    port: int,
+    *,
+    logger_name: str,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `app` on ``host:port`` until cancelled; started with the bound port."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    server_log = logging.getLogger(logger_name)
+    server_log.setLevel(logging.WARNING)
+    config.errorlog = server_log
+    config.graceful_timeout = 1.0
+    config.include_server_header = False
+    config.keep_alive_timeout = 30.0
+
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            functools.partial(
+                serve,
+                app,  # type: ignore[arg-type]  # hypercorn's TypedDict scopes; ours is generic
+                config,
+                shutdown_trigger=shutdown_trigger,
+            )
+        )
+        task_status.started(int(binds[0].rsplit(":", 1)[1]))

@@ -1,0 +1,182 @@
+"""The engine service: what this node's local engines serve, observed, not claimed.
+
+It polls each engine's ``GET /v1/models`` every `interval`; an engine that does not
+answer within `timeout` (or answers badly) is unhealthy at once and its models leave
+the record's ``models`` section, so within ``interval + timeout`` seconds nobody routes
+to it. The relay also reports a refused connection (`mark_failed`) so the next request
+does not wait for the poll. Tokens per second and requests in flight are measured by
+the relay (`begin`/`end`).
+
+Section ``models`` (a map, at most `MAX_MODELS` entries)::
+
+    {model_id: {"kind": str, "ctx": int (0: unknown), "tps": float, "inflight": int}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import attrs
+import httpx
+import trio
+
+from .._log import event, get_logger
+from .engine_url import check_engine_url
+
+__all__ = ["MAX_MODELS", "EngineService", "parse_models"]
+
+#: Most models one node advertises (the record must fit a packet).
+MAX_MODELS: Final = 16
+MAX_MODEL_ID: Final = 128
+#: Seconds between record refreshes for load and tokens/s alone.
+REFRESH: Final = 10.0
+_log = get_logger("engine")
+
+
+@attrs.define
+class _Engine:
+    url: str
+    healthy: bool = False
+    kind: str = "openai"
+    models: dict[str, int] = attrs.field(factory=dict)  # id -> context length (0 unknown)
+    error: str = "not polled yet"
+
+
+def parse_models(body: Any) -> tuple[str, dict[str, int]]:
+    """(engine kind, {model id: context length}) from a ``/v1/models`` answer.
+
+    Raises:
+        ValueError: not the OpenAI list shape.
+    """
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise ValueError("/v1/models did not answer an OpenAI model list")
+    models: dict[str, int] = {}
+    kind = "openai"
+    for item in data[:MAX_MODELS]:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            continue
+        model_id = item["id"][:MAX_MODEL_ID]
+        meta_raw = item.get("meta")
+        meta: dict[str, Any] = meta_raw if isinstance(meta_raw, dict) else {}
+        ctx = meta.get("n_ctx_train", meta.get("n_ctx", item.get("max_model_len", 0)))
+        models[model_id] = ctx if isinstance(ctx, int) and ctx > 0 else 0
+        owner = item.get("owned_by")
+        if isinstance(owner, str) and owner:
+            kind = {"llamacpp": "llama.cpp", "library": "ollama", "vllm": "vllm"}.get(
+                owner, owner[:32]
+            )
+    return kind, models
+
+
+class EngineService:
+    """Args: engine URLs (loopback), where the ``models`` section goes, timings."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        set_section: Callable[[str, dict[str, Any] | None], Awaitable[None]],
+        *,
+        interval: float = 1.0,
+        timeout: float = 1.0,
+    ) -> None:
+        self._engines = [_Engine(check_engine_url(u)) for u in urls]
+        self._set_section = set_section
+        self._interval = interval
+        self._timeout = timeout
+        self._inflight: dict[str, int] = {}
+        self._tps: dict[str, float] = {}
+        self._changed = trio.Event()
+        self._published: tuple[Any, float] | None = None
+
+    def engine_for(self, model: str) -> str | None:
+        """The base URL of a healthy engine serving `model`, if any."""
+        for engine in self._engines:
+            if engine.healthy and model in engine.models:
+                return engine.url
+        return None
+
+    def mark_failed(self, url: str, error: str) -> None:
+        """The relay could not reach `url`: unhealthy now, until the next good poll."""
+        for engine in self._engines:
+            if engine.url == url and engine.healthy:
+                engine.healthy, engine.error = False, error
+                event(_log, 30, "engine.unhealthy", url=url, error=error)
+                self._changed.set()
+
+    def begin(self, model: str) -> None:
+        self._inflight[model] = self._inflight.get(model, 0) + 1
+
+    def end(self, model: str, tokens: int, seconds: float) -> None:
+        self._inflight[model] = max(0, self._inflight.get(model, 0) - 1)
+        if tokens > 1 and seconds > 0:
+            rate = tokens / seconds
+            old = self._tps.get(model)
+            self._tps[model] = rate if old is None else 0.8 * old + 0.2 * rate
+
+    def section(self) -> dict[str, Any] | None:
+        """The ``models`` section (None when no healthy engine serves anything)."""
+        out: dict[str, Any] = {}
+        for engine in self._engines:
+            if not engine.healthy:
+                continue
+            for model, ctx in engine.models.items():
+                if model not in out and len(out) < MAX_MODELS:
+                    out[model] = {
+                        "kind": engine.kind, "ctx": ctx,
+                        "tps": round(self._tps.get(model, 0.0), 1),
+                        "inflight": self._inflight.get(model, 0),
+                    }  # fmt: skip
+        return out or None
+
+    def engines(self) -> list[dict[str, Any]]:
+        """For status: each engine, healthy or why not, and its models."""
+        return [
+            {"url": e.url, "healthy": e.healthy, "kind": e.kind, "models": sorted(e.models),
+             "error": None if e.healthy else e.error}
+            for e in self._engines
+        ]  # fmt: skip
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with httpx.AsyncClient(timeout=self._timeout, trust_env=False) as http:
+            await self._poll_all(http)
+            await self._publish()
+            task_status.started()
+            while True:
+                with trio.move_on_after(self._interval):
+                    await self._changed.wait()
+                self._changed = trio.Event()
+                await self._poll_all(http)
+                await self._publish()
+
+    async def _publish(self) -> None:
+        """Re-sign the record when the models change at once; for tokens/s and load
+        only every `REFRESH` seconds (each re-signed record is gossiped to everyone)."""
+        section = self.section()
+        shape = None if section is None else {m: (v["kind"], v["ctx"]) for m, v in section.items()}
+        now = trio.current_time()
+        last = self._published
+        if last is not None and last[0] == shape and now - last[1] < REFRESH:
+            return
+        self._published = (shape, now)
+        await self._set_section("models", section)
+
+    async def _poll_all(self, http: httpx.AsyncClient) -> None:
+        async with trio.open_nursery() as nursery:
+            for engine in self._engines:
+                nursery.start_soon(self._poll, http, engine)
+
+    async def _poll(self, http: httpx.AsyncClient, engine: _Engine) -> None:
+        was = engine.healthy
+        try:
+            response = await http.get(engine.url + "/v1/models")
+            response.raise_for_status()
+            engine.kind, engine.models = parse_models(response.json())
+            engine.healthy, engine.error = True, ""
+        except (httpx.HTTPError, ValueError) as exc:
+            engine.healthy, engine.error = False, f"{type(exc).__name__}: {exc}"[:200]
+        if was != engine.healthy:
+            event(_log, 20 if engine.healthy else 30,
+                  "engine.healthy" if engine.healthy else "engine.unhealthy",
+                  url=engine.url, error=engine.error)  # fmt: skip

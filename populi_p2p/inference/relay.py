@@ -1,0 +1,348 @@
+"""The relay: one client request, served by the route's nodes in turn, as one stream.
+
+Before the first byte reaches the client, a refused or reset connection, a timeout or
+an engine error (5xx) moves to the next node at once. Once the stream has started, a
+lost connection, a gap between tokens longer than the stall timeout, an error event
+from the engine, or the membership saying the node is no longer alive (checked every
+`WATCH_INTERVAL`) moves the stream to the next node with a continuation request (the
+original request plus the text already sent, `sse.continuation`). The upstream's
+``[DONE]`` is held back: the client gets exactly one, after the last node, or a clear
+error event when no node is left.
+
+The request path never waits for failure detection: a reset or refusal is seen in
+milliseconds; SWIM only adds the case of a node that goes silent without a reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import attrs
+import httpx
+import trio
+
+from .sse import DONE, SseSplitter, chunk_text, continuation, error_event, event_data
+
+__all__ = ["Attempt", "GapStats", "OpenUpstream", "Relay", "StreamResult"]
+
+#: Seconds between checks that the serving node is still alive, mid-stream.
+WATCH_INTERVAL: Final = 0.1
+#: The stall timeout's floor, seconds (the issue's "max(3x recent p99 gap, 2 s)").
+STALL_FLOOR: Final = 2.0
+#: Seconds a node may take to its first token (its prefill) before it counts as
+#: stalled: never below the stall timeout.
+FIRST_TOKEN_TIMEOUT: Final = 10.0
+
+OpenUpstream = Callable[[str, str, bytes], contextlib.AbstractAsyncContextManager[httpx.Response]]
+Emit = Callable[[bytes], Awaitable[None]]
+
+
+class GapStats:
+    """Recent inter-token gaps, for the adaptive stall timeout."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._gaps: deque[float] = deque(maxlen=size)
+
+    def add(self, gap: float) -> None:
+        self._gaps.append(gap)
+
+    def stall_timeout(self, configured: float | None) -> float:
+        if configured is not None:
+            return configured
+        if len(self._gaps) < 20:
+            return STALL_FLOOR
+        ordered = sorted(self._gaps)
+        p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+        return max(3 * p99, STALL_FLOOR)
+
+
+@attrs.frozen
+class Attempt:
+    """One node's part in serving a request."""
+
+    node: str
+    outcome: str  # "served", "refused: ...", "broken: ...", "client error"
+    tokens: int = 0
+
+
+@attrs.define
+class StreamResult:
+    attempts: list[Attempt] = attrs.field(factory=list)
+    done: bool = False
+    text_chars: int = 0
+    tokens: int = 0
+    #: The first byte's node and status, once the response has started.
+    status: int = 0
+    first_node: str | None = None
+
+
+class _Broken(Exception):
+    pass
+
+
+class _Finished(Exception):
+    """The upstream said it is done (its [DONE] or a finish reason)."""
+
+
+class Relay:
+    """Args: how to open an upstream (node, path, body), whether a node is still
+    alive, the configured stall timeout (None: adaptive), where outcomes go."""
+
+    def __init__(
+        self,
+        open_upstream: OpenUpstream,
+        node_alive: Callable[[str], bool],
+        *,
+        stall_timeout: float | None,
+        on_outcome: Callable[[str, bool], None],
+        gaps: GapStats | None = None,
+    ) -> None:
+        self._open = open_upstream
+        self._alive = node_alive
+        self._stall = stall_timeout
+        self._on_outcome = on_outcome
+        self.gaps = gaps if gaps is not None else GapStats()
+
+    ####################################################################################
+    # Not streamed: try each node until one answers.
+
+    async def whole(
+        self, order: Sequence[str], path: str, request: dict[str, Any]
+    ) -> tuple[int, bytes, str | None, list[Attempt]]:
+        """(status, body, serving node, attempts); status 0 when every node failed."""
+        attempts: list[Attempt] = []
+        body = json.dumps(request).encode()
+        for node in order:
+            try:
+                async with self._open(node, path, body) as response:
+                    data = await response.aread()
+                    status = response.status_code
+            except httpx.HTTPError as exc:
+                attempts.append(Attempt(node, f"refused: {type(exc).__name__}"))
+                self._on_outcome(node, False)
+                continue
+            if status >= 500:
+                attempts.append(Attempt(node, f"refused: engine answered {status}"))
+                self._on_outcome(node, False)
+                continue
+            attempts.append(Attempt(node, "served" if status < 400 else "client error"))
+            if status < 400:
+                self._on_outcome(node, True)
+            return status, data, node, attempts
+        return 0, b"", None, attempts
+
+    ####################################################################################
+    # Streamed: one stream to the client, across nodes.
+
+    async def stream(
+        self,
+        order: Sequence[str],
+        path: str,
+        request: dict[str, Any],
+        chat: bool,
+        start: Callable[[int, str, bytes | None], Awaitable[None]],
+        emit: Emit,
+    ) -> StreamResult:
+        """Serve `request` along `order`.
+
+        `start(status, node, body)` is called once, before anything is emitted: with
+        200 when a node has begun streaming, or with an error status and the engine's
+        body (a 4xx, passed through), or with 0 when no node could start (the caller
+        answers with an error). Then `emit` gets the SSE bytes.
+        """
+        result = StreamResult()
+        remaining = list(order)
+        streamed = ""
+        started = False
+        while remaining:
+            node = remaining.pop(0)
+            body = request if not streamed else continuation(request, chat, streamed, result.tokens)
+            raw = json.dumps(body).encode()
+            try:
+                async with self._open(node, path, raw) as response:
+                    if response.status_code != 200:
+                        data = await response.aread()
+                        if response.status_code < 500 and not started:
+                            result.attempts.append(Attempt(node, "client error"))
+                            result.status = response.status_code
+                            await start(response.status_code, node, data)
+                            return result
+                        raise _Broken(f"engine answered {response.status_code}")
+                    if not started:
+                        started = True
+                        result.status, result.first_node = 200, node
+                        await start(200, node, None)
+                    sent_before = result.tokens
+                    text = await self._pump(node, response, chat, emit, result)
+                    streamed += text
+                    result.attempts.append(Attempt(node, "served", result.tokens - sent_before))
+                    self._on_outcome(node, True)
+                    result.done = True
+                    await emit(DONE)
+                    return result
+            except (httpx.HTTPError, _Broken) as exc:
+                partial = exc.args[1] if isinstance(exc, _Broken) and len(exc.args) > 1 else ""
+                streamed += partial
+                why = str(exc.args[0]) if isinstance(exc, _Broken) else type(exc).__name__
+                result.attempts.append(
+                    Attempt(node, ("broken: " if started else "refused: ") + why)
+                )
+                self._on_outcome(node, False)
+        if not started:
+            await start(0, "", None)
+            return result
+        await emit(error_event(
+            "the stream broke and no other node could continue it: "
+            + "; ".join(f"{a.node[:12]} {a.outcome}" for a in result.attempts)
+            + ". Retry the request."
+        ))  # fmt: skip
+        return result
+
+    def _take(
+        self,
+        splitter: SseSplitter,
+        data: bytes,
+        chat: bool,
+        result: StreamResult,
+        text: list[str],
+        out: list[bytes],
+        last: float,
+        first: int,
+    ) -> float:
+        """Cut `data` into events, keep their text, queue them on `out` (not [DONE]).
+
+        Returns the time of the last token. Raises `_Finished` once the upstream says it
+        is done (after queueing everything before), `_Broken` on a bad event.
+        """
+        try:
+            events = splitter.feed(data)
+        except ValueError as exc:
+            raise _Broken(str(exc)) from None
+        done = False
+        for ev in events:
+            payload = event_data(ev)
+            if payload is None:
+                continue
+            if payload.strip() == "[DONE]":
+                done = True
+                continue
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                raise _Broken("the engine sent an event that is not JSON") from None
+            if isinstance(parsed, dict) and "error" in parsed:
+                raise _Broken("the engine sent an error event")
+            piece, fin = chunk_text(parsed, chat)
+            done = done or fin
+            if piece:
+                now = trio.current_time()
+                if result.tokens > first:
+                    self.gaps.add(now - last)
+                last = now
+                text.append(piece)
+                result.tokens += 1
+                result.text_chars += len(piece)
+            out.append(ev)
+        if done:
+            raise _Finished
+        return last
+
+    async def _pump(
+        self, node: str, response: httpx.Response, chat: bool, emit: Emit, result: StreamResult
+    ) -> str:
+        """Pass `response`'s events to `emit` until it finishes. Returns the text sent.
+
+        Raises:
+            _Broken: (why, text sent so far) when the node fails mid-stream.
+        """
+        chunks_in, chunks_out = trio.open_memory_channel[bytes | BaseException](64)
+        splitter = SseSplitter()
+        text: list[str] = []
+        finished = False
+        stall = self.gaps.stall_timeout(self._stall)
+        first = result.tokens
+
+        async def read() -> None:
+            async with chunks_in:
+                try:
+                    async for chunk in response.aiter_raw():
+                        await chunks_in.send(chunk)
+                except (httpx.HTTPError, trio.BrokenResourceError) as exc:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await chunks_in.send(exc)
+
+        def broken(why: str) -> _Broken:
+            return _Broken(why, "".join(text))
+
+        async def consume() -> str:
+            nonlocal finished
+            last = trio.current_time()
+            pending: bytes | BaseException | None = None
+            while True:
+                item, pending = pending, None
+                while item is None:
+                    with trio.move_on_after(WATCH_INTERVAL):
+                        try:
+                            item = await chunks_out.receive()
+                        except trio.EndOfChannel:
+                            item = b""
+                            break
+                    if item is None:
+                        if not self._alive(node):
+                            raise broken("the node is no longer alive (membership)")
+                        limit = stall if result.tokens > first else max(stall, FIRST_TOKEN_TIMEOUT)
+                        if trio.current_time() - last > limit:
+                            raise broken(f"no token for {limit:.1f} s (stall)")
+                if isinstance(item, BaseException):
+                    if finished:
+                        return "".join(text)
+                    raise broken(f"connection lost ({type(item).__name__})")
+                if item == b"":
+                    if finished:
+                        return "".join(text)
+                    raise broken("connection closed before the end of the stream")
+                # Whatever else has already arrived goes out in the same write.
+                parts = [item]
+                while pending is None:
+                    try:
+                        more = chunks_out.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        pending = b""
+                        break
+                    if isinstance(more, bytes) and more:
+                        parts.append(more)
+                    else:
+                        pending = more
+                out: list[bytes] = []
+                try:
+                    last = self._take(
+                        splitter, b"".join(parts), chat, result, text, out, last, first
+                    )
+                except _Finished:
+                    finished = True
+                    last = trio.current_time()
+                except _Broken as exc:
+                    if out:
+                        await emit(b"".join(out))
+                    raise broken(str(exc.args[0])) from None
+                if out:
+                    await emit(b"".join(out))
+
+        outcome: str | _Broken
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            try:
+                outcome = await consume()
+            except _Broken as exc:
+                outcome = exc
+            nursery.cancel_scope.cancel()
+        if isinstance(outcome, _Broken):
+            raise outcome
+        return outcome

@@ -1,0 +1,556 @@
+"""The inference service: the OpenAI-compatible API on every node, and the peer routes
+through which other members use this node's engines.
+
+Public listener (``--api-listen``)::
+
+    GET  /health                 this node, its engines
+    GET  /v1/models              the union over the mesh, with the nodes serving each
+    POST /v1/chat/completions    routed (`route.choose_route`), relayed (`relay.Relay`)
+    POST /v1/completions         same
+    GET  /populi/requests        the recent routes (``populi-node requests``)
+    mounted apps                 `mount(prefix, app)`: metrics, dashboard, events
+
+Peer routes (signed calls only, `PeerApi`)::
+
+    POST /peer/v1/engine/chat/completions, /peer/v1/engine/completions
+
+Every answer of a routed request carries ``x-populi-node`` (the node that served the
+first byte) and ``x-populi-route`` (why). Errors have OpenAI's shape and say what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Final
+
+import httpx
+import trio
+
+from .._log import event, get_logger
+from ..leases.config import LeaseConfig
+from ..leases.reliability import Outcome, earned_reliability, prior_reliability
+from ._asgi import (
+    AsgiApp,
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    header_map,
+    lifespan,
+    read_body,
+    send_json,
+    serve_tcp,
+)
+from .engines import EngineService
+from .keys import ApiKey, ApiKeyChecker
+from .peer_api import PeerRequest, PeerResponse, PeerRoutes
+from .peer_client import PeerClient, peer_base_url
+from .relay import Relay
+from .route import Candidate, RouteDecision, choose_route
+
+__all__ = ["InferenceService", "openai_error"]
+
+MAX_REQUEST_BODY: Final = 4 * 1024 * 1024
+RECENT_ROUTES: Final = 256
+MAX_OUTCOMES: Final = 4096
+_ROUTED: Final = {"/v1/chat/completions": True, "/v1/completions": False}
+_PEER_PREFIX: Final = "/peer/v1/engine"
+
+_log = get_logger("inference")
+
+
+def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+class InferenceService:
+    """Args:
+    node_id: this node.
+    view: the mesh as this node sees it, one `Candidate` per member (itself too).
+    address_of: a member's peer API (host, port), from its verified record.
+    peer_client: signed calls to other members.
+    engines: this node's engines (None: it serves no model itself).
+    listen: (host, port) of the public API, or None for none.
+    keys: the API key check (None: no keys are demanded).
+    stall_timeout: mid-stream stall timeout (None: adaptive).
+    outcomes: the reliability evidence source (the lease table's task outcomes); this
+        node's own relay outcomes are always added to it.
+    on_outcome: where relay outcomes go as well (the lease table, metrics).
+    state_of: one member's state (``alive``, ...), checked mid-stream every 100 ms;
+        None: looked up in `view()` (fine for tests, O(members) per check).
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        *,
+        view: Callable[[], list[Candidate]],
+        address_of: Callable[[str], tuple[str, int] | None],
+        peer_client: PeerClient | None,
+        engines: EngineService | None,
+        listen: tuple[str, int] | None,
+        keys: ApiKeyChecker | None = None,
+        stall_timeout: float | None = None,
+        outcomes: Callable[[], Iterable[Outcome] | None] | None = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
+        lease_config: LeaseConfig | None = None,
+        state_of: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self._view = view
+        self._state_of = state_of
+        self._address_of = address_of
+        self._peer = peer_client
+        self._engines = engines
+        self._listen = listen
+        self._keys = keys
+        self._outcomes_source = outcomes
+        self._on_outcome = on_outcome
+        self._lease_config = lease_config or LeaseConfig()
+        self._own_outcomes: deque[Outcome] = deque(maxlen=MAX_OUTCOMES)
+        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROUTES)
+        self._mounts: dict[str, AsgiApp] = {}
+        self._path_mounts: list[tuple[Callable[[str], bool], AsgiApp]] = []
+        self._local_http = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=2.0), trust_env=False
+        )
+        self.relay = Relay(
+            self._open_upstream,
+            self._is_alive,
+            stall_timeout=stall_timeout,
+            on_outcome=self._record_outcome,
+        )
+        self.port: int | None = None
+        self._stop = trio.Event()
+
+    ####################################################################################
+    # Wiring
+
+    def mount(self, prefix: str, app: AsgiApp) -> None:
+        """Serve `app` for every path under `prefix` (e.g. ``/metrics``) on the public
+        listener. The app sees the full path. Raises ValueError if taken or reserved."""
+        if not prefix.startswith("/") or prefix.rstrip("/") in ("", "/v1", "/health"):
+            raise ValueError(f"cannot mount at {prefix!r}")
+        if prefix in self._mounts:
+            raise ValueError(f"{prefix!r} is already mounted")
+        self._mounts[prefix] = app
+
+    def mount_paths(self, handles: Callable[[str], bool], app: AsgiApp) -> None:
+        """Serve `app` for every path `handles(path)` accepts (exact paths such as
+        ``/``, ``/metrics``, ``/events``: e.g. ``observe.web.handles``), consulted before
+        this service's own routes. The mounted app does its own authorization."""
+        self._path_mounts.append((handles, app))
+
+    def register_peer_routes(self, routes: PeerRoutes) -> None:
+        for path in _ROUTED:
+            routes.add("POST", _PEER_PREFIX + path[3:], self._serve_peer)
+
+    def recent_routes(self) -> list[dict[str, Any]]:
+        return list(self._recent)
+
+    def engines(self) -> list[dict[str, Any]]:
+        return [] if self._engines is None else self._engines.engines()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            if self._listen is None:
+                task_status.started(None)
+                await trio.sleep_forever()
+            host, port = self._listen
+            async with trio.open_nursery() as nursery:
+                self.port = await nursery.start(
+                    lambda task_status: serve_tcp(
+                        self.app,
+                        host,
+                        port,
+                        logger_name="populi.inference.server",
+                        shutdown_trigger=self._stop.wait,
+                        task_status=task_status,
+                    )
+                )
+                event(_log, 20, "inference.listening", host=host, port=self.port)
+                task_status.started(self.port)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._local_http.aclose()
+
+    ####################################################################################
+    # Reliability
+
+    def _record_outcome(self, node: str, success: bool) -> None:
+        outcome = Outcome(node, success, trio.current_time())
+        self._own_outcomes.append(outcome)
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
+
+    def _reliability(self) -> dict[str, float]:
+        # One function for both (issue 9): the lease table's task outcomes, seen by every
+        # node, plus the relay outcomes this node saw itself.
+        source = self._outcomes_source() if self._outcomes_source is not None else None
+        outcomes = [*(source or ()), *self._own_outcomes]
+        return earned_reliability(outcomes, trio.current_time(), self._lease_config)
+
+    def _is_alive(self, node: str) -> bool:
+        if self._state_of is not None:
+            return self._state_of(node) == "alive"
+        for c in self._view():
+            if c.node_id == node:
+                return c.state == "alive"
+        return False
+
+    def decide(self, model: str) -> tuple[RouteDecision, list[Candidate]]:
+        view = self._view()
+        prior = prior_reliability(self._lease_config)
+        return choose_route(model, view, self._reliability(), prior), view
+
+    ####################################################################################
+    # Upstreams
+
+    @contextlib.asynccontextmanager
+    async def _open_upstream(
+        self, node: str, path: str, body: bytes
+    ) -> AsyncIterator[httpx.Response]:
+        if node == self.node_id:
+            async with self._local_engine(path, body) as response:
+                yield response
+            return
+        address = self._address_of(node)
+        if address is None or self._peer is None:
+            raise httpx.ConnectError(f"no peer address for {node}")
+        base = peer_base_url(*address)
+        async with self._peer.stream(node, base, "POST", _PEER_PREFIX + path[3:], body) as r:
+            yield r
+
+    @contextlib.asynccontextmanager
+    async def _local_engine(
+        self, path: str, body: bytes, events: list[int] | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """Our engine's answer to `body`; `events[0]` (when given) is the number of
+        streamed events the caller saw, for the tokens/s this node reports."""
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            model = None
+        url = None
+        if self._engines is not None and isinstance(model, str):
+            url = self._engines.engine_for(model)
+        if url is None or self._engines is None:
+            yield httpx.Response(
+                503,
+                json=openai_error(
+                    f"this node has no healthy engine for {model!r}", "engine_unavailable"
+                ),
+            )
+            return
+        assert isinstance(model, str)
+        request = self._local_http.build_request(
+            "POST", url + path, content=body, headers={"content-type": "application/json"}
+        )
+        started = time.monotonic()
+        self._engines.begin(model)
+        try:
+            try:
+                response = await self._local_http.send(request, stream=True)
+            except httpx.ConnectError as exc:
+                self._engines.mark_failed(url, f"connection refused: {exc}")
+                raise
+            try:
+                yield response
+            finally:
+                await response.aclose()
+        finally:
+            self._engines.end(model, events[0] if events else 0, time.monotonic() - started)
+
+    async def _serve_peer(self, request: PeerRequest) -> PeerResponse:
+        """Another member relays a request to our engine."""
+        path = "/v1" + request.path[len(_PEER_PREFIX) :]
+        stack = contextlib.AsyncExitStack()
+        events = [0]
+        try:
+            response = await stack.enter_async_context(
+                self._local_engine(path, request.body, events)
+            )
+        except httpx.HTTPError as exc:
+            await stack.aclose()
+            return PeerResponse(
+                502,
+                json.dumps(
+                    openai_error(
+                        f"the engine did not answer: {type(exc).__name__}", "engine_unavailable"
+                    )
+                ).encode(),
+            )
+
+        async def body() -> AsyncIterator[bytes]:
+            async with stack:
+                async for chunk in response.aiter_raw():
+                    events[0] += chunk.count(b"data: {")
+                    yield chunk
+
+        content_type = response.headers.get("content-type", "application/json")
+        return PeerResponse(response.status_code, body(), content_type=content_type)
+
+    ####################################################################################
+    # The public API
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = str(scope["path"]), str(scope["method"]).upper()
+        for handles, handler in self._path_mounts:
+            if handles(path):
+                await handler(scope, receive, send)
+                return
+        for prefix, mounted in self._mounts.items():
+            if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+                await mounted(scope, receive, send)
+                return
+        if path == "/health" and method == "GET":
+            await send_json(
+                send,
+                200,
+                {
+                    "status": "ok",
+                    "node": self.node_id,
+                    "engines": self._engines.engines() if self._engines is not None else [],
+                },
+            )
+            return
+        headers = header_map(scope)
+        key: ApiKey | None = None
+        if self._keys is not None and path.startswith(("/v1/", "/populi/")):
+            checked = self._keys.check(headers.get("authorization", ""), time.time())
+            if isinstance(checked, tuple):
+                status, message, extra = checked
+                kind = "rate_limit_exceeded" if status == 429 else "invalid_api_key"
+                await send_json(send, status, openai_error(message, kind, kind), extra)
+                return
+            key = checked
+        if path == "/v1/models" and method == "GET":
+            await send_json(send, 200, self.models())
+        elif path == "/populi/requests" and method == "GET":
+            await send_json(send, 200, {"requests": self.recent_routes()})
+        elif path in _ROUTED and method == "POST":
+            await self._routed(path, _ROUTED[path], receive, send, key)
+        elif path in _ROUTED or path in ("/v1/models", "/populi/requests"):
+            await send_json(
+                send,
+                405,
+                openai_error(f"{method} is not allowed on {path}", "invalid_request_error"),
+            )
+        else:
+            await send_json(
+                send,
+                404,
+                openai_error(
+                    f"no route {path}: this API serves /v1/models, /v1/chat/completions,"
+                    " /v1/completions and /health",
+                    "invalid_request_error",
+                ),
+            )
+
+    def models(self) -> dict[str, Any]:
+        """``/v1/models``: every model some alive member serves, with those members."""
+        served: dict[str, list[dict[str, Any]]] = {}
+        for c in self._view():
+            if c.state != "alive":
+                continue
+            for model, facts in c.models.items():
+                served.setdefault(model, []).append(
+                    {
+                        "node": c.node_id,
+                        "name": c.name,
+                        "kind": facts.get("kind"),
+                        "context_length": facts.get("ctx") or None,
+                    }
+                )
+        return {
+            "object": "list",
+            "data": [
+                {"id": m, "object": "model", "owned_by": "populi", "nodes": nodes}
+                for m, nodes in sorted(served.items())
+            ],
+        }
+
+    async def _routed(
+        self, path: str, chat: bool, receive: Receive, send: Send, key: ApiKey | None
+    ) -> None:
+        try:
+            raw = await read_body(receive, MAX_REQUEST_BODY)
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("not a JSON object")
+        except BodyTooLarge as exc:
+            await send_json(send, 413, openai_error(str(exc), "invalid_request_error"))
+            return
+        except ValueError as exc:
+            await send_json(
+                send,
+                400,
+                openai_error(f"the body is not a JSON object ({exc})", "invalid_request_error"),
+            )
+            return
+        model = request.get("model")
+        if not isinstance(model, str) or not model:
+            await send_json(
+                send,
+                400,
+                openai_error(
+                    'say which model: the body needs "model" (GET /v1/models lists them)',
+                    "invalid_request_error",
+                ),
+            )
+            return
+        if key is not None and key.models and model not in key.models:
+            await send_json(
+                send,
+                403,
+                openai_error(
+                    f"API key {key.name!r} may use only: {', '.join(key.models)}",
+                    "permission_denied",
+                    "model_not_allowed",
+                ),
+            )
+            return
+        decision_start = time.perf_counter()
+        decision, view = self.decide(model)
+        decision_ms = (time.perf_counter() - decision_start) * 1000
+        if not decision.order:
+            await self._no_route(send, model, decision, view)
+            return
+        names = {c.node_id: c.name for c in view}
+        entry: dict[str, Any] = {
+            "at": time.time(),
+            "model": model,
+            "path": path,
+            "stream": bool(request.get("stream")),
+            "order": [names.get(n, n) for n in decision.order],
+            "route": decision.header(),
+            "decision_ms": round(decision_ms, 3),
+        }
+        self._recent.append(entry)
+        base_headers = {"x-populi-route": decision.header()}
+        if not request.get("stream"):
+            status, body, node, attempts = await self.relay.whole(decision.order, path, request)
+            entry.update(
+                node=names.get(node or "", node),
+                attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in attempts],
+            )
+            if status == 0:
+                await send_json(
+                    send,
+                    503,
+                    openai_error(
+                        "every capable node failed: "
+                        + "; ".join(entry["attempts"])
+                        + ". Retry, or check populi-node requests.",
+                        "no_capable_node",
+                    ),
+                    base_headers,
+                )
+                return
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"x-populi-node", (node or "").encode()),
+                        *[(k.encode(), v.encode()) for k, v in base_headers.items()],
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def start(status: int, node: str, body: bytes | None) -> None:
+            if status == 0:
+                return
+            headers = [
+                (b"x-populi-node", node.encode()),
+                *[(k.encode(), v.encode()) for k, v in base_headers.items()],
+            ]
+            if status == 200:
+                headers += [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                ]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+            else:
+                data = body or b""
+                headers += [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()),
+                ]
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": data})
+
+        async def emit(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        result = await self.relay.stream(decision.order, path, request, chat, start, emit)
+        entry.update(
+            node=names.get(result.first_node or "", result.first_node),
+            attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in result.attempts],
+            tokens=result.tokens,
+            done=result.done,
+        )
+        if result.status == 0:
+            await send_json(
+                send,
+                503,
+                openai_error(
+                    "every capable node failed before the first token: "
+                    + "; ".join(entry["attempts"])
+                    + ". Retry, or check populi-node requests.",
+                    "no_capable_node",
+                ),
+                base_headers,
+            )
+        elif result.status == 200:
+            await send({"type": "http.response.body", "body": b""})
+
+    async def _no_route(
+        self, send: Send, model: str, decision: RouteDecision, view: list[Candidate]
+    ) -> None:
+        everywhere = sorted({m for c in view if c.state == "alive" for m in c.models})
+        if not any(model in c.models for c in view):
+            known = ", ".join(everywhere) if everywhere else "none (no engine is attached)"
+            await send_json(
+                send,
+                404,
+                openai_error(
+                    f"model {model!r} is not served by any node of the mesh; the mesh has: {known}",
+                    "invalid_request_error",
+                    "model_not_found",
+                ),
+            )
+            return
+        names = {c.node_id: c.name for c in view}
+        why = "; ".join(
+            f"{names.get(n, n)}: {r}"
+            for n, r in sorted(decision.ruled_out.items())
+            if any(model in c.models for c in view if c.node_id == n)
+        )
+        await send_json(
+            send,
+            503,
+            openai_error(
+                f"no node can serve {model!r} now ({why}). Retry shortly, or attach an engine"
+                " serving it (populi-node up --engine URL).",
+                "no_capable_node",
+            ),
+        )

@@ -1,0 +1,183 @@
+"""A stand-in inference engine: the OpenAI API's shape, deterministic text, and
+controllable faults, for tests and the demo.
+
+The text is ``w0 w1 w2 ...`` (one word per token), so a client can check a stream has
+no repeated and no lost token. A continuation (an assistant message last, or a prompt
+that already ends with words) resumes at the next index, as a real model continuing
+its own prefix would.
+
+Run: ``python -m populi_p2p.inference.standin --port 8081 --model tiny --tokens 50``.
+Faults: ``--delay`` seconds per token, ``--error`` (every completion is a 500),
+``--crash-at K`` (the process exits after token K, mid-stream), ``--stall-at K``
+(stops sending after token K but keeps the connection). Each also reads an env var
+``POPULI_STANDIN_<FLAG>`` so a test can set it for a process it does not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from ._asgi import (
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    lifespan,
+    read_body,
+    send_json,
+    send_stream,
+    serve_tcp,
+)
+
+__all__ = ["StandinConfig", "StandinEngine", "main"]
+
+_WORD = re.compile(r"w(\d+)\s*$")
+
+
+@attrs.frozen
+class StandinConfig:
+    model: str = "standin"
+    tokens: int = 20
+    delay: float = 0.0
+    error: bool = False
+    crash_at: int | None = None
+    stall_at: int | None = None
+    context_length: int = 4096
+
+
+def _start_index(prefix: str) -> int:
+    match = _WORD.search(prefix)
+    return int(match.group(1)) + 1 if match else 0
+
+
+class StandinEngine:
+    """The ASGI app. `requests` counts completions served (tests read it)."""
+
+    def __init__(self, config: StandinConfig) -> None:
+        self.config = config
+        self.requests = 0
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "GET" and path in ("/health", "/v1/health"):
+            await send_json(send, 200, {"status": "ok"})
+        elif method == "GET" and path == "/v1/models":
+            await send_json(send, 200, {"object": "list", "data": [{
+                "id": self.config.model, "object": "model", "owned_by": "standin",
+                "meta": {"n_ctx_train": self.config.context_length},
+            }]})  # fmt: skip
+        elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            try:
+                body = json.loads(await read_body(receive, 1 << 22))
+            except (BodyTooLarge, ValueError):
+                await send_json(send, 400, {"error": {"message": "bad body"}})
+                return
+            await self._complete(send, path.endswith("chat/completions"), body)
+        else:
+            await send_json(send, 404, {"error": {"message": f"no route {path}"}})
+
+    async def _complete(self, send: Send, chat: bool, body: dict[str, Any]) -> None:
+        cfg = self.config
+        self.requests += 1
+        if cfg.error:
+            await send_json(send, 500, {"error": {"message": "stand-in engine error"}})
+            return
+        if chat:
+            messages = body.get("messages") or [{}]
+            last = messages[-1] if isinstance(messages[-1], dict) else {}
+            prefix = str(last.get("content", "")) if last.get("role") == "assistant" else ""
+        else:
+            prefix = str(body.get("prompt", ""))
+        start = _start_index(prefix)
+        limit = int(body.get("max_tokens") or cfg.tokens)
+        words = [f"w{i} " for i in range(start, max(start, min(cfg.tokens, start + limit)))]
+        kind = "chat.completion" if chat else "text_completion"
+        created = int(time.time())
+        if not body.get("stream"):
+            for _ in words:
+                await trio.sleep(cfg.delay)
+            text = "".join(words)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            await send_json(send, 200, {"id": "standin", "object": kind, "created": created,
+                                        "model": cfg.model, "choices": [choice]})  # fmt: skip
+            return
+        await send_stream(send, 200, self._events(words, chat, created, start),
+                          content_type="text/event-stream")  # fmt: skip
+
+    async def _events(
+        self, words: list[str], chat: bool, created: int, start: int
+    ) -> AsyncIterator[bytes]:
+        cfg = self.config
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        for offset, word in enumerate(words):
+            index = start + offset
+            if cfg.crash_at is not None and index >= cfg.crash_at:
+                os._exit(3)  # the engine dies mid-stream
+            if cfg.stall_at is not None and index >= cfg.stall_at:
+                await trio.sleep_forever()
+            await trio.sleep(cfg.delay)
+            delta: dict[str, Any] = {"delta": {"content": word}} if chat else {"text": word}
+            chunk = {"id": "standin", "object": kind, "created": created, "model": cfg.model,
+                     "choices": [{"index": 0, "finish_reason": None, **delta}]}  # fmt: skip
+            yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        end: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
+        chunk = {"id": "standin", "object": kind, "created": created, "model": cfg.model,
+                 "choices": [{"index": 0, "finish_reason": "stop", **end}]}  # fmt: skip
+        yield b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(f"POPULI_STANDIN_{name.upper()}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="populi-standin", description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=int(_env("port") or 8081))
+    p.add_argument("--model", default=_env("model") or "standin")
+    p.add_argument("--tokens", type=int, default=int(_env("tokens") or 20))
+    p.add_argument("--delay", type=float, default=float(_env("delay") or 0.0))
+    p.add_argument("--error", action="store_true", default=bool(_env("error")))
+    crash, stall = _env("crash_at"), _env("stall_at")
+    p.add_argument("--crash-at", type=int, default=int(crash) if crash else None)
+    p.add_argument("--stall-at", type=int, default=int(stall) if stall else None)
+    p.add_argument("--port-file", help="write the bound port here once listening")
+    a = p.parse_args(argv)
+    engine = StandinEngine(StandinConfig(
+        model=a.model, tokens=a.tokens, delay=a.delay, error=a.error,
+        crash_at=a.crash_at, stall_at=a.stall_at,
+    ))  # fmt: skip
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(lambda task_status: serve_tcp(
+                engine.app, a.host, a.port, logger_name="populi.standin",
+                task_status=task_status))  # fmt: skip
+            print(f"standin engine {a.model} on http://{a.host}:{port}", file=sys.stderr)
+            if a.port_file:
+                with open(a.port_file + ".tmp", "w") as f:
+                    f.write(str(port))
+                os.replace(a.port_file + ".tmp", a.port_file)
+
+    trio.run(serve)
+
+
+if __name__ == "__main__":
+    main()

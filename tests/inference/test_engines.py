@@ -1,0 +1,55 @@
+"""The engine service against the stand-in engine on loopback: its models enter the
+record's section; when the engine stops answering they leave within a poll."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from populi_p2p.inference._asgi import serve_tcp
+from populi_p2p.inference.engines import EngineService, parse_models
+from populi_p2p.inference.standin import StandinConfig, StandinEngine
+
+
+async def test_models_enter_and_leave_the_record() -> None:
+    sections: list[dict[str, Any] | None] = []
+    send, receive = trio.open_memory_channel[dict[str, Any] | None](100)
+
+    async def set_section(name: str, value: dict[str, Any] | None) -> None:
+        assert name == "models"
+        sections.append(value)
+        await send.send(value)
+
+    engine = StandinEngine(StandinConfig(model="tiny", context_length=2048))
+    async with trio.open_nursery() as nursery:
+        engine_scope = trio.CancelScope()
+
+        async def serve(task_status: trio.TaskStatus[int]) -> None:
+            with engine_scope:
+                await serve_tcp(engine.app, "127.0.0.1", 0, logger_name="t",
+                                task_status=task_status)  # fmt: skip
+
+        port = await nursery.start(serve)
+        service = EngineService([f"http://127.0.0.1:{port}/v1"], set_section,
+                                interval=0.2, timeout=0.5)  # fmt: skip
+        await nursery.start(service.run)
+        first = await receive.receive()
+        assert first == {"tiny": {"kind": "standin", "ctx": 2048, "tps": 0.0, "inflight": 0}}
+        assert service.engine_for("tiny") == f"http://127.0.0.1:{port}"
+        engine_scope.cancel()
+        with trio.fail_after(5):
+            assert await receive.receive() is None
+        assert service.engine_for("tiny") is None
+        assert service.engines()[0]["healthy"] is False
+        nursery.cancel_scope.cancel()
+
+
+def test_parse_models_shapes() -> None:
+    kind, models = parse_models({"data": [{"id": "m", "owned_by": "llamacpp",
+                                           "meta": {"n_ctx_train": 512}}]})  # fmt: skip
+    assert (kind, models) == ("llama.cpp", {"m": 512})
+    assert parse_models({"data": [{"id": "x"}, "junk", {"id": 5}]}) == ("openai", {"x": 0})
+    with pytest.raises(ValueError):
+        parse_models({"nope": 1})
