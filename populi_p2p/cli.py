@@ -189,6 +189,10 @@ def _build_parser() -> _Parser:
         "--stall-timeout", type=float, metavar="SECONDS",
         help="token gap that fails a stream over (default max(3x p99 gap, 2 s))",
     )  # fmt: skip
+    up.add_argument(
+        "--max-clock-skew", type=float, metavar="SECONDS",
+        help="how far a peer's clock may be off before its packets are refused (default 120)",
+    )  # fmt: skip
 
     for name, text in (
         ("status", "this node, overlay, cluster summary"),
@@ -585,6 +589,7 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "api_listen": args.api_listen,
         "require_api_keys": args.require_api_keys,
         "stall_timeout": args.stall_timeout,
+        "max_clock_skew": args.max_clock_skew,
     }
     config = NodeConfig.load(args.config, flags)
     # Every argument is checked before the node looks at its state (key, certificate).

@@ -274,6 +274,10 @@ class NodeConfig:
     require_api_keys: bool = False
     #: Seconds without a token before a stream fails over; None: max(3x p99 gap, 2 s).
     stall_timeout: float | None = attrs.field(default=None, validator=_optional_seconds)
+    #: Seconds a packet's timestamp may differ from our clock, either way, before it is
+    #: refused as stale (the replay defence's window; a peer past it is named in `status`).
+    #: None: `overlay.auth.DEFAULT_FRESHNESS` (120 s).
+    max_clock_skew: float | None = attrs.field(default=None, validator=_optional_seconds)
 
     @property
     def cert_path(self) -> Path:
@@ -514,7 +518,7 @@ def _coerce(key: str, value: object) -> object:
             except ValueError as exc:
                 raise ConfigError(f"reserve-vram: {exc}") from None
         raise ConfigError(f"reserve-vram: {value!r} is not a size like 2GiB")
-    if key in ("gpu_probe_interval", "stall_timeout"):
+    if key in ("gpu_probe_interval", "stall_timeout", "max_clock_skew"):
         if isinstance(value, str):
             try:
                 value = float(value)

@@ -37,7 +37,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from overlay.auth import PacketAuthenticator
+from overlay.auth import DEFAULT_FRESHNESS, PacketAuthenticator
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport, TransportConfig
 from swim import Event
@@ -110,6 +110,9 @@ class _Parts:
             self.envelope_keys,
             cluster_secret=creds.cluster_secret,
             max_packet_size=TransportConfig().max_datagram_size,
+            freshness=(
+                DEFAULT_FRESHNESS if config.max_clock_skew is None else config.max_clock_skew
+            ),
         )
         budget = max(512, WIRE_PACKET_BUDGET - auth.overhead())
         self.swim_config = attrs.evolve(

@@ -86,6 +86,15 @@ def test_a_peer_whose_clock_is_10_minutes_ahead_is_named_in_status(tmp_path: Pat
         assert warning.startswith("packets from 127.0.0.1 are 60") and "(NTP)" in warning
         assert a.status()["drops"]["auth"]["stale"] >= 3
         assert a.log().count("clock.skew") == 1
+        # The allowed skew is configurable: a node allowing 15 minutes takes the same
+        # packets (it answers the ping; nothing is refused as stale).
+        b = mesh.start("b", "--max-clock-skew", "900")
+        host, port = b.address.rsplit(":", 1)
+        ping = wire.encode(wire.Ping(7, b.node_id, skewed.node_id, me))
+        sock.sendto(auth.seal(ping, time.time() + 600, recipient=b.node_id), (host, int(port)))
+        sock.settimeout(10)
+        answer, _ = sock.recvfrom(65536)
+        assert answer and b.status()["drops"]["auth"]["stale"] == 0
     finally:
         sock.close()
         mesh.stop_all()
