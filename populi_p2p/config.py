@@ -209,6 +209,10 @@ class NodeConfig:
     #: (capped at the live peers, so a one-node mesh needs none). More survives more
     #: simultaneous disk losses; each one waits for a gossip round.
     submit_acks: int = attrs.field(default=1, validator=attrs.validators.in_(range(0, 17)))
+    #: The user tasks run as when the daemon is root: None means ``nobody``; ``root``
+    #: keeps root (the operator's explicit choice). A daemon that is not root runs
+    #: tasks as itself and may only name itself.
+    task_user: str | None = None
     #: Log verbosity.
     log_level: str = attrs.field(default="info", validator=_choice(LOG_LEVELS))
 
@@ -298,7 +302,8 @@ def check_arguments(config: NodeConfig, *, resolve_timeout: float = RESOLVE_CHEC
       a resolver that is slow or temporarily failing is left to the bootstrapper,
       which retries;
     * ``cert``, ``authority-pubkey``, ``cluster-secret`` given explicitly: the file
-      exists.
+      exists;
+    * ``task-user``: the user exists, and this daemon may switch to it (root only).
 
     Raises:
         ConfigError: one line naming the argument and the fix.
@@ -315,6 +320,13 @@ def check_arguments(config: NodeConfig, *, resolve_timeout: float = RESOLVE_CHEC
     ):
         if path is not None and not path.exists():
             raise ConfigError(f"{name}: {shown(path)} does not exist (check --{name})")
+    if config.task_user is not None:
+        from .services.executor import resolve_task_user
+
+        try:
+            resolve_task_user(config.task_user)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _check_local_address(address: str) -> None:
@@ -364,7 +376,7 @@ _FIELDS: Final = {f.name for f in attrs.fields(NodeConfig)}
 _LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu", "withhold_gpu"}
 _BOOL_FIELDS: Final = {"mdns"}
 _PATH_FIELDS: Final = {"state_dir", "cert", "authority_pubkey", "cluster_secret"}
-_STR_FIELDS: Final = {"name", "bind", "advertise", "overlay", "preset", "log_level"}
+_STR_FIELDS: Final = {"name", "bind", "advertise", "overlay", "preset", "log_level", "task_user"}
 
 
 def _key(key: str, where: str) -> str:

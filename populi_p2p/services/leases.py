@@ -40,7 +40,6 @@ from ..leases import (
     TaskChanged,
     TaskCompacted,
     TaskEntry,
-    TaskResult,
 )
 from ..leases.election import claim_stands, must_stop, replacement_epoch
 from ..leases.placement import Placement, committed_resources, failed_nodes, place
@@ -58,9 +57,9 @@ from .lease_view import (
     explain_view,
     find_entry,
     pick_gpus,
-    result_tail,
     spec_from,
 )
+from .task_results import result_of
 from .task_runner import TaskExited, TaskRunner
 
 __all__ = ["ACK_TIMEOUT", "LeaseService", "SubmitError"]
@@ -204,7 +203,7 @@ class LeaseService:
             self._wake.set()
 
     async def _exits(self) -> None:
-        async for exited in self._runner.exits():
+        async for exited in self._runner.exits:
             await self._on_exit(exited)
             self._wake.set()
 
@@ -380,14 +379,12 @@ class LeaseService:
         entry = self.table.get(tid)
         if entry is None or not claim_stands(entry, self.me, exited.epoch):
             return  # cancelled or superseded: our result would be fenced out anyway
-        if exited.reason == "handoff":
+        handoff = exited.reason == "cancelled" and exited.detail == "handoff"
+        if handoff or exited.reason == "shutdown":
+            # Not the task's doing: re-placed at the next epoch, no retry counted.
             delta = self.table.release(tid, now)
         else:
-            duration = max(0.0, exited.ended_at - exited.started_at)
-            result = TaskResult(
-                exited.exit_code, result_tail(exited.stdout_tail, exited.stderr_tail), duration
-            )
-            delta = self.table.post_result(tid, result, now)
+            delta = self.table.post_result(tid, result_of(exited), now)
         await self._gossip(f"l/{tid}/{exited.epoch}", delta)
         self._wake.set()
 

@@ -1,5 +1,5 @@
 """The lease service's parts on their own: the app channel mux, the placement view built
-from records, spec checks in the CLI and the API, and the stand-in process runner."""
+from records, spec checks in the CLI and the API, and results from the executor's ends."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import LeaseConfig, LeaseTable, Requirements, TaskKind, TaskSpec
+from populi_p2p.leases._entry import OUTPUT_TAIL_MAX
 from populi_p2p.leases.placement import place
 from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
 from populi_p2p.services.app_channel import AppChannel, AppKind
+from populi_p2p.services.executor import TaskExited
 from populi_p2p.services.lease_view import LeaseSection, candidate, gpu_slots, spec_from
 from populi_p2p.services.leases import SubmitError
-from populi_p2p.services.task_runner import ProcessRunner, TaskExited
+from populi_p2p.services.task_results import START_FAILED_CODE, result_of
 from swim import AppMessage, Member, MemberState
 
 ########################################################################################
@@ -292,66 +294,23 @@ async def test_task_routes(tmp_path: Path) -> None:
 
 
 ########################################################################################
-# The stand-in runner: process group, environment, GPUs, timeout, stop
+# Results from the executor's ends
 
 
-def _run_spec(command: str, timeout: float = 30.0) -> TaskSpec:
-    return TaskSpec(
-        TaskKind.BATCH, Requirements(), ("sh", "-c", command), env={"GREETING": "hi"},
-        timeout=timeout, submitted_by="me",
-    )  # fmt: skip
+def _exited(code: int | None, reason: str, detail: str = "", out: bytes = b"") -> TaskExited:
+    return TaskExited("t", 1, code, reason, out, b"", 10.0, 12.5, detail)
 
 
-def _group_alive(pgid: int) -> bool:
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-async def test_runner_runs_stops_and_times_out(tmp_path: Path) -> None:
-    runner = ProcessRunner(tmp_path, grace=0.5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runner.run)
-        exits = runner.exits()
-
-        runner.start("t1", 1, _run_spec('echo "$GREETING $CUDA_VISIBLE_DEVICES"; echo oops >&2'),
-                     ["GPU-a", "GPU-b"])  # fmt: skip
-        done: TaskExited = await exits.receive()
-        assert (done.task_id, done.epoch, done.exit_code, done.reason) == ("t1", 1, 0, "exited")
-        assert done.stdout_tail == b"hi GPU-a,GPU-b\n" and done.stderr_tail == b"oops\n"
-        assert (tmp_path / "t1-1" / "stdout").exists(), "full output stays on the owner"
-
-        # stop: SIGTERM to the group, SIGKILL for what ignores it; the group is gone.
-        runner.start("t2", 3, _run_spec("trap '' TERM; sleep 60 & sleep 60; wait"), [])
-        with trio.fail_after(5):
-            while "t2" not in runner.pids:
-                await trio.sleep(0.01)
-        pgid = runner.pids["t2"]
-        runner.stop("t2", "cancelled")
-        with trio.fail_after(5):
-            stopped = await exits.receive()
-        assert (stopped.task_id, stopped.reason) == ("t2", "cancelled")
-        with trio.fail_after(2):  # SIGKILL is delivered at once; dying takes a moment
-            while _group_alive(pgid):
-                await trio.sleep(0.01)
-
-        runner.start("t3", 1, _run_spec("sleep 60", timeout=0.3), [])
-        with trio.fail_after(5):
-            late = await exits.receive()
-        assert late.reason == "timeout" and late.exit_code != 0
-
-        runner.start("t4", 1, attrs_evolve_command(_run_spec("x"), ("/nonexistent/prog",)), [])
-        failed = await exits.receive()
-        assert failed.reason.startswith("start_failed") and failed.exit_code == 127
-        nursery.cancel_scope.cancel()
-
-
-def attrs_evolve_command(spec: TaskSpec, command: tuple[str, ...]) -> TaskSpec:
-    import attrs
-
-    return attrs.evolve(spec, command=command)
+def test_results_say_why_and_never_succeed_by_accident() -> None:
+    ok = result_of(_exited(0, "exited", "exited with code 0", b"done\n"))
+    assert (ok.exit_code, ok.output_tail, ok.duration) == (0, b"done\n", 2.5)
+    never_ran = result_of(_exited(None, "start_failed", "no such command: nope"))
+    assert never_ran.exit_code == START_FAILED_CODE
+    assert never_ran.output_tail.endswith(b"[populi] start_failed: no such command: nope")
+    oom = result_of(_exited(-9, "memory", "used more than its memory limit of 268435456 bytes"))
+    assert oom.exit_code == -9 and b"[populi] memory: used more" in oom.output_tail
+    # A limit that struck as the command exited 0 is still a failure.
+    assert result_of(_exited(0, "timeout", "ran past its timeout")).exit_code != 0
+    # Bounded whatever the tails and the detail (results gossip).
+    huge = result_of(_exited(1, "cpu", "x" * 10_000, b"y" * 100_000))
+    assert len(huge.output_tail) <= OUTPUT_TAIL_MAX and b"[populi] cpu: " in huge.output_tail
