@@ -43,6 +43,9 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
     s.add_argument("--timeout", default="1h", help="run time limit, e.g. 90s, 30m, 1h")
     s.add_argument("--retries", type=int, default=2, help="retries after a non-zero exit")
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="environment")
+    s.add_argument(
+        "--no-network", action="store_true", help="run without network (or fail to start)"
+    )
     s.add_argument("--wait", action="store_true", help="follow the task; exit with its code")
     s.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...")
     t = sub.add_parser("tasks", help="the tasks the mesh holds")
@@ -107,6 +110,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         "kind": args.kind, "gpus": args.gpus, "vram": vram, "min_cc": args.min_cc,
         "cpus": args.cpus, "ram": ram, "labels": args.label, "prefer": args.prefer,
         "timeout": timeout, "retries": args.retries, "env": env, "command": command,
+        "no_network": args.no_network,
     }  # fmt: skip
     try:  # the daemon validates the same way: check here so nothing bad is sent
         cc = (int(major), int(minor or 0))

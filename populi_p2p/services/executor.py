@@ -183,7 +183,7 @@ class ExecutorService:
             epoch=epoch,
             spec=spec,
             gpu_uuids=list(gpu_uuids),
-            no_network=limits.no_network,
+            no_network=limits.no_network or spec.no_network,
             memory=memory,
             cpu_time=cpu_time,
             started_at=now,

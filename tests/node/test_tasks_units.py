@@ -8,11 +8,12 @@ import random
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 from populi_p2p.api import ApiClient, ApiError, make_app, serve_api
-from populi_p2p.cli import main
+from populi_p2p.cli import _build_parser, main
 from populi_p2p.cli_tasks import TaskCliError, build_spec
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
@@ -174,7 +175,7 @@ def _submit_args(*argv: str) -> argparse.Namespace:
     base: dict[str, Any] = {
         "gpus": 0, "vram": None, "min_cc": "0.0", "cpus": 0.0, "ram": None, "label": [],
         "prefer": [], "kind": "batch", "timeout": "1h", "retries": 2, "env": [],
-        "argv": ["--", "true"],
+        "argv": ["--", "true"], "no_network": False,
     }  # fmt: skip
     for item in argv:
         key, _, value = item.partition("=")
@@ -216,6 +217,9 @@ def test_cli_submit_refuses_before_asking_the_daemon(
     assert not (tmp_path / "leases.sqlite3").exists()
     good = build_spec(_submit_args("vram=16GiB", "label=zone=x", "env=A=b"))
     assert good["vram"] == 16 << 30 and good["labels"] == ["zone=x"] and good["env"] == {"A": "b"}
+    assert good["no_network"] is False
+    parsed = _build_parser().parse_args(["submit", "--no-network", "--", "true"])
+    assert build_spec(parsed)["no_network"] is True
 
 
 ########################################################################################
@@ -314,3 +318,18 @@ def test_results_say_why_and_never_succeed_by_accident() -> None:
     # Bounded whatever the tails and the detail (results gossip).
     huge = result_of(_exited(1, "cpu", "x" * 10_000, b"y" * 100_000))
     assert len(huge.output_tail) <= OUTPUT_TAIL_MAX and b"[populi] cpu: " in huge.output_tail
+
+
+def test_no_network_is_in_the_spec_and_old_specs_keep_their_ids() -> None:
+    old = _spec("me", 1)
+    isolated = attrs.evolve(old, no_network=True)
+    assert len(old.to_wire()) == 9, "specs without the flag encode as before"
+    assert isolated.task_id() != old.task_id(), "the flag is in the content hash"
+    assert TaskSpec.from_wire(isolated.to_wire()) == isolated
+    assert TaskSpec.from_wire(old.to_wire()).no_network is False
+    for forged in ([*old.to_wire(), False], [*old.to_wire(), 1], [*old.to_wire(), True, True]):
+        with pytest.raises(ValueError):
+            TaskSpec.from_wire(forged)  # one spec, one encoding
+    assert spec_from({"command": ["x"], "no_network": True}, "me", 0.0).no_network
+    with pytest.raises(ValueError, match="no_network must be true or false"):
+        spec_from({"command": ["x"], "no_network": "yes"}, "me", 0.0)
