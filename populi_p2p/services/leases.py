@@ -355,10 +355,13 @@ class LeaseService:
         return explain_view(entry, self._claims.why.get(entry.task_id))
 
     def summary(self) -> dict[str, Any]:
+        """``status``'s tasks section; ``stale_results_rejected`` counts results of
+        superseded epochs fenced out (a late result from a lost owner)."""
         return {
             "draining": self.draining,
             "running": len(self._host.running),
             "known": len(self.table),
+            "stale_results_rejected": self.table.statistics().stale_results_rejected,
         }
 
     def _why_of(self, entry: TaskEntry) -> str | None:
