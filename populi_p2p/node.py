@@ -73,6 +73,7 @@ from .services.publisher import RecordPublisher
 from .services.revocations import RevocationService
 from .services.roster import Roster
 from .services.status import StatusView
+from .services.task_logs import read_log
 from .services.task_results import RESULT_TAIL_BYTES
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
@@ -413,6 +414,11 @@ class _Backend:
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
         return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
+
+    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
+        assert self._node.executor is not None
+        leases = self._node.leases
+        return read_log(self._node.executor, leases.find(task_id), leases.me, stream, offset)
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
         return await self._node.leases.drain(handoff)

@@ -268,6 +268,9 @@ class _Tasks:
     async def undrain(self) -> dict[str, Any]:
         return {"draining": False}
 
+    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
+        return {"id": task_id, "stream": stream, "offset": offset}
+
 
 async def test_task_routes(tmp_path: Path) -> None:
     sock = tmp_path / "api.sock"
@@ -285,6 +288,9 @@ async def test_task_routes(tmp_path: Path) -> None:
         assert (await call("post", "/v1/drain", {"handoff": True}))["handoff"] is True
         assert (await call("post", "/v1/tasks/abc/cancel"))["cancelled"] is True
         assert await call("get", "/v1/tasks/abc/explain") == {"id": "abc"}
+        got = await call("get", "/v1/tasks/abc/logs?stream=stderr&offset=12")
+        assert got == {"id": "abc", "stream": "stderr", "offset": "12"}
+        assert (await call("get", "/v1/tasks/abc/logs"))["stream"] == "stdout"
         for method, path, body, says in (
             ("post", "/v1/tasks", {"command": []}, "command is empty"),
             ("post", "/v1/tasks", {"command": ["slow"]}, "only 0 of 1"),
