@@ -19,11 +19,12 @@ from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import LeaseConfig, LeaseTable, Requirements, TaskKind, TaskSpec
-from populi_p2p.leases._entry import OUTPUT_TAIL_MAX
+from populi_p2p.leases._entry import OUTPUT_TAIL_MAX, Phase
 from populi_p2p.leases.placement import place
 from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
 from populi_p2p.services.app_channel import AppChannel, AppKind
 from populi_p2p.services.executor import TaskExited
+from populi_p2p.services.lease_host import LeaseHost
 from populi_p2p.services.lease_view import LeaseSection, candidate, gpu_slots, spec_from
 from populi_p2p.services.leases import SubmitError
 from populi_p2p.services.task_results import START_FAILED_CODE, result_of
@@ -339,3 +340,55 @@ def test_no_network_is_in_the_spec_and_old_specs_keep_their_ids() -> None:
     assert spec_from({"command": ["x"], "no_network": True}, "me", 0.0).no_network
     with pytest.raises(ValueError, match="no_network must be true or false"):
         spec_from({"command": ["x"], "no_network": "yes"}, "me", 0.0)
+
+
+class _Runner:
+    """A `TaskRunner` that records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        _send, self.exits = trio.open_memory_channel[TaskExited](1)
+
+    def start(self, task_id: str, epoch: int, spec: TaskSpec, gpu_uuids: list[str]) -> None:
+        self.calls.append(("start", task_id))
+
+    def stop(self, task_id: str, reason: str) -> None:
+        self.calls.append(("stop", task_id, reason))
+
+
+@pytest.mark.parametrize(
+    ("reason", "detail", "code", "phase"),
+    [
+        ("shutdown", "the node shut down while the task ran", -9, Phase.RELEASED),
+        ("cancelled", "handoff", -15, Phase.RELEASED),
+        ("exited", "exited with code 3", 3, Phase.FAILED),
+        ("start_failed", "no such program", None, Phase.FAILED),
+    ],
+)
+async def test_node_side_losses_release_and_task_failures_post_results(
+    reason: str, detail: str, code: int | None, phase: Phase
+) -> None:
+    table = _table("me")
+    tid, _ = table.submit(_spec("me", 1), 0.0)
+    table.claim(tid, 1, 0, "placed", 0.0)
+    sent: list[str] = []
+
+    async def gossip(key: str, delta: bytes) -> None:
+        sent.append(key)
+
+    host = LeaseHost(
+        LeaseConfig.local(), table, "me", _Runner(), record_of=lambda _n: None,
+        allocate=lambda _a: None, gossip=gossip, local=lambda op, *a: op(*a),
+    )  # fmt: skip
+    entry = table.get(tid)
+    assert entry is not None
+    await host.start(entry, 1, 0.0)
+    assert host.running == {tid: 1}
+    await host.on_exit(TaskExited(tid, 1, code, reason, b"", b"", 0.0, 1.0, detail), 1.0)
+    claim = table.get(tid).claims[-1]  # type: ignore[union-attr]
+    assert claim.phase is phase and host.running == {}
+    if phase is Phase.RELEASED:  # re-placed at the next epoch; no retry used
+        assert claim.result is None and table.get(tid).needs_owner()  # type: ignore[union-attr]
+    else:
+        assert claim.result is not None and claim.result.exit_code == (code or START_FAILED_CODE)
+    assert sent[-1] == f"l/{tid}/1"
