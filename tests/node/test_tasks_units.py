@@ -4,6 +4,7 @@ from records, spec checks in the CLI and the API, and results from the executor'
 from __future__ import annotations
 
 import argparse
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -392,3 +393,13 @@ async def test_node_side_losses_release_and_task_failures_post_results(
     else:
         assert claim.result is not None and claim.result.exit_code == (code or START_FAILED_CODE)
     assert sent[-1] == f"l/{tid}/1"
+
+
+def test_up_task_user_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["up", "--state-dir", str(tmp_path), "--task-user", "no-such-user-here"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    assert "--task-user no-such-user-here" in err
+    assert ("no such user" in err) if os.geteuid() == 0 else ("only a daemon" in err)
