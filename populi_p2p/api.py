@@ -20,6 +20,9 @@ Endpoints (all JSON):
 ``GET  /v1/tasks``       every task this node's lease table holds
 ``GET  /v1/tasks/ID``    one task: spec, epochs, result (``/explain``: its placement)
 ``POST /v1/tasks/ID/cancel``  cancel a task everywhere
+``GET  /v1/tasks/ID/logs``  ``?stream=stdout|stderr&offset=N``: a base64 chunk of the
+                         task's full output from N (when this node ran it), the next
+                         offset, and ``done`` once it ended and all was read
 ``POST /v1/drain``       take no new work (``{"handoff": true}`` hands running tasks on)
 ``POST /v1/undrain``     take work again
 ``GET  /v1/inference/    the inference API's recent routes (``populi-node requests``)
@@ -47,6 +50,7 @@ import inspect
 import json
 import logging
 import os
+import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
@@ -112,6 +116,8 @@ class TaskBackend(Protocol):
 
     async def cancel(self, task_id: str) -> dict[str, Any]: ...
 
+    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]: ...
+
     async def drain(self, handoff: bool) -> dict[str, Any]: ...
 
     async def undrain(self) -> dict[str, Any]: ...
@@ -156,7 +162,17 @@ def _task_route(
         return lambda: backend.explain(parts[1])
     if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "cancel" and method == "POST":
         return lambda: backend.cancel(parts[1])
+    if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "logs" and method == "GET":
+        query = body if isinstance(body, dict) else {}
+        return lambda: backend.logs(parts[1], query.get("stream", "stdout"), query.get("offset", 0))
     return None
+
+
+def _query(scope: Scope) -> dict[str, str]:
+    """A GET's query parameters (the last of each name wins; junk is just absent)."""
+    raw = scope.get("query_string", b"")
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else ""
+    return dict(urllib.parse.parse_qsl(text[:1024]))
 
 
 async def _respond(send: Send, status: int, body: object) -> None:
@@ -208,7 +224,7 @@ def make_app(backend: ApiBackend) -> AsgiApp:
         handler: Callable[[], object] | None = None
         if route is None and isinstance(backend, TaskBackend):
             try:
-                request = await _read_json(receive) if scope["method"] == "POST" else {}
+                request = await _read_json(receive) if scope["method"] == "POST" else _query(scope)
             except _BadRequest as exc:
                 await _respond(send, 400, {"error": str(exc)})
                 return

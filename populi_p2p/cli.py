@@ -169,6 +169,11 @@ def _build_parser() -> _Parser:
         metavar="N",
         help="members that must persist a submitted task before submit returns (default 1)",
     )
+    up.add_argument(
+        "--task-user",
+        metavar="USER",
+        help="user tasks run as when the daemon is root (default nobody; root keeps root)",
+    )
     up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     up.add_argument(
         "--peer-port", type=int, help="peer API TCP port (default: --port + 1; 0 picks one)"
@@ -583,6 +588,7 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "gpu_probe_interval": args.gpu_probe_interval,
         "preset": args.preset,
         "submit_acks": args.submit_acks,
+        "task_user": args.task_user,
         "log_level": args.log_level,
         "peer_port": args.peer_port,
         "engine": args.engine,

@@ -8,6 +8,7 @@ and validated locally (`leases.TaskSpec`), so a bad spec is never stored anywher
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import time
@@ -43,6 +44,9 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
     s.add_argument("--timeout", default="1h", help="run time limit, e.g. 90s, 30m, 1h")
     s.add_argument("--retries", type=int, default=2, help="retries after a non-zero exit")
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="environment")
+    s.add_argument(
+        "--no-network", action="store_true", help="run without network (or fail to start)"
+    )
     s.add_argument("--wait", action="store_true", help="follow the task; exit with its code")
     s.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...")
     t = sub.add_parser("tasks", help="the tasks the mesh holds")
@@ -59,6 +63,11 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
         add_state_dir(p)
         p.add_argument("task", help="task id (or a unique prefix)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    g = sub.add_parser("logs", help="a task's full output, from the node that ran it")
+    add_state_dir(g)
+    g.add_argument("task", help="task id (or a unique prefix)")
+    g.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
+    g.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
     d = sub.add_parser("drain", help="take no new work (--handoff: move running tasks on)")
     add_state_dir(d)
     d.add_argument("--handoff", action="store_true", help="stop running tasks; re-place them")
@@ -107,6 +116,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         "kind": args.kind, "gpus": args.gpus, "vram": vram, "min_cc": args.min_cc,
         "cpus": args.cpus, "ram": ram, "labels": args.label, "prefer": args.prefer,
         "timeout": timeout, "retries": args.retries, "env": env, "command": command,
+        "no_network": args.no_network,
     }  # fmt: skip
     try:  # the daemon validates the same way: check here so nothing bad is sent
         cc = (int(major), int(minor or 0))
@@ -234,6 +244,24 @@ def _cmd_cancel(args: argparse.Namespace) -> None:
     print(f"cancelled {answer['id']}")
 
 
+def _cmd_logs(args: argparse.Namespace) -> None:
+    """Print the output from offset 0; with --follow, keep asking until it ended."""
+    client = _client(args)
+    stream = "stderr" if args.stderr else "stdout"
+    offset = 0
+    out = sys.stdout.buffer
+    while True:
+        chunk = client.get(f"/v1/tasks/{args.task}/logs?stream={stream}&offset={offset}")
+        data = base64.b64decode(chunk["data"])
+        out.write(data)
+        out.flush()
+        offset = int(chunk["offset"])
+        if chunk["done"] or (not data and not args.follow):
+            return
+        if not data:
+            time.sleep(WAIT_POLL)  # a poll of the daemon's API, not synchronisation
+
+
 def _cmd_drain(args: argparse.Namespace) -> None:
     answer = _client(args).post("/v1/drain", {"handoff": args.handoff})
     more = f", handing off {answer['running']} running" if args.handoff else ""
@@ -263,6 +291,7 @@ TASK_COMMANDS: Final = {
     "task": _wrap(_cmd_task),
     "explain": _wrap(_cmd_explain),
     "cancel": _wrap(_cmd_cancel),
+    "logs": _wrap(_cmd_logs),
     "drain": _wrap(_cmd_drain),
     "undrain": _wrap(_cmd_undrain),
 }

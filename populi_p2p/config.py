@@ -261,6 +261,10 @@ class NodeConfig:
     #: (capped at the live peers, so a one-node mesh needs none). More survives more
     #: simultaneous disk losses; each one waits for a gossip round.
     submit_acks: int = attrs.field(default=1, validator=attrs.validators.in_(range(0, 17)))
+    #: The user tasks run as when the daemon is root: None means ``nobody``; ``root``
+    #: keeps root (the operator's explicit choice). A daemon that is not root runs
+    #: tasks as itself and may only name itself.
+    task_user: str | None = None
     #: Log verbosity.
     log_level: str = attrs.field(default="info", validator=_choice(LOG_LEVELS))
     #: TCP port of the peer API (signed node-to-node HTTP) on the bind address.
@@ -365,7 +369,8 @@ def check_arguments(config: NodeConfig, *, resolve_timeout: float = RESOLVE_CHEC
       a resolver that is slow or temporarily failing is left to the bootstrapper,
       which retries;
     * ``cert``, ``authority-pubkey``, ``cluster-secret`` given explicitly: the file
-      exists.
+      exists;
+    * ``task-user``: the user exists, and this daemon may switch to it (root only).
 
     Raises:
         ConfigError: one line naming the argument and the fix.
@@ -382,6 +387,13 @@ def check_arguments(config: NodeConfig, *, resolve_timeout: float = RESOLVE_CHEC
     ):
         if path is not None and not path.exists():
             raise ConfigError(f"{name}: {shown(path)} does not exist (check --{name})")
+    if config.task_user is not None:
+        from .services.executor import resolve_task_user
+
+        try:
+            resolve_task_user(config.task_user)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _check_local_address(address: str) -> None:
@@ -432,7 +444,7 @@ _LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu", "withhold_gpu
 _BOOL_FIELDS: Final = {"mdns", "require_api_keys"}
 _PATH_FIELDS: Final = {"state_dir", "cert", "authority_pubkey", "cluster_secret"}
 _STR_FIELDS: Final = {
-    "name", "bind", "advertise", "overlay", "preset", "log_level", "api_listen",
+    "name", "bind", "advertise", "overlay", "preset", "log_level", "api_listen", "task_user",
 }  # fmt: skip
 
 

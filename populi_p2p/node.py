@@ -70,6 +70,7 @@ from .services.codec import WIRE_PACKET_BUDGET, AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
 from .services.errors import NodeStartError
+from .services.executor import ExecutorConfig, ExecutorService
 from .services.gpus import GpuService
 from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
@@ -82,7 +83,8 @@ from .services.publisher import RecordPublisher
 from .services.revocations import RevocationService
 from .services.roster import Roster
 from .services.status import StatusView
-from .services.task_runner import ProcessRunner
+from .services.task_logs import read_log
+from .services.task_results import RESULT_TAIL_BYTES
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
 
@@ -185,6 +187,7 @@ class Node:
         #: What those routes read; `provide("tasks", rows)` fills the page's task table.
         self.observe: ObserveView | None = None
         self._leases: LeaseService | None = None
+        self.executor: ExecutorService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -262,7 +265,14 @@ class Node:
             app_state=parts.app,
         )  # fmt: skip
         parts.app.attach(membership.broadcast_app)
-        runner = ProcessRunner(config.state_dir / "tasks")
+        try:
+            runner = ExecutorService(ExecutorConfig(
+                tasks_dir=config.state_dir / "tasks", task_user=config.task_user,
+                tail_bytes=RESULT_TAIL_BYTES,
+            ))  # fmt: skip
+        except ValueError as exc:
+            raise NodeStartError(str(exc)) from None
+        self.executor = runner
         leases = self._leases = LeaseService(
             _LEASE_PRESETS[config.preset](), creds.identity, config.state_dir / "leases.sqlite3",
             runner=runner, channel=parts.app, submit_acks=config.submit_acks,
@@ -550,6 +560,11 @@ class _Backend:
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
         return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
+
+    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
+        assert self._node.executor is not None
+        leases = self._node.leases
+        return read_log(self._node.executor, leases.find(task_id), leases.me, stream, offset)
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
         return await self._node.leases.drain(handoff)

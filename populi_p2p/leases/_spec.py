@@ -106,6 +106,9 @@ class TaskSpec:
     retry_limit: int = 2  # failed attempts tolerated before the task is failed for good
     submitted_by: str = ""  # node id of the accepting node (the spec's signer)
     submitted_at: float = 0.0  # realtime; informational only, never used for ordering
+    #: Run without network (a fresh network namespace), or do not start. Encoded as a
+    #: tenth wire element only when True, so specs without it keep their ids.
+    no_network: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.command:
@@ -126,11 +129,14 @@ class TaskSpec:
             raise ValueError(f"timeout must be in (0, {TIMEOUT_MAX}] seconds, got {self.timeout}")
         if not 0 <= self.retry_limit <= RETRY_LIMIT_MAX:
             raise ValueError(f"retry_limit must be in 0..{RETRY_LIMIT_MAX}")
+        if not isinstance(self.no_network, bool):
+            raise ValueError("no_network must be true or false")
         if not 0 < len(self.submitted_by) <= NODE_ID_CHARS_MAX:
             raise ValueError(f"submitted_by must be a node id of 1..{NODE_ID_CHARS_MAX} chars")
 
     def to_wire(self) -> list[Any]:
-        """The canonical layout: a fixed array, version first, labels and env sorted."""
+        """The canonical layout: a fixed array, version first, labels and env sorted;
+        ``no_network`` appended only when set (older specs keep their bytes and ids)."""
         r = self.requirements
         return [
             SPEC_VERSION,
@@ -150,14 +156,16 @@ class TaskSpec:
             self.retry_limit,
             self.submitted_by,
             float(self.submitted_at),
-        ]
+        ] + ([True] if self.no_network else [])
 
     @classmethod
     def from_wire(cls, raw: Any) -> TaskSpec:
         """Rebuild from `to_wire`'s layout; any mismatch raises `ValueError`/`TypeError`."""
-        if not isinstance(raw, list) or len(raw) != 9 or raw[0] != SPEC_VERSION:
+        if not isinstance(raw, list) or len(raw) not in (9, 10) or raw[0] != SPEC_VERSION:
             raise ValueError("not a version-1 task spec")
-        _, kind, req, command, env, timeout, retry, by, at = raw
+        if len(raw) == 10 and raw[9] is not True:
+            raise ValueError("no_network is encoded only when true")  # one spec, one encoding
+        _, kind, req, command, env, timeout, retry, by, at = raw[:9]
         if not isinstance(req, list) or len(req) != 7:
             raise ValueError("bad requirements layout")
         gpus, vram, cc, cpu, ram, lreq, lpref = req
@@ -183,6 +191,7 @@ class TaskSpec:
             retry_limit=retry,
             submitted_by=by,
             submitted_at=float(at),
+            no_network=len(raw) == 10,
         )
 
     def canonical(self) -> bytes:

@@ -38,7 +38,7 @@ def _optional_positive(_: object, attribute: attrs.Attribute[Any], value: float 
 
 @attrs.frozen
 class TaskLimits:
-    """Limits the spec does not carry (proposed as `TaskSpec` fields; see docs/executor.md).
+    """Limits beyond the spec's (``no_network`` is also a `TaskSpec` field; either asks).
 
     ``None`` means "derive from the spec": memory from ``requirements.ram`` (when > 0),
     CPU time from ``timeout * max(1, requirements.cpu_cores)``.

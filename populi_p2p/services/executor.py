@@ -56,6 +56,7 @@ __all__ = [
     "Stream",
     "TaskExited",
     "TaskLimits",
+    "resolve_task_user",
 ]
 
 Stream = Literal["stdout", "stderr"]
@@ -122,7 +123,7 @@ class ExecutorService:
 
     def __init__(self, config: ExecutorConfig) -> None:
         self.config = config
-        self._uid, self._gid, self.user = _resolve_user(config.task_user)
+        self._uid, self._gid, self.user = resolve_task_user(config.task_user)
         self._cgroup: CgroupParent | None = None
         self.limiter_detail = "rlimits (cgroup v2 disabled by configuration)"
         self._tasks: dict[str, _Task] = {}
@@ -182,7 +183,7 @@ class ExecutorService:
             epoch=epoch,
             spec=spec,
             gpu_uuids=list(gpu_uuids),
-            no_network=limits.no_network,
+            no_network=limits.no_network or spec.no_network,
             memory=memory,
             cpu_time=cpu_time,
             started_at=now,
@@ -539,8 +540,12 @@ def _check_arguments(task_id: object, epoch: object, gpu_uuids: object) -> str |
     return None
 
 
-def _resolve_user(name: str | None) -> tuple[int | None, int | None, str]:
-    """(uid, gid, name) to switch to, or (None, None, name) to stay who we are."""
+def resolve_task_user(name: str | None) -> tuple[int | None, int | None, str]:
+    """(uid, gid, name) to switch to, or (None, None, name) to stay who we are.
+
+    Raises:
+        ValueError: one line: no such user, or the daemon is not root and names another.
+    """
     me = pwd.getpwuid(os.geteuid()).pw_name if os.geteuid() >= 0 else "?"
     if os.geteuid() != 0:
         if name not in (None, me):

@@ -191,6 +191,7 @@ def spec_view(spec: TaskSpec) -> dict[str, Any]:
         "env": dict(spec.env),
         "timeout": spec.timeout,
         "retries": spec.retry_limit,
+        "no_network": spec.no_network,
         "submitted_by": spec.submitted_by,
         "submitted_at": spec.submitted_at,
         "requirements": {
@@ -284,6 +285,9 @@ def spec_from(fields: dict[str, Any], me: str, now_real: float) -> TaskSpec:
         env = fields.get("env", {})
         if not isinstance(env, dict):
             raise ValueError("env must be a map of strings")
+        no_network = fields.get("no_network", False)
+        if not isinstance(no_network, bool):
+            raise ValueError("no_network must be true or false")
         return TaskSpec(
             kind=TaskKind(fields.get("kind", "batch")),
             requirements=req,
@@ -293,6 +297,7 @@ def spec_from(fields: dict[str, Any], me: str, now_real: float) -> TaskSpec:
             retry_limit=int(fields.get("retries", 2)),
             submitted_by=me,
             submitted_at=now_real,
+            no_network=no_network,
         )
     except (TypeError, IndexError) as exc:
         raise ValueError(f"bad task spec: {exc}") from None

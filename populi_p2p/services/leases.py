@@ -14,6 +14,7 @@ starts only if its claim stands, and stops at once if it loses. A lease whose ow
 SWIM declares dead or left, or that has not been renewed for `lease_ttl` on our own
 clock, is re-placed at the next epoch without the old owner. The owner renews every
 `lease_renew_interval` and posts the signed result of its epoch when the process ends.
+Placing and claiming live in `lease_claims`, what owning a task does in `lease_host`.
 """
 
 from __future__ import annotations
@@ -40,28 +41,24 @@ from ..leases import (
     TaskChanged,
     TaskCompacted,
     TaskEntry,
-    TaskResult,
 )
-from ..leases.election import claim_stands, must_stop, replacement_epoch
-from ..leases.placement import Placement, committed_resources, failed_nodes, place
-from ..leases.reliability import earned_reliability, prior_reliability
+from ..leases.election import replacement_epoch
 from ..leases.store import LeaseStore
 from ..record import NodeRecord
 from .app_channel import AppChannel, AppKind
 from .lease_acks import SubmitAcks
+from .lease_claims import LeaseClaims
 from .lease_gossip import DeltaGossip
+from .lease_host import LeaseHost
 from .lease_view import (
     LeaseSection,
-    build_candidates,
     entry_detail,
     entry_row,
     explain_view,
     find_entry,
-    pick_gpus,
-    result_tail,
     spec_from,
 )
-from .task_runner import TaskExited, TaskRunner
+from .task_runner import TaskRunner
 
 __all__ = ["ACK_TIMEOUT", "LeaseService", "SubmitError"]
 
@@ -74,8 +71,6 @@ PLACE_INTERVAL: Final = 1.0
 #: Seconds after a start during which the stored table is loaded again as records
 #: arrive (a part signed by another node verifies only once its record is known).
 RELOAD_WINDOW: Final = 120.0
-#: Shortest wait of a node ranked k-th per rank before it claims an unclaimed task.
-FALLBACK_STEP_MIN: Final = 1.0
 
 _log = get_logger("leases")
 _GONE: Final = (MemberState.DEAD, MemberState.LEFT)
@@ -115,7 +110,6 @@ class LeaseService:
         self._channel = channel
         self._submit_acks = submit_acks
         self._ack_timeout = ack_timeout
-        self._rng = rng if rng is not None else random.Random()
         fd = os.open(store_path, os.O_CREAT | os.O_RDWR, 0o600)
         os.close(fd)
         self._store = LeaseStore(store_path)
@@ -130,19 +124,22 @@ class LeaseService:
         self._set_draining: Callable[[bool], Awaitable[None]] | None = None
         self.draining = False
         self._wake = trio.Event()
-        self._settling: dict[str, tuple[int, float]] = {}  # our claims: epoch, claimed at
-        self._running: dict[str, int] = {}  # started here: epoch
-        self._held: dict[str, list[tuple[str, int]]] = {}  # task -> (gpu uuid, vram)
-        self._why: dict[str, str] = {}  # pending task -> last placement explanation
         self._acks = SubmitAcks(
             identity, channel, lambda node: self._record_of(node),
             interval=config.lease_renew_interval, span=config.lease_ttl,
         )  # fmt: skip
-        self._renew_at = 0.0
+        self._host = LeaseHost(
+            config, self.table, self.me, runner, record_of=lambda n: self._record_of(n),
+            allocate=lambda a: self._allocate(a), gossip=self._gossip, local=self._local,
+        )  # fmt: skip
         self._place_at = 0.0
-        self._unclaimed: dict[tuple[str, int], float] = {}  # (task, epoch) -> first seen
         self._deltas = DeltaGossip(channel, config.lease_renew_interval, config.lease_ttl)
-        self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time)
+        self._claims = LeaseClaims(
+            config, self.table, self.me, rng if rng is not None else random.Random(),
+            members=lambda: self._members(), record_of=lambda n: self._record_of(n),
+            draining=lambda: self.draining, gossip=self._gossip, local=self._local,
+            recheck_at=self._recheck_at,
+        )  # fmt: skip
         self._reload: list[TaskEntry] = []
         self._reload_at = self._reload_until = 0.0
 
@@ -204,8 +201,8 @@ class LeaseService:
             self._wake.set()
 
     async def _exits(self) -> None:
-        async for exited in self._runner.exits():
-            await self._on_exit(exited)
+        async for exited in self._runner.exits:
+            await self._host.on_exit(exited, trio.current_time())
             self._wake.set()
 
     async def _loop(self) -> None:
@@ -215,16 +212,19 @@ class LeaseService:
             table_due = self.table.next_deadline()
             if table_due is not None and table_due > now:  # expired leases: handled below
                 deadline = min(deadline, table_due)
-            if self._running:
-                deadline = min(deadline, self._renew_at)
+            if self._host.running:
+                deadline = min(deadline, self._host.renew_at)
             if self._deltas.pending:
                 deadline = min(deadline, self._deltas.due)
-            for _epoch, at in self._settling.values():
+            for _epoch, at in self._claims.settling.values():
                 deadline = min(deadline, at + self.config.settle_time)
             with trio.move_on_at(deadline):
                 await self._wake.wait()
             self._wake = trio.Event()
             await self._step(trio.current_time())
+
+    def _recheck_at(self, when: float) -> None:
+        self._place_at = min(self._place_at, when)
 
     async def _gossip(self, key: str, delta: bytes) -> None:
         await self._deltas.send(key, delta, trio.current_time())
@@ -274,122 +274,16 @@ class LeaseService:
                 entry = self.table.get(ev.task_id)
                 epoch = None if entry is None else replacement_epoch(entry, ev)
                 if entry is not None and epoch is not None:
-                    await self._try_claim(entry, epoch, now, exclude={ev.owner})
+                    await self._claims.try_claim(entry, epoch, now, exclude={ev.owner})
             elif isinstance(ev, TaskCompacted):
                 self._acks.forget(ev.task_id)
-                self._why.pop(ev.task_id, None)
-        for tid, (epoch, at) in list(self._settling.items()):
-            entry = self.table.get(tid)
-            if entry is None or not claim_stands(entry, self.me, epoch):
-                del self._settling[tid]
-            elif now >= at + self.config.settle_time:
-                del self._settling[tid]
-                await self._start(entry, epoch, now)
-        for tid, epoch in list(self._running.items()):
-            entry = self.table.get(tid)
-            if entry is None or must_stop(entry, self.me, epoch):
-                cancelled = entry is not None and entry.cancel is not None
-                self._runner.stop(tid, "cancelled" if cancelled else "superseded")
-                del self._running[tid]
-        if self._running and now >= self._renew_at:
-            self._renew_at = now + self.config.lease_renew_interval
-            for tid, epoch in list(self._running.items()):
-                delta = self._local(self.table.renew, tid, now)
-                if delta is not None:
-                    await self._gossip(f"l/{tid}/{epoch}", delta)
+                self._claims.why.pop(ev.task_id, None)
+        for entry, epoch in self._claims.settled(now):
+            await self._host.start(entry, epoch, now)
+        await self._host.check(now)
         if now >= self._place_at:
             self._place_at = now + PLACE_INTERVAL
-            get = self.table.get
-            self._unclaimed = {
-                k: t for k, t in self._unclaimed.items() if (e := get(k[0])) and e.epoch < k[1]
-            }
-            for entry in list(self.table):
-                if entry.needs_owner() and entry.task_id not in self._settling:
-                    await self._try_claim(entry, entry.epoch + 1, now)
-
-    def _placement(self, entry: TaskEntry, now: float, exclude: set[str]) -> Placement:
-        assert entry.spec is not None
-        rel = earned_reliability(self.table.outcomes(), now, self.config)
-        candidates = build_candidates(
-            self._members(), self._record_of, rel, prior_reliability(self.config),
-            me=self.me, draining=self.draining, accepting=entry.spec.submitted_by,
-        )  # fmt: skip
-        committed = committed_resources(list(self.table))
-        failed = failed_nodes(entry)
-        p = place(entry.spec, candidates, config=self.config, rng=self._rng,
-                  committed=committed, failed_on=failed, exclude=exclude)  # fmt: skip
-        if p.chosen is None and failed:  # prefer other nodes, but retry here if none
-            p = place(entry.spec, candidates, config=self.config, rng=self._rng,
-                      committed=committed, exclude=exclude)  # fmt: skip
-        return p
-
-    async def _try_claim(
-        self, entry: TaskEntry, epoch: int, now: float, exclude: set[str] | None = None
-    ) -> None:
-        if entry.spec is None:
-            return  # a lease delta came before the spec: anti-entropy brings it
-        p = self._placement(entry, now, exclude or set())
-        tid = entry.task_id
-        self._why[tid] = p.explain() if p.chosen is None else f"placed: {p.explain()}"
-        if self.me not in p.ranked or self.draining or epoch <= entry.epoch:
-            return
-        # The first-ranked node claims at once. Views can differ (records, reliability
-        # decay), so if the task is still unclaimed later, the node ranked k-th claims
-        # after k fallback steps: progress without agreement, safety from `merge`.
-        since = self._unclaimed.setdefault((tid, epoch), now)
-        if now - since < p.ranked.index(self.me) * self._fallback_step:
-            self._place_at = min(self._place_at, since + self._fallback_step)
-            return
-        self._unclaimed.pop((tid, epoch), None)
-        delta = self._local(self.table.claim, tid, epoch, p.rank_of(self.me), p.explain(), now)
-        if delta is None:
-            return
-        self._settling[tid] = (epoch, now)
-        event(_log, 20, "lease.claimed", task=tid, epoch=epoch)
-        await self._gossip(f"l/{tid}/{epoch}", delta)
-
-    async def _start(self, entry: TaskEntry, epoch: int, now: float) -> None:
-        tid, spec = entry.task_id, entry.spec
-        assert spec is not None
-        busy = {uuid for held in self._held.values() for uuid, _ in held}
-        gpus = pick_gpus(self._record_of(self.me), busy, spec.requirements)
-        if gpus is None:  # our view moved since placement: hand it back at once
-            delta = self._local(self.table.release, tid, now)
-            if delta is not None:
-                await self._gossip(f"l/{tid}/{epoch}", delta)
-            return
-        delta = self._local(self.table.mark_running, tid, now)
-        if delta is None:
-            return
-        await self._gossip(f"l/{tid}/{epoch}", delta)
-        self._running[tid] = epoch
-        self._renew_at = min(self._renew_at, now + self.config.lease_renew_interval)
-        self._held[tid] = gpus
-        self._allocate([a for held in self._held.values() for a in held])
-        event(_log, 20, "task.started", task=tid, epoch=epoch, gpus=len(gpus))
-        self._runner.start(tid, epoch, spec, [uuid for uuid, _ in gpus])
-
-    async def _on_exit(self, exited: TaskExited) -> None:
-        tid, now = exited.task_id, trio.current_time()
-        if self._running.get(tid) == exited.epoch:
-            del self._running[tid]
-        if self._held.pop(tid, None):
-            self._allocate([a for held in self._held.values() for a in held])
-        event(_log, 20, "task.exited", task=tid, epoch=exited.epoch, code=exited.exit_code,
-              reason=exited.reason)  # fmt: skip
-        entry = self.table.get(tid)
-        if entry is None or not claim_stands(entry, self.me, exited.epoch):
-            return  # cancelled or superseded: our result would be fenced out anyway
-        if exited.reason == "handoff":
-            delta = self.table.release(tid, now)
-        else:
-            duration = max(0.0, exited.ended_at - exited.started_at)
-            result = TaskResult(
-                exited.exit_code, result_tail(exited.stdout_tail, exited.stderr_tail), duration
-            )
-            delta = self.table.post_result(tid, result, now)
-        await self._gossip(f"l/{tid}/{exited.epoch}", delta)
-        self._wake.set()
+            await self._claims.place_pending(now)
 
     ####################################################################################
     # Commands (the API)
@@ -430,9 +324,8 @@ class LeaseService:
         if self._set_draining is not None:
             await self._set_draining(True)
         if handoff:
-            for tid in list(self._running):
-                self._runner.stop(tid, "handoff")
-        return {"draining": True, "handoff": handoff, "running": len(self._running)}
+            self._host.handoff()
+        return {"draining": True, "handoff": handoff, "running": len(self._host.running)}
 
     async def undrain(self) -> dict[str, Any]:
         self.draining = False
@@ -459,10 +352,17 @@ class LeaseService:
 
     def explain(self, task_id: str) -> dict[str, Any]:
         entry = self.find(task_id)
-        return explain_view(entry, self._why.get(entry.task_id))
+        return explain_view(entry, self._claims.why.get(entry.task_id))
 
     def summary(self) -> dict[str, Any]:
-        return {"draining": self.draining, "running": len(self._running), "known": len(self.table)}
+        """``status``'s tasks section; ``stale_results_rejected`` counts results of
+        superseded epochs fenced out (a late result from a lost owner)."""
+        return {
+            "draining": self.draining,
+            "running": len(self._host.running),
+            "known": len(self.table),
+            "stale_results_rejected": self.table.statistics().stale_results_rejected,
+        }
 
     def _why_of(self, entry: TaskEntry) -> str | None:
-        return self._why.get(entry.task_id) if entry.needs_owner() else None
+        return self._claims.why.get(entry.task_id) if entry.needs_owner() else None

@@ -147,12 +147,15 @@ async def test_no_network_cannot_reach_a_loopback_listener(tmp_path: Path) -> No
     async with executor(tmp_path) as ex:
         control = await run_one(ex, "net", python(code))
         isolated = await run_one(ex, "nonet", python(code), limits=TaskLimits(no_network=True))
+        # The spec's own flag (``submit --no-network``) asks for the same isolation.
+        by_spec = await run_one(ex, "nonet2", attrs.evolve(python(code), no_network=True))
     for listener in listeners:
         await listener.aclose()
     assert control.succeeded and control.stdout_tail == b"connected\n"
     if isolated.reason == "start_failed":
         pytest.skip(f"this machine cannot make network namespaces: {isolated.detail}")
     assert isolated.exit_code == 3, isolated
+    assert by_spec.exit_code == 3, by_spec
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")

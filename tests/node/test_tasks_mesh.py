@@ -26,6 +26,9 @@ from .harness import REPO, Daemon, Mesh, wait_until
 
 #: Labels per node: n3 and n4 are the only "zone=y" nodes.
 LABELS = {"n0": "zone=x", "n1": "zone=x", "n2": "zone=x", "n3": "zone=y", "n4": "zone=y"}
+#: The tasks here write marks under the test's private tmp dir: as root, keep root
+#: (test_memory_limit_stops_the_task_not_the_node proves the default, nobody).
+AS_ROOT = ("--task-user", "root") if os.geteuid() == 0 else ()
 
 
 def _task(d: Daemon, tid: str) -> dict[str, Any]:
@@ -62,9 +65,9 @@ def test_tasks_on_a_five_node_mesh(tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
     try:
-        seed = mesh.start("n0", "--label", LABELS["n0"])
+        seed = mesh.start("n0", "--label", LABELS["n0"], *AS_ROOT)
         others = [
-            mesh.spawn(n, "--bootstrap", seed.address, "--label", LABELS[n])
+            mesh.spawn(n, "--bootstrap", seed.address, "--label", LABELS[n], *AS_ROOT)
             for n in ("n1", "n2", "n3", "n4")
         ]
         for d in others:
@@ -78,7 +81,7 @@ def test_tasks_on_a_five_node_mesh(tmp_path: Path) -> None:
         specs: list[dict[str, Any]] = [
             {"labels": ["zone=y"]},
             {"labels": ["zone=x"], "cpus": 0.5},
-            {"prefer": ["zone=y"], "ram": 1 << 20},
+            {"prefer": ["zone=y"], "ram": 64 << 20},  # also its memory limit
             {"kind": "agent"},
             {"labels": ["zone=x"], "env": {"GREETING": "hi"}},
             {"labels": ["zone=y"], "retries": 0},

@@ -1,29 +1,34 @@
 """The lease service's parts on their own: the app channel mux, the placement view built
-from records, spec checks in the CLI and the API, and the stand-in process runner."""
+from records, spec checks in the CLI and the API, and results from the executor's ends."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 from populi_p2p.api import ApiClient, ApiError, make_app, serve_api
-from populi_p2p.cli import main
+from populi_p2p.cli import _build_parser, main
 from populi_p2p.cli_tasks import TaskCliError, build_spec
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import LeaseConfig, LeaseTable, Requirements, TaskKind, TaskSpec
+from populi_p2p.leases._entry import OUTPUT_TAIL_MAX, Phase
 from populi_p2p.leases.placement import place
 from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
 from populi_p2p.services.app_channel import AppChannel, AppKind
+from populi_p2p.services.executor import TaskExited
+from populi_p2p.services.lease_host import LeaseHost
 from populi_p2p.services.lease_view import LeaseSection, candidate, gpu_slots, spec_from
 from populi_p2p.services.leases import SubmitError
-from populi_p2p.services.task_runner import ProcessRunner, TaskExited
+from populi_p2p.services.task_results import START_FAILED_CODE, result_of
 from swim import AppMessage, Member, MemberState
 
 ########################################################################################
@@ -172,7 +177,7 @@ def _submit_args(*argv: str) -> argparse.Namespace:
     base: dict[str, Any] = {
         "gpus": 0, "vram": None, "min_cc": "0.0", "cpus": 0.0, "ram": None, "label": [],
         "prefer": [], "kind": "batch", "timeout": "1h", "retries": 2, "env": [],
-        "argv": ["--", "true"],
+        "argv": ["--", "true"], "no_network": False,
     }  # fmt: skip
     for item in argv:
         key, _, value = item.partition("=")
@@ -214,6 +219,9 @@ def test_cli_submit_refuses_before_asking_the_daemon(
     assert not (tmp_path / "leases.sqlite3").exists()
     good = build_spec(_submit_args("vram=16GiB", "label=zone=x", "env=A=b"))
     assert good["vram"] == 16 << 30 and good["labels"] == ["zone=x"] and good["env"] == {"A": "b"}
+    assert good["no_network"] is False
+    parsed = _build_parser().parse_args(["submit", "--no-network", "--", "true"])
+    assert build_spec(parsed)["no_network"] is True
 
 
 ########################################################################################
@@ -262,6 +270,9 @@ class _Tasks:
     async def undrain(self) -> dict[str, Any]:
         return {"draining": False}
 
+    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
+        return {"id": task_id, "stream": stream, "offset": offset}
+
 
 async def test_task_routes(tmp_path: Path) -> None:
     sock = tmp_path / "api.sock"
@@ -279,6 +290,9 @@ async def test_task_routes(tmp_path: Path) -> None:
         assert (await call("post", "/v1/drain", {"handoff": True}))["handoff"] is True
         assert (await call("post", "/v1/tasks/abc/cancel"))["cancelled"] is True
         assert await call("get", "/v1/tasks/abc/explain") == {"id": "abc"}
+        got = await call("get", "/v1/tasks/abc/logs?stream=stderr&offset=12")
+        assert got == {"id": "abc", "stream": "stderr", "offset": "12"}
+        assert (await call("get", "/v1/tasks/abc/logs"))["stream"] == "stdout"
         for method, path, body, says in (
             ("post", "/v1/tasks", {"command": []}, "command is empty"),
             ("post", "/v1/tasks", {"command": ["slow"]}, "only 0 of 1"),
@@ -292,66 +306,100 @@ async def test_task_routes(tmp_path: Path) -> None:
 
 
 ########################################################################################
-# The stand-in runner: process group, environment, GPUs, timeout, stop
+# Results from the executor's ends
 
 
-def _run_spec(command: str, timeout: float = 30.0) -> TaskSpec:
-    return TaskSpec(
-        TaskKind.BATCH, Requirements(), ("sh", "-c", command), env={"GREETING": "hi"},
-        timeout=timeout, submitted_by="me",
+def _exited(code: int | None, reason: str, detail: str = "", out: bytes = b"") -> TaskExited:
+    return TaskExited("t", 1, code, reason, out, b"", 10.0, 12.5, detail)
+
+
+def test_results_say_why_and_never_succeed_by_accident() -> None:
+    ok = result_of(_exited(0, "exited", "exited with code 0", b"done\n"))
+    assert (ok.exit_code, ok.output_tail, ok.duration) == (0, b"done\n", 2.5)
+    never_ran = result_of(_exited(None, "start_failed", "no such command: nope"))
+    assert never_ran.exit_code == START_FAILED_CODE
+    assert never_ran.output_tail.endswith(b"[populi] start_failed: no such command: nope")
+    oom = result_of(_exited(-9, "memory", "used more than its memory limit of 268435456 bytes"))
+    assert oom.exit_code == -9 and b"[populi] memory: used more" in oom.output_tail
+    # A limit that struck as the command exited 0 is still a failure.
+    assert result_of(_exited(0, "timeout", "ran past its timeout")).exit_code != 0
+    # Bounded whatever the tails and the detail (results gossip).
+    huge = result_of(_exited(1, "cpu", "x" * 10_000, b"y" * 100_000))
+    assert len(huge.output_tail) <= OUTPUT_TAIL_MAX and b"[populi] cpu: " in huge.output_tail
+
+
+def test_no_network_is_in_the_spec_and_old_specs_keep_their_ids() -> None:
+    old = _spec("me", 1)
+    isolated = attrs.evolve(old, no_network=True)
+    assert len(old.to_wire()) == 9, "specs without the flag encode as before"
+    assert isolated.task_id() != old.task_id(), "the flag is in the content hash"
+    assert TaskSpec.from_wire(isolated.to_wire()) == isolated
+    assert TaskSpec.from_wire(old.to_wire()).no_network is False
+    for forged in ([*old.to_wire(), False], [*old.to_wire(), 1], [*old.to_wire(), True, True]):
+        with pytest.raises(ValueError):
+            TaskSpec.from_wire(forged)  # one spec, one encoding
+    assert spec_from({"command": ["x"], "no_network": True}, "me", 0.0).no_network
+    with pytest.raises(ValueError, match="no_network must be true or false"):
+        spec_from({"command": ["x"], "no_network": "yes"}, "me", 0.0)
+
+
+class _Runner:
+    """A `TaskRunner` that records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        _send, self.exits = trio.open_memory_channel[TaskExited](1)
+
+    def start(self, task_id: str, epoch: int, spec: TaskSpec, gpu_uuids: list[str]) -> None:
+        self.calls.append(("start", task_id))
+
+    def stop(self, task_id: str, reason: str) -> None:
+        self.calls.append(("stop", task_id, reason))
+
+
+@pytest.mark.parametrize(
+    ("reason", "detail", "code", "phase"),
+    [
+        ("shutdown", "the node shut down while the task ran", -9, Phase.RELEASED),
+        ("cancelled", "handoff", -15, Phase.RELEASED),
+        ("exited", "exited with code 3", 3, Phase.FAILED),
+        ("start_failed", "no such program", None, Phase.FAILED),
+    ],
+)
+async def test_node_side_losses_release_and_task_failures_post_results(
+    reason: str, detail: str, code: int | None, phase: Phase
+) -> None:
+    table = _table("me")
+    tid, _ = table.submit(_spec("me", 1), 0.0)
+    table.claim(tid, 1, 0, "placed", 0.0)
+    sent: list[str] = []
+
+    async def gossip(key: str, delta: bytes) -> None:
+        sent.append(key)
+
+    host = LeaseHost(
+        LeaseConfig.local(), table, "me", _Runner(), record_of=lambda _n: None,
+        allocate=lambda _a: None, gossip=gossip, local=lambda op, *a: op(*a),
     )  # fmt: skip
+    entry = table.get(tid)
+    assert entry is not None
+    await host.start(entry, 1, 0.0)
+    assert host.running == {tid: 1}
+    await host.on_exit(TaskExited(tid, 1, code, reason, b"", b"", 0.0, 1.0, detail), 1.0)
+    claim = table.get(tid).claims[-1]  # type: ignore[union-attr]
+    assert claim.phase is phase and host.running == {}
+    if phase is Phase.RELEASED:  # re-placed at the next epoch; no retry used
+        assert claim.result is None and table.get(tid).needs_owner()  # type: ignore[union-attr]
+    else:
+        assert claim.result is not None and claim.result.exit_code == (code or START_FAILED_CODE)
+    assert sent[-1] == f"l/{tid}/1"
 
 
-def _group_alive(pgid: int) -> bool:
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-async def test_runner_runs_stops_and_times_out(tmp_path: Path) -> None:
-    runner = ProcessRunner(tmp_path, grace=0.5)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runner.run)
-        exits = runner.exits()
-
-        runner.start("t1", 1, _run_spec('echo "$GREETING $CUDA_VISIBLE_DEVICES"; echo oops >&2'),
-                     ["GPU-a", "GPU-b"])  # fmt: skip
-        done: TaskExited = await exits.receive()
-        assert (done.task_id, done.epoch, done.exit_code, done.reason) == ("t1", 1, 0, "exited")
-        assert done.stdout_tail == b"hi GPU-a,GPU-b\n" and done.stderr_tail == b"oops\n"
-        assert (tmp_path / "t1-1" / "stdout").exists(), "full output stays on the owner"
-
-        # stop: SIGTERM to the group, SIGKILL for what ignores it; the group is gone.
-        runner.start("t2", 3, _run_spec("trap '' TERM; sleep 60 & sleep 60; wait"), [])
-        with trio.fail_after(5):
-            while "t2" not in runner.pids:
-                await trio.sleep(0.01)
-        pgid = runner.pids["t2"]
-        runner.stop("t2", "cancelled")
-        with trio.fail_after(5):
-            stopped = await exits.receive()
-        assert (stopped.task_id, stopped.reason) == ("t2", "cancelled")
-        with trio.fail_after(2):  # SIGKILL is delivered at once; dying takes a moment
-            while _group_alive(pgid):
-                await trio.sleep(0.01)
-
-        runner.start("t3", 1, _run_spec("sleep 60", timeout=0.3), [])
-        with trio.fail_after(5):
-            late = await exits.receive()
-        assert late.reason == "timeout" and late.exit_code != 0
-
-        runner.start("t4", 1, attrs_evolve_command(_run_spec("x"), ("/nonexistent/prog",)), [])
-        failed = await exits.receive()
-        assert failed.reason.startswith("start_failed") and failed.exit_code == 127
-        nursery.cancel_scope.cancel()
-
-
-def attrs_evolve_command(spec: TaskSpec, command: tuple[str, ...]) -> TaskSpec:
-    import attrs
-
-    return attrs.evolve(spec, command=command)
+def test_up_task_user_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["up", "--state-dir", str(tmp_path), "--task-user", "no-such-user-here"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    assert "--task-user no-such-user-here" in err
+    assert ("no such user" in err) if os.geteuid() == 0 else ("only a daemon" in err)

@@ -1,0 +1,82 @@
+"""A result posted late by a killed owner's epoch is rejected by the daemons.
+
+Two daemons on loopback. A task runs on X; X is killed with SIGKILL; Y runs it again
+at the next epoch and succeeds. Then X's own table file is given the late result of
+X's epoch (crafted with X's key through the table API, as X would have posted it had
+it woken up), and X restarts: its stale entry reaches Y through the daemons' real
+merge path (the push-pull section), where it is fenced out and counted, and the
+accepted result stays Y's epoch's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from populi_p2p.api import ApiError
+from populi_p2p.identity import NodeIdentity
+from populi_p2p.leases import LeaseConfig, LeaseTable, TaskResult
+from populi_p2p.leases.store import LeaseStore
+from populi_p2p.services.leases import LEASE_CONTEXT
+
+from .harness import Daemon, Mesh, wait_until
+
+
+def _task(d: Daemon, tid: str) -> dict[str, Any]:
+    return d.client.get(f"/v1/tasks/{tid}")  # type: ignore[no-any-return]
+
+
+def _stale(d: Daemon) -> int:
+    return int(d.status()["tasks"]["stale_results_rejected"])
+
+
+@pytest.mark.slow
+def test_a_late_result_from_a_killed_owner_is_rejected(tmp_path: Any) -> None:
+    mesh = Mesh(tmp_path, preset="local")
+    try:
+        a = mesh.start("a")
+        b = mesh.start("b", "--bootstrap", a.address)
+        both = {a.node_id: "alive", b.node_id: "alive"}
+        wait_until(lambda: mesh.converged([a, b], both), 30, "two daemons")
+        tid = a.client.post("/v1/tasks", {"command": ["sleep", "2"], "retries": 0})["id"]
+        first = wait_until(
+            lambda: (t := _task(a, tid))["phase"] == "running" and t, 15, "the task to run"
+        )
+        x, y = (a, b) if first["owner"] == a.node_id else (b, a)
+        # `logs` on a node that did not run the task names the one that did.
+        with pytest.raises(ApiError) as info:
+            y.client.get(f"/v1/tasks/{tid}/logs")
+        says = str(info.value)
+        assert f"ran on node {x.node_id}" in says and "populi-node logs" in says, says
+        x.kill()
+        done = wait_until(
+            lambda: (t := _task(y, tid))["finished"] and t, 30, "the task to run on the survivor"
+        )
+        assert done["phase"] == "succeeded" and done["owner"] == y.node_id, done
+        assert done["epoch"] > first["epoch"]
+        before = _stale(y)
+
+        # X's epoch posts its result late: signed by X, into X's own table file.
+        identity = NodeIdentity.load_or_create(x.state_dir)
+        store = LeaseStore(x.state_dir / "leases.sqlite3")
+        table = LeaseTable(
+            LeaseConfig.local(), identity.node_id,
+            lambda data: identity.sign(LEASE_CONTEXT, data), lambda n, d, s: True,
+            persist=store.put, forget=store.delete,
+        )  # fmt: skip
+        entries, _bad = store.load()
+        table.load(entries, 0.0)
+        entry = table.get(tid)
+        assert entry is not None and entry.epoch == first["epoch"], "X's view: its own epoch"
+        table.post_result(tid, TaskResult(7, b"late from the dead owner\n", 1.0), 0.0)
+        store.close()
+
+        mesh.start(x.name, "--bootstrap", y.address, state=x.state_dir)
+        wait_until(lambda: _stale(y) > before, 30, "the late result to reach Y and be fenced")
+        after = _task(y, tid)
+        assert after["phase"] == "succeeded" and after["epoch"] == done["epoch"], after
+        assert after["owner"] == y.node_id and after["result"]["exit_code"] == 0, after
+        assert "late from the dead owner" not in after["result"]["output_tail"]
+    finally:
+        mesh.stop_all()
