@@ -544,8 +544,24 @@ class Membership:
         counters.messages_received += len(messages)
         out: list[Output] = []
         handlers = self._handlers
+        members = self._members
+        me = self._self
+        meta_max = self._config.meta_size_max
         for message in messages:
-            handlers[type(message)](message, now, reliable, out)
+            cls = type(message)
+            if type(message) is Alive:
+                # Most of what a forming cluster receives: an alive rumor about another
+                # member we hold at this incarnation or newer, which the precedence
+                # table ignores whatever the state. Skip it before any call.
+                node = members.get(message[0])
+                if (
+                    node is not None
+                    and node is not me
+                    and message[1] <= node.incarnation
+                    and len(message[3]) <= meta_max
+                ):
+                    continue
+            handlers[cls](message, now, reliable, out)
         if self._check:
             self._check_invariants()
         return out

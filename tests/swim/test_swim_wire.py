@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swim import PROTOCOL_VERSION, DecodeError, MessageType
+from swim import PROTOCOL_VERSION, DecodeError, MessageType, wire
 from swim.wire import (
     INTEGER_MAX,
     NAME_LENGTH_MAX,
@@ -292,3 +292,71 @@ def test_encode_sync_matches_generic_encoding(
 def test_malformed_sync_and_app_are_decode_errors(raw: list[object]) -> None:
     with pytest.raises(DecodeError):
         decode_packet(bytes([PROTOCOL_VERSION]) + msgpack.packb([raw]))
+
+
+#: Per hot message kind: a valid message's fields, and for each field the values at
+#: and across the bounds the decoder checks, plus values of every wrong type.
+WRONG_TYPES: list[object] = [None, True, 1.5, "x", b"x", ("x",), (), -1]
+NAMES: list[object] = ["", "n" * NAME_LENGTH_MAX, "n" * (NAME_LENGTH_MAX + 1)]
+UINTS: list[object] = [0, INTEGER_MAX, INTEGER_MAX + 1, -1, 2**64 - 1, False]
+ADDRESSES: list[object] = [
+    ("h" * NAME_LENGTH_MAX, 0xFFFF),
+    ("h" * (NAME_LENGTH_MAX + 1), 1),
+    ("h", 0x10000),
+    ("h", -1),
+    ("h", "1"),
+    (1, 1),
+    ("h", 1, 2),
+    ("h",),
+    ("h", True),
+]
+BYTES: list[object] = [b"", b"m" * 2000]
+HOT: dict[str, list[tuple[object, list[object]]]] = {
+    "alive": [("m", NAMES), (3, UINTS), (("10.0.0.1", 7946), ADDRESSES), (b"meta", BYTES)],
+    "suspect": [("m", NAMES), (3, UINTS), ("s", NAMES)],
+    "ping": [(9, UINTS), ("t", NAMES), ("s", NAMES), (("10.0.0.1", 7946), ADDRESSES)],
+    "ack": [(9, UINTS)],
+}
+
+
+def hot_cases() -> list[tuple[str, tuple[object, ...]]]:
+    cases = []
+    for kind, fields in HOT.items():
+        base = [value for value, _ in fields]
+        for cut in range(len(base)):
+            cases.append((kind, (0, *base[:cut])))
+        cases.append((kind, (0, *base, "a newer peer's field")))
+        for i, (_, edges) in enumerate(fields):
+            for value in [*edges, *WRONG_TYPES]:
+                cases.append((kind, (0, *base[:i], value, *base[i + 1 :])))
+    return cases
+
+
+def decode_outcome(decoder: object, raw: tuple[object, ...]) -> object:
+    try:
+        message = decoder(raw)  # type: ignore[operator]
+    except DecodeError as exc:
+        return type(exc)
+    return (type(message), tuple(message))
+
+
+@pytest.mark.parametrize(("kind", "raw"), hot_cases())
+def test_fast_decoders_agree_with_the_checked_ones(kind: str, raw: tuple[object, ...]) -> None:
+    """The inlined decoders of the hot messages accept exactly what the field-by-field
+    ones accept, build the same message, and fail with the same error class: every
+    field at and across each bound, and of each wrong type."""
+    fast = getattr(wire, f"_{kind}_fast")
+    checked = getattr(wire, f"_{kind}")
+    assert decode_outcome(fast, raw) == decode_outcome(checked, raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(sorted(HOT)),
+    st.lists(st.sampled_from([*NAMES, *UINTS, *ADDRESSES, *BYTES, *WRONG_TYPES]), max_size=6),
+)
+def test_fast_decoders_agree_on_any_mix(kind: str, fields: list[object]) -> None:
+    """The same, for fields drawn from every list at once (several wrong together)."""
+    raw = (0, *fields)
+    fast = getattr(wire, f"_{kind}_fast")
+    assert decode_outcome(fast, raw) == decode_outcome(getattr(wire, f"_{kind}"), raw)
