@@ -238,7 +238,7 @@ class _ViewCache:
     members; each part is built on first use.
     """
 
-    __slots__ = ("_alive", "_digest", "_nodes", "_position", "_tuples", "me")
+    __slots__ = ("_alive", "_digest", "_nodes", "_position", "_tuples", "me", "openings")
 
     def __init__(self, members: dict[str, _Node], me: _Node) -> None:
         self._nodes = list(members.values())
@@ -247,6 +247,10 @@ class _ViewCache:
         self._tuples: set[DigestEntry] | None = None
         self._alive: set[DigestEntry] | None = None
         self._position: dict[str, int] | None = None
+        #: Encoded opening packets, by (join, application digest): the same bytes
+        #: object goes to every peer until the view changes, so a receiver's
+        #: `swim.wire` decode cache finds it by a hash computed once.
+        self.openings: dict[tuple[bool, bytes], bytes] = {}
 
     def digest(self) -> list[bytes]:
         """Every member's encoded digest entry, in member order (sync leg 0)."""
@@ -1389,9 +1393,26 @@ class Membership:
 
     def _send_sync_open(self, destination: Address, *, join: bool, out: list[Output]) -> None:
         """Leg 0: the digest of our whole view, our own full entry, our app digest."""
-        digest = self._view_cache().digest()
-        me = [self._self.encoded_entry()]
-        self._send_sync(destination, 0, join, digest, me, (), self._app_digest(), b"", False, out)
+        view = self._view_cache()
+        key = (join, self._app_digest())
+        payload = view.openings.get(key)
+        if payload is None:
+            if len(view.openings) >= 4:
+                view.openings.clear()  # an application digest that keeps changing
+            message = encode_sync(
+                0,
+                join,
+                self._name,
+                self._address,
+                view.digest(),
+                [self._self.encoded_entry()],
+                (),
+                key[1],
+                b"",
+            )
+            payload = view.openings[key] = encode_packet([message])
+        self._counters.push_pulls_sent += 1
+        self._emit(destination, payload, len(payload) > self._config.packet_budget, out)
 
     def _on_sync(self, message: Sync, now: float, reliable: bool, out: list[Output]) -> None:
         """Digest-first anti-entropy: merge what came, send only what the peer lacks."""
@@ -1685,9 +1706,31 @@ class Membership:
         )
         require(self._members.get(self._name) is self._self, "our own entry is missing")
         view = self._view
+        me = self._self
         if view is not None:
             fresh_view = _ViewCache(self._members, self._self)
             require(view.stale_against(fresh_view) is None, "the cached sync digest is stale")
+            for (join, app_digest), payload in view.openings.items():
+                fresh_opening = encode_packet(
+                    [
+                        encode_sync(
+                            0,
+                            join,
+                            self._name,
+                            self._address,
+                            fresh_view.digest(),
+                            [
+                                encode_member_entry(
+                                    (me.name, me.address, me.incarnation, me.state, me.meta)
+                                )
+                            ],
+                            (),
+                            app_digest,
+                            b"",
+                        )
+                    ]
+                )
+                require(payload == fresh_opening, "a cached sync opening is stale")
         require(
             self._self.state is (_LEFT if self._left else _ALIVE),
             f"our own state is {self._self.state.name}",

@@ -163,3 +163,20 @@ def test_the_invariants_catch_a_stale_cached_digest() -> None:
     node.entry = None  # the record's own cache is dropped, the view's is not
     with pytest.raises(AssertionError, match="cached sync digest"):
         a._check_invariants()
+
+
+def test_an_unchanged_view_opens_with_the_same_bytes() -> None:
+    """The opening packet is built once per view: the same object goes to every peer
+    (so receivers' decode cache hashes it once), and a change builds a new one."""
+    a, _ = two_peers_that_agree(5)
+
+    def opening() -> bytes:
+        sends = [o for o in a.join([("10.9.9.9", 1)], 5.0) if isinstance(o, Send)]
+        return sends[0].payload
+
+    first = opening()
+    assert opening() is first
+    a.receive(("x", 1), encode(Suspect("member-0002", 3, "b")), 6.0)
+    changed = opening()
+    assert changed != first
+    assert [e[2] for e in decode_packet(changed)[0].digest if e[0] == "member-0002"] == [1]  # type: ignore[union-attr]

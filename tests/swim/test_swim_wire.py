@@ -360,3 +360,27 @@ def test_fast_decoders_agree_on_any_mix(kind: str, fields: list[object]) -> None
     raw = (0, *fields)
     fast = getattr(wire, f"_{kind}_fast")
     assert decode_outcome(fast, raw) == decode_outcome(getattr(wire, f"_{kind}"), raw)
+
+
+def big_sync(n: int, tag: str = "") -> bytes:
+    digest = tuple((f"member-{tag}{i:04d}", i, 0, i) for i in range(n))
+    return encode(Sync(0, False, "s", ("h", 1), digest, (), (), b"", b""))
+
+
+def test_large_packets_are_decoded_once_and_stay_bounded() -> None:
+    """A large packet seen again is answered from a bounded cache: the same messages,
+    a fresh list each time, and never more than DECODED_MAX packets held."""
+    packet = big_sync(300)
+    assert len(packet) >= wire.DECODED_SIZE_MIN
+    first = decode_packet(packet)
+    first.clear()  # a caller's list is its own
+    second = decode_packet(bytes(packet))  # equal bytes, another object
+    assert len(second) == 1 and second[0] is decode_packet(packet)[0]
+    for i in range(wire.DECODED_MAX + 5):
+        decode_packet(big_sync(200, tag=str(i)))
+    assert len(wire._decoded) <= wire.DECODED_MAX
+    garbled = packet[:-3] + b"\xc1\xc1\xc1"
+    for _ in range(2):
+        with pytest.raises(DecodeError):
+            decode_packet(garbled)
+    assert decode_packet(bytearray(packet)) == decode_packet(packet)  # type: ignore[arg-type]
