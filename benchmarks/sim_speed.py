@@ -3,6 +3,7 @@
     python benchmarks/sim_speed.py        # engine, 1,000 x 300 s no-fault and demo, 10,000 x 60 s
     python benchmarks/sim_speed.py --only small --profile
     python benchmarks/sim_speed.py --only demo
+    python benchmarks/sim_speed.py --only demo --demo-members 300   # quicker comparisons
 
 Targets: 1,000 members for 300 simulated seconds in under 60 s of wall time, and
 10,000 members for 60 simulated seconds in under 5 minutes. The real `swim.Membership`
