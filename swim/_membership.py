@@ -20,6 +20,8 @@ import math
 import random
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import filterfalse
+from operator import itemgetter
 from typing import Any
 
 from ._events import (
@@ -63,6 +65,7 @@ from .wire import (
     App,
     Dead,
     DecodeError,
+    DigestEntry,
     IndirectPing,
     IntegerRangeError,
     Left,
@@ -111,6 +114,7 @@ _STATE_RANK = (0, 1, 2, 2)
 _SAMPLE_FILTER_MAX = 64
 
 _TimerEntry = tuple[float, int, int, Any]
+_first = itemgetter(0)
 _Handler = Callable[[Any, float, bool, list[Output]], None]
 
 
@@ -150,23 +154,34 @@ class _Node:
         self.shared = False
         #: This member's push-pull entry, encoded; None after any change.
         self.entry: bytes | None = None
-        #: This member's sync digest entry, encoded, with the encoded entry it was
-        #: made from; valid while that is still `entry` (any change clears `entry`).
-        self.digest: tuple[bytes, bytes] | None = None
+        #: This member's sync digest entry, as a tuple and encoded, with the encoded
+        #: entry it was made from; valid while that is still `entry` (any change
+        #: clears `entry`).
+        self.digest: tuple[bytes, DigestEntry, bytes] | None = None
 
     def entry_hash(self) -> int:
         """CRC-32 of the encoded push-pull entry: tells two records at one incarnation
         apart in a digest (not a defence: every packet is authenticated already)."""
-        return zlib.crc32(self.encoded_entry())
+        return self.digest_entry()[3]
+
+    def digest_entry(self) -> DigestEntry:
+        """(name, incarnation, state, entry hash), as a peer's digest carries it."""
+        cached = self.digest
+        if cached is None or cached[0] is not self.entry:
+            cached = self._make_digest()
+        return cached[1]
 
     def encoded_digest(self) -> bytes:
-        entry = self.encoded_entry()
         cached = self.digest
-        if cached is not None and cached[0] is entry:
-            return cached[1]
-        encoded = encode_digest_entry((self.name, self.incarnation, self.state, zlib.crc32(entry)))
-        self.digest = (entry, encoded)
-        return encoded
+        if cached is None or cached[0] is not self.entry:
+            cached = self._make_digest()
+        return cached[2]
+
+    def _make_digest(self) -> tuple[bytes, DigestEntry, bytes]:
+        entry = self.encoded_entry()
+        digest = (self.name, self.incarnation, self.state.value, zlib.crc32(entry))
+        cached = self.digest = (entry, digest, encode_digest_entry(digest))
+        return cached
 
     def encoded_entry(self) -> bytes:
         entry = self.entry
@@ -210,6 +225,75 @@ class _Names:
 
     def append(self, name: str) -> None:
         self.extra.append(name)
+
+
+class _ViewCache:
+    """Our whole view as sync digests, built once and reused until the view changes.
+
+    Every sync opens with the digest of every member we hold, and the replier compares
+    it with its own; in a steady cluster the view changes far less often than syncs
+    arrive (the driver's reconnect loop alone opens one per member every few seconds
+    after a crash), so rebuilding the lists per sync was most of the core's time.
+    `Membership._changed` drops the cache on any change to any member or to the set of
+    members; each part is built on first use.
+    """
+
+    __slots__ = ("_alive", "_digest", "_nodes", "_position", "_tuples", "me", "openings")
+
+    def __init__(self, members: dict[str, _Node], me: _Node) -> None:
+        self._nodes = list(members.values())
+        self.me = me
+        self._digest: list[bytes] | None = None
+        self._tuples: set[DigestEntry] | None = None
+        self._alive: set[DigestEntry] | None = None
+        self._position: dict[str, int] | None = None
+        #: Encoded opening packets, by (join, application digest): the same bytes
+        #: object goes to every peer until the view changes, so a receiver's
+        #: `swim.wire` decode cache finds it by a hash computed once.
+        self.openings: dict[tuple[bool, bytes], bytes] = {}
+
+    def digest(self) -> list[bytes]:
+        """Every member's encoded digest entry, in member order (sync leg 0)."""
+        digest = self._digest
+        if digest is None:
+            digest = self._digest = [node.encoded_digest() for node in self._nodes]
+        return digest
+
+    def tuples(self) -> set[DigestEntry]:
+        """Every member's digest entry: a peer's entry equal to one needs nothing."""
+        tuples = self._tuples
+        if tuples is None:
+            tuples = self._tuples = {node.digest_entry() for node in self._nodes}
+        return tuples
+
+    def alive(self) -> set[DigestEntry]:
+        """The digest entries of the alive members other than us: a peer's digest
+        entry equal to one of these proves nothing new, so merging skips it."""
+        alive = self._alive
+        if alive is None:
+            me = self.me
+            alive = self._alive = {
+                node.digest_entry()
+                for node in self._nodes
+                if node.state is _ALIVE and node is not me
+            }
+        return alive
+
+    def stale_against(self, fresh: _ViewCache) -> str | None:
+        """Which built part differs from a freshly built view, if any (invariants)."""
+        for part in ("_digest", "_tuples", "_alive", "_position"):
+            if getattr(self, part) is not None:
+                mine = getattr(self, part[1:])()
+                if mine != getattr(fresh, part[1:])():
+                    return part[1:]
+        return None
+
+    def position(self) -> dict[str, int]:
+        """Each member's place in member order, to answer in that order."""
+        position = self._position
+        if position is None:
+            position = self._position = {node.name: i for i, node in enumerate(self._nodes)}
+        return position
 
 
 class _Relay:
@@ -326,6 +410,8 @@ class Membership:
         self._app_state = app_state if config.app_channel_enabled else None
         self._self = _Node(name, address, _ALIVE, incarnation, meta, now)
         self._members: dict[str, _Node] = {name: self._self}
+        # The view as sync digests, until it next changes (see `_changed`).
+        self._view: _ViewCache | None = None
         # Last incarnation of reaped members (insertion ordered, oldest evicted first),
         # so a stale rumor after the reap cannot lower an incarnation we have seen.
         self._reaped: dict[str, int] = {}
@@ -462,8 +548,24 @@ class Membership:
         counters.messages_received += len(messages)
         out: list[Output] = []
         handlers = self._handlers
+        members = self._members
+        me = self._self
+        meta_max = self._config.meta_size_max
         for message in messages:
-            handlers[type(message)](message, now, reliable, out)
+            cls = type(message)
+            if type(message) is Alive:
+                # Most of what a forming cluster receives: an alive rumor about another
+                # member we hold at this incarnation or newer, which the precedence
+                # table ignores whatever the state. Skip it before any call.
+                node = members.get(message[0])
+                if (
+                    node is not None
+                    and node is not me
+                    and message[1] <= node.incarnation
+                    and len(message[3]) <= meta_max
+                ):
+                    continue
+            handlers[cls](message, now, reliable, out)
         if self._check:
             self._check_invariants()
         return out
@@ -548,7 +650,7 @@ class Membership:
         self._self.meta = meta
         out: list[Output] = []
         self._outbid(self._self.incarnation, now, out)
-        self._self.entry = None
+        self._changed(self._self)
         self._broadcast_self(now)
         if self._check:
             self._check_invariants()
@@ -637,6 +739,7 @@ class Membership:
                     self._counts[node.state] += 1
                     if node.state is _DEAD or node.state is _LEFT:
                         gone.append(name)
+        self._view = None
         retention = self._config.dead_retention
         for name in gone:
             self._push_timer(now + retention, _TIMER_REAP, name)
@@ -1034,10 +1137,26 @@ class Membership:
             node.name, node.address, node.state, node.incarnation, node.meta, node.state_since
         )
         self._members[node.name] = copy
+        self._view = None
         return copy
 
-    def _set_state(self, node: _Node, state: MemberState, now: float) -> None:
+    def _changed(self, node: _Node) -> None:
+        """`node`'s record changed: drop its encoded entry and the view's digests.
+
+        The one way to invalidate them; every change of a member's incarnation,
+        state, address or metadata goes through here.
+        """
         node.entry = None
+        self._view = None
+
+    def _view_cache(self) -> _ViewCache:
+        view = self._view
+        if view is None:
+            view = self._view = _ViewCache(self._members, self._self)
+        return view
+
+    def _set_state(self, node: _Node, state: MemberState, now: float) -> None:
+        self._changed(node)
         old = node.state
         if old is state:
             return
@@ -1062,6 +1181,7 @@ class Membership:
         if node is None:
             node = _Node(name, address, _ALIVE, incarnation, meta, now)
             self._members[name] = node
+            self._view = None
             self._names.append(name)
             self._counts[_ALIVE] += 1
             self._probe_order.add(len(self._names) - 1)
@@ -1069,7 +1189,7 @@ class Membership:
         else:
             previous = node.state
             changed = node.address != address or node.meta != meta
-            node.entry = None
+            self._changed(node)
             node.incarnation = incarnation
             node.address = address
             node.meta = meta
@@ -1110,7 +1230,7 @@ class Membership:
     def _confirm(self, node: _Node, incarnation: int, source: str, now: float) -> None:
         if incarnation > node.incarnation:
             node.incarnation = incarnation
-            node.entry = None
+            self._changed(node)
         suspicion = node.suspicion
         assert suspicion is not None
         if suspicion.confirm(source, now):
@@ -1143,7 +1263,7 @@ class Membership:
             return
         me = self._self
         exhausted = self._outbid(accused, now, out)
-        me.entry = None
+        self._changed(me)
         if self._config.awareness_enabled:
             self._awareness.apply_delta(1)
         self._counters.refutes += 1
@@ -1273,9 +1393,26 @@ class Membership:
 
     def _send_sync_open(self, destination: Address, *, join: bool, out: list[Output]) -> None:
         """Leg 0: the digest of our whole view, our own full entry, our app digest."""
-        digest = [node.encoded_digest() for node in self._members.values()]
-        me = [self._self.encoded_entry()]
-        self._send_sync(destination, 0, join, digest, me, (), self._app_digest(), b"", False, out)
+        view = self._view_cache()
+        key = (join, self._app_digest())
+        payload = view.openings.get(key)
+        if payload is None:
+            if len(view.openings) >= 4:
+                view.openings.clear()  # an application digest that keeps changing
+            message = encode_sync(
+                0,
+                join,
+                self._name,
+                self._address,
+                view.digest(),
+                [self._self.encoded_entry()],
+                (),
+                key[1],
+                b"",
+            )
+            payload = view.openings[key] = encode_packet([message])
+        self._counters.push_pulls_sent += 1
+        self._emit(destination, payload, len(payload) > self._config.packet_budget, out)
 
     def _on_sync(self, message: Sync, now: float, reliable: bool, out: list[Output]) -> None:
         """Digest-first anti-entropy: merge what came, send only what the peer lacks."""
@@ -1294,10 +1431,19 @@ class Membership:
             self._counters.app_dropped += 1
             app_digest = b""
         if message.leg == 0:
-            wanted = self._merge_digest(message.digest, message.source, now, out)
-            theirs = {entry[0]: entry for entry in message.digest}
+            digest = message.digest
+            wanted = self._merge_digest(digest, message.source, now, out)
+            # Name to entry, the last one winning if a name comes twice.
+            theirs = dict(zip(map(_first, digest), digest, strict=True))
+            # A member whose entry the peer holds exactly as we do needs nothing: only
+            # the rest go through the comparison below, in member order as before.
+            view = self._view_cache()
+            differ = view.tuples().difference(theirs.values())
+            names = sorted(map(_first, differ), key=view.position().__getitem__)
+            members = self._members
             newer: list[bytes] = []
-            for name, node in self._members.items():
+            for name in names:
+                node = members[name]
                 held = theirs.get(name)
                 if held is None:
                     if node.state is _ALIVE or node.state is _SUSPECT:
@@ -1362,7 +1508,11 @@ class Membership:
         reaped = self._reaped
         me = self._self
         wanted: list[str] = []
-        for name, incarnation, state, entry_hash in digest:
+        # An alive entry equal to ours (not our own) proves nothing new: skip it before
+        # unpacking. Incarnations only grow, so applying earlier entries cannot make it
+        # news; our own entry always goes through (it may call for a refute).
+        news = filterfalse(self._view_cache().alive().__contains__, digest)
+        for name, incarnation, state, entry_hash in news:
             node = members.get(name)
             if state == 0:
                 if node is None:
@@ -1506,6 +1656,7 @@ class Membership:
         # else: a record at the limit can only come from a forged rumor; forgetting it
         # lets the member's new session (which restarts at 0) back in.
         del self._members[node.name]
+        self._view = None
         self._rtt.pop(node.name, None)
         self._counts[node.state] -= 1
         self._counters.members_reaped += 1
@@ -1554,6 +1705,32 @@ class Membership:
             "an RTT is kept for a member we do not hold, or is negative",
         )
         require(self._members.get(self._name) is self._self, "our own entry is missing")
+        view = self._view
+        me = self._self
+        if view is not None:
+            fresh_view = _ViewCache(self._members, self._self)
+            require(view.stale_against(fresh_view) is None, "the cached sync digest is stale")
+            for (join, app_digest), payload in view.openings.items():
+                fresh_opening = encode_packet(
+                    [
+                        encode_sync(
+                            0,
+                            join,
+                            self._name,
+                            self._address,
+                            fresh_view.digest(),
+                            [
+                                encode_member_entry(
+                                    (me.name, me.address, me.incarnation, me.state, me.meta)
+                                )
+                            ],
+                            (),
+                            app_digest,
+                            b"",
+                        )
+                    ]
+                )
+                require(payload == fresh_opening, "a cached sync opening is stale")
         require(
             self._self.state is (_LEFT if self._left else _ALIVE),
             f"our own state is {self._self.state.name}",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from helpers import TEST_CONFIG, Cluster, Network
 
 from swim import Membership, MemberState, Send
-from swim.wire import Alive, Sync, decode_packet, encode
+from swim.wire import Alive, Suspect, Sync, decode_packet, encode
 
 META = b"r" * 600  # about a signed NodeRecord
 
@@ -104,3 +105,78 @@ def test_another_record_at_the_same_incarnation_is_refuted_through_the_digest() 
         exchange(restarted, a, 2.0)
         seen = a.member("b")
         assert seen is not None and seen.incarnation == 1 and seen.meta == b"new", opener
+
+
+def opening_digest(core: Membership) -> tuple[tuple[str, int, int, int], ...]:
+    """The digest `core` opens a sync with (it caches it between changes)."""
+    sends = [o for o in core.join([("10.9.9.9", 1)], 5.0) if isinstance(o, Send)]
+    message = decode_packet(sends[0].payload)[0]
+    assert isinstance(message, Sync) and message.leg == 0
+    return message.digest
+
+
+def test_the_cached_digest_follows_every_change() -> None:
+    """The view's digest is cached between syncs: each kind of change must show in the
+    next one (a stale digest would hide news from peers), and a sync after no change
+    is the same digest."""
+    a, _ = two_peers_that_agree(10)
+    first = opening_digest(a)
+    assert opening_digest(a) == first
+    changes = [
+        encode(Alive("member-0001", 4, ("10.0.1.1", 7946), b"m")),  # newer record
+        encode(Alive("newcomer", 0, ("10.0.3.1", 7946), b"")),  # a new member
+        encode(Suspect("member-0002", 3, "b")),  # a state change
+    ]
+    for packet in changes:
+        before = opening_digest(a)
+        a.receive(("x", 1), packet, 6.0)
+        after = opening_digest(a)
+        assert after != before
+        held = {m.name: (m.incarnation, int(m.state)) for m in a.members()}
+        assert {e[0]: (e[1], e[2]) for e in after} == held
+    assert dict((e[0], e[1:3]) for e in opening_digest(a))["member-0002"] == (
+        3,
+        int(MemberState.SUSPECT),
+    )
+
+
+def test_a_digest_naming_a_member_twice_is_read_last_entry_wins() -> None:
+    """A hostile digest may repeat a name; the reply compares against the last entry,
+    as a dict of the digest always did (a matching first entry must not hide it)."""
+    a, b = two_peers_that_agree(5)
+    ours = next(e for e in opening_digest(a) if e[0] == "member-0003")
+    digest = (ours, ("member-0003", 2, int(MemberState.ALIVE), 0))
+    message = Sync(0, False, "b", b.address, digest, (), (), b"", b"")
+    out = a.receive(b.address, encode(message), 7.0)
+    reply = decode_packet(next(o for o in out if isinstance(o, Send)).payload)[0]
+    assert isinstance(reply, Sync) and reply.leg == 1
+    assert "member-0003" in [e[0] for e in reply.members]
+
+
+def test_the_invariants_catch_a_stale_cached_digest() -> None:
+    """A change that skips `Membership._changed` leaves the cached digest stale: the
+    invariant check (on in every test and simulation) must say so."""
+    a, _ = two_peers_that_agree(3)
+    opening_digest(a)
+    node = a._members["member-0001"]
+    node.incarnation += 1
+    node.entry = None  # the record's own cache is dropped, the view's is not
+    with pytest.raises(AssertionError, match="cached sync digest"):
+        a._check_invariants()
+
+
+def test_an_unchanged_view_opens_with_the_same_bytes() -> None:
+    """The opening packet is built once per view: the same object goes to every peer
+    (so receivers' decode cache hashes it once), and a change builds a new one."""
+    a, _ = two_peers_that_agree(5)
+
+    def opening() -> bytes:
+        sends = [o for o in a.join([("10.9.9.9", 1)], 5.0) if isinstance(o, Send)]
+        return sends[0].payload
+
+    first = opening()
+    assert opening() is first
+    a.receive(("x", 1), encode(Suspect("member-0002", 3, "b")), 6.0)
+    changed = opening()
+    assert changed != first
+    assert [e[2] for e in decode_packet(changed)[0].digest if e[0] == "member-0002"] == [1]  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swim import PROTOCOL_VERSION, DecodeError, MessageType
+from swim import PROTOCOL_VERSION, DecodeError, MessageType, wire
 from swim.wire import (
     INTEGER_MAX,
     NAME_LENGTH_MAX,
@@ -326,3 +326,95 @@ def test_every_ack_a_cluster_sends_is_recognised() -> None:
         assert answers_a_probe(send.payload) is isinstance(first, Ack | Nack)
         acks += isinstance(first, Ack)
     assert acks > 10
+
+
+#: Per hot message kind: a valid message's fields, and for each field the values at
+#: and across the bounds the decoder checks, plus values of every wrong type.
+WRONG_TYPES: list[object] = [None, True, 1.5, "x", b"x", ("x",), (), -1]
+NAMES: list[object] = ["", "n" * NAME_LENGTH_MAX, "n" * (NAME_LENGTH_MAX + 1)]
+UINTS: list[object] = [0, INTEGER_MAX, INTEGER_MAX + 1, -1, 2**64 - 1, False]
+ADDRESSES: list[object] = [
+    ("h" * NAME_LENGTH_MAX, 0xFFFF),
+    ("h" * (NAME_LENGTH_MAX + 1), 1),
+    ("h", 0x10000),
+    ("h", -1),
+    ("h", "1"),
+    (1, 1),
+    ("h", 1, 2),
+    ("h",),
+    ("h", True),
+]
+BYTES: list[object] = [b"", b"m" * 2000]
+HOT: dict[str, list[tuple[object, list[object]]]] = {
+    "alive": [("m", NAMES), (3, UINTS), (("10.0.0.1", 7946), ADDRESSES), (b"meta", BYTES)],
+    "suspect": [("m", NAMES), (3, UINTS), ("s", NAMES)],
+    "ping": [(9, UINTS), ("t", NAMES), ("s", NAMES), (("10.0.0.1", 7946), ADDRESSES)],
+    "ack": [(9, UINTS)],
+}
+
+
+def hot_cases() -> list[tuple[str, tuple[object, ...]]]:
+    cases = []
+    for kind, fields in HOT.items():
+        base = [value for value, _ in fields]
+        for cut in range(len(base)):
+            cases.append((kind, (0, *base[:cut])))
+        cases.append((kind, (0, *base, "a newer peer's field")))
+        for i, (_, edges) in enumerate(fields):
+            for value in [*edges, *WRONG_TYPES]:
+                cases.append((kind, (0, *base[:i], value, *base[i + 1 :])))
+    return cases
+
+
+def decode_outcome(decoder: object, raw: tuple[object, ...]) -> object:
+    try:
+        message = decoder(raw)  # type: ignore[operator]
+    except DecodeError as exc:
+        return type(exc)
+    return (type(message), tuple(message))
+
+
+@pytest.mark.parametrize(("kind", "raw"), hot_cases())
+def test_fast_decoders_agree_with_the_checked_ones(kind: str, raw: tuple[object, ...]) -> None:
+    """The inlined decoders of the hot messages accept exactly what the field-by-field
+    ones accept, build the same message, and fail with the same error class: every
+    field at and across each bound, and of each wrong type."""
+    fast = getattr(wire, f"_{kind}_fast")
+    checked = getattr(wire, f"_{kind}")
+    assert decode_outcome(fast, raw) == decode_outcome(checked, raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(sorted(HOT)),
+    st.lists(st.sampled_from([*NAMES, *UINTS, *ADDRESSES, *BYTES, *WRONG_TYPES]), max_size=6),
+)
+def test_fast_decoders_agree_on_any_mix(kind: str, fields: list[object]) -> None:
+    """The same, for fields drawn from every list at once (several wrong together)."""
+    raw = (0, *fields)
+    fast = getattr(wire, f"_{kind}_fast")
+    assert decode_outcome(fast, raw) == decode_outcome(getattr(wire, f"_{kind}"), raw)
+
+
+def big_sync(n: int, tag: str = "") -> bytes:
+    digest = tuple((f"member-{tag}{i:04d}", i, 0, i) for i in range(n))
+    return encode(Sync(0, False, "s", ("h", 1), digest, (), (), b"", b""))
+
+
+def test_large_packets_are_decoded_once_and_stay_bounded() -> None:
+    """A large packet seen again is answered from a bounded cache: the same messages,
+    a fresh list each time, and never more than DECODED_MAX packets held."""
+    packet = big_sync(300)
+    assert len(packet) >= wire.DECODED_SIZE_MIN
+    first = decode_packet(packet)
+    first.clear()  # a caller's list is its own
+    second = decode_packet(bytes(packet))  # equal bytes, another object
+    assert len(second) == 1 and second[0] is decode_packet(packet)[0]
+    for i in range(wire.DECODED_MAX + 5):
+        decode_packet(big_sync(200, tag=str(i)))
+    assert len(wire._decoded) <= wire.DECODED_MAX
+    garbled = packet[:-3] + b"\xc1\xc1\xc1"
+    for _ in range(2):
+        with pytest.raises(DecodeError):
+            decode_packet(garbled)
+    assert decode_packet(bytearray(packet)) == decode_packet(packet)  # type: ignore[arg-type]
