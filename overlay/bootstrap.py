@@ -265,6 +265,11 @@ class Bootstrapper:
         policy: the shared `swim.RejoinPolicy` to run instead of one built from
             `backoff` and `check_interval` (the simulator runs the same class).
         resolve_timeout: bound on resolving one bootstrap name.
+        alone: True when the node sees no other live member: only then are the
+            bootstrap peers tried too. A node that is in a mesh and only misses members
+            it saw fail rejoins through those (a healed partition); sending its whole
+            digest to live bootstrap peers every check would cost O(n^2) bytes in the
+            mesh. None: always alone (the bootstrap peers are always tried).
     """
 
     def __init__(
@@ -278,6 +283,7 @@ class Bootstrapper:
         check_interval: float = DEFAULT_CHECK_INTERVAL,
         resolve_timeout: float = DEFAULT_RESOLVE_TIMEOUT,
         policy: RejoinPolicy | None = None,
+        alone: Callable[[], bool] | None = None,
     ) -> None:
         if check_interval <= 0:
             raise ValueError(f"check_interval must be positive, got {check_interval}")
@@ -293,6 +299,7 @@ class Bootstrapper:
             else (backoff if backoff is not None else Backoff()).policy(check_interval)
         )
         self._resolve_timeout = resolve_timeout
+        self._alone = alone
         self._wake = trio.Event()
         self._attempts = 0
         self._successes = 0
@@ -314,8 +321,9 @@ class Bootstrapper:
         """Known members, then bootstrap peers resolved now: `RejoinPolicy.targets`
         (deduplicated, order kept, at most `targets_max`)."""
         known = [(addr[0], int(addr[1])) for addr in self._known()]
+        alone = self._alone is None or self._alone()
         out: list[Address] = []
-        for host, port in self._bootstrap:
+        for host, port in self._bootstrap if alone else ():
             try:
                 resolved = await resolve(host, port, timeout=self._resolve_timeout)
             except TransportError as exc:
@@ -323,9 +331,9 @@ class Bootstrapper:
                 self._last_error = str(exc)
                 continue
             out.extend(resolved)
-        # Bootstrap peers are always worth a try: the daemon passes remembered members
-        # only when alone (see populi_p2p), so "alone" is decided before this point.
-        return self._policy.targets(known, out, alone=True)
+        # `known` is what the daemon chose: members seen failing, plus remembered ones
+        # when alone (see populi_p2p); bootstrap peers only when alone.
+        return self._policy.targets(known, out, alone=alone)
 
     async def attempt(self) -> bool:
         """One join attempt through the current candidates; True when joined."""

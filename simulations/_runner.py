@@ -364,7 +364,7 @@ class _Run:
             members = sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW)
             k = min(self.scenario.formation.seeds, len(members))
             known = known + self.reconnect_rng.sample(members, k)
-        targets = [t for t in policy.targets(failed, known, alone=True) if t != node]
+        targets = [t for t in policy.targets(failed, known, alone=alone) if t != node]
         if not targets:
             policy.on_result(sim.now, False)
             sim.call_at(policy.next_deadline(), self._rejoin_check, arg)

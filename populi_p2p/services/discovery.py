@@ -70,6 +70,7 @@ class Discovery:
             bootstrap=bootstrap,
             known_members=self._known_addresses,
             needs_join=self._needs_join,
+            alone=lambda: self._membership.num_alive() <= 1,
             backoff=Backoff(jitter=0.2, rng=random.Random()),
             check_interval=max(1.0, 5 * probe_interval),
         )

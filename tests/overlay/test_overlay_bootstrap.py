@@ -307,3 +307,24 @@ async def test_unresolvable_bootstrap_name_counts_and_keeps_going(fake_dns) -> N
 def test_bootstrapper_rejects_bad_bootstrap_text() -> None:
     with pytest.raises(ValueError, match="IPv6 addresses need brackets"):
         Bootstrapper(FakeMesh().try_join, bootstrap=["fd77::1:7950"], needs_join=lambda: True)
+
+
+async def test_bootstrap_peers_are_tried_only_when_alone() -> None:
+    """In a mesh that misses a failed member, only that member is asked; the live
+    bootstrap peers get our digest only when we are alone (no O(n^2) syncs)."""
+    alone = False
+
+    async def try_join(_candidates: list[tuple[str, int]]) -> bool:
+        return False
+
+    failed = [("10.77.0.9", 7950)]
+    boot = Bootstrapper(
+        try_join,
+        bootstrap=[("10.77.0.2", 7950)],
+        known_members=lambda: failed,
+        needs_join=lambda: True,
+        alone=lambda: alone,
+    )
+    assert await boot.candidates() == [("10.77.0.9", 7950)]
+    alone = True
+    assert await boot.candidates() == [("10.77.0.9", 7950), ("10.77.0.2", 7950)]
