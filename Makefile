@@ -37,9 +37,11 @@ FUZZ_TESTS ?= $(shell grep -rl --include='*.py' -e '@given' tests)
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q $(FUZZ_TESTS)
 
-# A real 5-node mesh on loopback (separate processes, a kill -9 seen by all), then the
-# simulator's view of a 200-member cluster with a crash and a slow member.
+# A real 5-node mesh on loopback (separate processes, a kill -9 seen by all, a streamed
+# chat completion surviving its serving node's kill -9, a task surviving its owner's),
+# then the simulator's view of a 200-member cluster with a crash and a slow member.
 demo: $(STAMP)
+	@$(BIN)/python -c 'import openai' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[demo]'
 	$(BIN)/python -m populi_p2p.demo
 	$(BIN)/python -m simulations.demo
 

@@ -1,4 +1,4 @@
-"""`make demo`: a 5-node mesh on loopback as real processes, one killed, then cleaned up.
+"""`make demo`: a 5-node mesh on loopback as real processes: a kill -9, inference, tasks.
 
 What it shows, in about 15 seconds: a fresh cluster authority enrolls five machines
 (here five state directories), five `populi-node up` daemons find each other through one
@@ -6,6 +6,16 @@ bootstrap peer, the members table, then a node killed with SIGKILL (no goodbye) 
 table once the survivors agree it is dead. It prints the dashboard's address (the first
 node's page, through a loopback relay to its API socket); run in a terminal, it waits for
 Enter before the kill and again before stopping the mesh, so the page can be watched.
+
+Then inference (issue 11): two stand-in engines (``populi_p2p.inference.standin``,
+processes on loopback) attached to node4 and node5 with ``--engine``, node2 accepting
+OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
+completion from node2, the serving node is killed with SIGKILL mid-stream, and the
+stream finishes on the other node with the text intact. Then tasks (issue 10): a few
+short tasks submitted through the control API run on their owners (the ``populi-node
+tasks`` table), then a longer one whose owner is killed; it runs again at the next epoch
+on another node and finishes (the epochs and their owners are printed). Each part has a
+deadline: a part that does not finish says why and the demo goes on.
 Every wait polls the daemons' control API with a deadline; nothing sleeps for a guessed
 time. Everything lives in a temporary directory
 that is removed at the end, and every process started is stopped, even on Ctrl-C.
@@ -23,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +42,22 @@ from .authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
 from .certificate import write_certificate
 from .cli import format_members
 from .identity import NodeIdentity
+from .inference.keys import issue_api_key
 from .observe.relay import UnixRelay
 
 __all__ = ["main"]
 
 #: Longest the demo waits for any one step, seconds.
 STEP_TIMEOUT = 40.0
+
+#: The stand-in engines' stream: TOKENS words, one every TOKEN_DELAY seconds (slow
+#: enough for a visible kill mid-stream), the node killed after KILL_AT tokens.
+TOKENS = 30
+TOKEN_DELAY = 0.1
+KILL_AT = 10
+
+#: The short tasks of the tasks part.
+SHORT_TASKS = 3
 
 
 class DemoError(Exception):
@@ -70,13 +90,21 @@ def _pause(prompt: str) -> None:
 
 
 class _Demo:
-    def __init__(self, root: Path, nodes: int) -> None:
+    def __init__(self, root: Path, nodes: int, long_task: float = 8.0) -> None:
         self.root = root
+        self.long_task = long_task
+        self.api_key = ""
+        env = dict(os.environ)
+        repo = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+        self.env = env
         self.count = nodes
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.clients: dict[str, ApiClient] = {}
         self.ids: dict[str, str] = {}
         self.relay: UnixRelay | None = None
+        self.engines: list[subprocess.Popen[bytes]] = []
+        self.killed: set[str] = set()
 
     def enroll(self, name: str, authority: ClusterAuthority) -> Path:
         state = self.root / name
@@ -93,10 +121,9 @@ class _Demo:
             "--name", name, "--bind", "127.0.0.1", "--port", "0", "--overlay", "none",
             "--preset", "local", "--label", f"demo/role={name}", *flags,
         ]  # fmt: skip
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.procs[name] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=self.env
+        )
         client = ApiClient(state / "api.sock", timeout=5.0)
         self.clients[name] = client
 
@@ -117,17 +144,173 @@ class _Demo:
             out[name] = {m["node_id"]: m["state"] for m in members}
         return out
 
+    def engine(self, name: str) -> str:
+        """Start one stand-in engine process on loopback; returns its URL."""
+        port_file = self.root / f"{name}.port"
+        argv = [
+            sys.executable, "-m", "populi_p2p.inference.standin", "--port", "0",
+            "--port-file", str(port_file), "--model", "standin", "--tokens", str(TOKENS),
+            "--delay", str(TOKEN_DELAY),
+        ]  # fmt: skip
+        log = (self.root / f"{name}.log").open("wb")
+        self.engines.append(
+            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        )
+        port = _wait(lambda: port_file.exists() and port_file.read_text().strip(), f"{name} up")
+        return f"http://127.0.0.1:{port}"
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one daemon: no goodbye, just gone."""
+        self.procs[name].send_signal(signal.SIGKILL)
+        self.procs[name].wait(timeout=10)
+        self.killed.add(name)
+
+    def alive(self) -> list[str]:
+        return [n for n in self.procs if n not in self.killed]
+
+    def name_of(self, node_id: str | None) -> str:
+        names = {v: k for k, v in self.ids.items()}
+        return names.get(node_id or "", (node_id or "-")[:12])
+
     def stop(self) -> None:
         if self.relay is not None:
             self.relay.close()
-        for proc in self.procs.values():
+        for proc in [*self.procs.values(), *self.engines]:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
-        for proc in self.procs.values():
+        for proc in [*self.procs.values(), *self.engines]:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+    ####
+    # Inference (issue 11)
+
+    def inference(self) -> None:
+        """A streamed chat completion through the API node, its serving node killed."""
+        try:
+            import openai
+        except ImportError:
+            raise DemoError("the openai package is missing (pip install -e '.[demo]')") from None
+        names = list(self.procs)
+        api_node = names[1]
+        port = self.clients[api_node].get("/v1/inference/requests")["listening"]
+        base = f"http://127.0.0.1:{port}/v1"
+        client = openai.OpenAI(base_url=base, api_key=self.api_key, timeout=30.0, max_retries=0)
+        print(f"\n-- inference: {names[-2]} and {names[-1]} serve 'standin' through stand-in")
+        print(f"   engines; {api_node} accepts OpenAI requests at {base}")
+
+        def served_by_two() -> bool:
+            models = {m.id: m for m in client.models.list().data}
+            model = models.get("standin")
+            return model is not None and len(getattr(model, "nodes", [])) == 2
+
+        _wait(served_by_two, f"{api_node} to see the model on two nodes")
+        pieces: list[str] = []
+        with client.chat.completions.with_streaming_response.create(
+            model="standin", stream=True, messages=[{"role": "user", "content": "count"}]
+        ) as response:
+            first = self.name_of(response.headers.get("x-populi-node"))
+            print(f"   stream from {first} (x-populi-node), route: "
+                  f"{response.headers.get('x-populi-route')}")  # fmt: skip
+            stream: Iterator[Any] = iter(response.parse())
+            for chunk in stream:
+                piece = chunk.choices[0].delta.content if chunk.choices else None
+                if not piece:
+                    continue
+                pieces.append(piece)
+                print(piece, end="", flush=True)
+                if len(pieces) == KILL_AT and first in self.procs:
+                    print(f"\n   kill -9 {first} mid-stream (pid {self.procs[first].pid})")
+                    self.kill(first)
+        text = "".join(pieces)
+        want = "".join(f"w{i} " for i in range(TOKENS))
+        verdict = "intact, no repeat" if text == want else f"NOT intact (want {want!r})"
+        print(f"\n   stream finished: {len(pieces)} pieces, text {verdict}")
+        routes = self.clients[api_node].get("/v1/inference/requests")["requests"]
+        if routes:
+            attempts = [a.replace(self.ids.get(first, "?"), first) for a in routes[-1]["attempts"]]
+            for name in self.alive():
+                attempts = [a.replace(self.ids[name], name) for a in attempts]
+            print(f"   route attempts: {'; '.join(attempts)}")
+        if text != want:
+            raise DemoError("the stream's text was not intact")
+
+    ####
+    # Tasks (issue 10)
+
+    def client_alive(self) -> ApiClient:
+        """A control client of a live node, longer timeout: submit waits for acks."""
+        name = self.alive()[0]
+        return ApiClient(self.clients[name].socket_path, timeout=15.0)
+
+    def submit(self, name: str, command: list[str], **spec: Any) -> str:
+        """Submit through `name`'s control API; returns once enough members acked."""
+        client = ApiClient(self.clients[name].socket_path, timeout=15.0)
+        return str(client.post("/v1/tasks", {"command": command, **spec})["id"])
+
+    def task(self, tid: str) -> dict[str, Any]:
+        return self.client_alive().get(f"/v1/tasks/{tid}")  # type: ignore[no-any-return]
+
+    def tasks_table(self) -> None:
+        """The `populi-node tasks` table, from the CLI itself."""
+        state = self.clients[self.alive()[0]].socket_path.parent
+        proc = subprocess.run(
+            [sys.executable, "-m", "populi_p2p.cli", "tasks", "--state-dir", str(state)],
+            capture_output=True, text=True, timeout=30, env=self.env,
+        )  # fmt: skip
+        print(proc.stdout.rstrip() or proc.stderr.strip())
+
+    def epochs(self, tid: str) -> None:
+        for e in self.task(tid)["epochs"]:
+            code = "" if e["exit_code"] is None else f", exit {e['exit_code']}"
+            print(f"   epoch {e['epoch']}: owner {self.name_of(e['owner'])}, {e['phase']}{code}")
+
+    def tasks(self) -> None:
+        """Short tasks run on their owners; a longer one survives its owner's kill -9."""
+        alive = self.alive()
+        print(f"\n-- tasks: {SHORT_TASKS} short tasks, submitted to {', '.join(alive)} in turn")
+        tids = [
+            self.submit(alive[i % len(alive)], ["sh", "-c", f"echo hello {i}"])
+            for i in range(SHORT_TASKS)
+        ]
+        _wait(
+            lambda: all(self.task(t)["phase"] == "succeeded" for t in tids),
+            "the short tasks to succeed",
+        )
+        print("   all succeeded; populi-node tasks:\n")
+        self.tasks_table()
+        # Submitted to the last node, so that the first (the dashboard's) likely stays up.
+        command = f"sleep {self.long_task:g}; echo done"
+        long = self.submit(alive[-1], ["sh", "-c", command], retries=0)
+        print(f"\n   long task {long[:12]} ({command}) submitted to {alive[-1]}")
+        running = _wait(
+            lambda: (t := self.task(long))["phase"] == "running" and t, "the long task to run"
+        )
+        owner = self.name_of(running["owner"])
+        if owner not in self.procs or owner in self.killed:
+            raise DemoError(f"the long task's owner {owner} is not one of the demo's nodes")
+        print(f"   running at epoch {running['epoch']} on {owner}; kill -9 {owner}")
+        killed = time.monotonic()
+        self.kill(owner)
+        again = _wait(
+            lambda: (t := self.task(long))["phase"] == "running"
+            and t["epoch"] > running["epoch"] and t,
+            "the long task to run again elsewhere",
+        )  # fmt: skip
+        print(f"   running again at epoch {again['epoch']} on {self.name_of(again['owner'])}"
+              f" {time.monotonic() - killed:.1f} s after the kill")  # fmt: skip
+        done = _wait(
+            lambda: (t := self.task(long))["finished"] and t,
+            "the long task to finish", timeout=self.long_task + STEP_TIMEOUT,
+        )  # fmt: skip
+        result = done.get("result") or {}
+        output = (result.get("output_tail") or "").split("[stderr]")[0].strip()
+        print(f"   finished: {done['phase']}, output {output!r}; its epochs:")
+        self.epochs(long)
+        if done["phase"] != "succeeded":
+            raise DemoError(f"the long task ended {done['phase']}")
 
     def run(self) -> None:
         t0 = time.monotonic()
@@ -135,11 +318,18 @@ class _Demo:
         print(f"cluster {authority.fingerprint}: authority created in {self.root / 'authority'}")
         names = [f"node{i}" for i in range(1, self.count + 1)]
         states = {name: self.enroll(name, authority) for name in names}
-        print(f"enrolled {len(names)} nodes; starting them as separate processes on 127.0.0.1")
-        first = self.start(names[0], states[names[0]])
+        self.api_key = issue_api_key(authority, "demo", now=time.time()).token
+        # Roles for the inference part: engines on the last two nodes, the API on node2.
+        flags: dict[str, list[str]] = {name: ["--peer-port", "0"] for name in names}
+        for name in names[-2:]:
+            flags[name] += ["--engine", self.engine(f"engine-{name}")]
+        flags[names[1]] += ["--api-listen", "127.0.0.1:0"]
+        print(f"enrolled {len(names)} nodes; stand-in engines for {names[-2]} and {names[-1]};")
+        print("starting the nodes as separate processes on 127.0.0.1")
+        first = self.start(names[0], states[names[0]], *flags[names[0]])
         seed = first["node"]["address"]
         for name in names[1:]:
-            self.start(name, states[name], "--bootstrap", seed)
+            self.start(name, states[name], "--bootstrap", seed, *flags[name])
         every = set(self.ids.values())
         _wait(
             lambda: all(
@@ -159,8 +349,7 @@ class _Demo:
         survivors = [n for n in names if n != victim]
         print(f"\nkill -9 {victim} (pid {self.procs[victim].pid}): no goodbye, just gone")
         killed = time.monotonic()
-        self.procs[victim].send_signal(signal.SIGKILL)
-        self.procs[victim].wait(timeout=10)
+        self.kill(victim)
         victim_id = self.ids[victim]
         _wait(
             lambda: all(view.get(victim_id) == "dead" for view in self.views(survivors).values()),
@@ -170,6 +359,11 @@ class _Demo:
         print(f"all {len(survivors)} survivors agree {victim} is dead after {took:.1f} s;")
         print(f"members as {names[0]} sees them:\n")
         print(format_members(self.clients[names[0]].get("/v1/members")))
+        for part in (self.inference, self.tasks):
+            try:
+                part()
+            except DemoError as exc:
+                print(f"\n{part.__name__} part did not finish: {exc}; going on")
         _pause(f"the mesh stays up; press Enter to stop it (dashboard: {self.relay.url})")
         print(f"\ndemo done in {time.monotonic() - t0:.1f} s; stopping the mesh")
 
@@ -177,13 +371,19 @@ class _Demo:
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m populi_p2p.demo", description=__doc__)
-    parser.add_argument("--nodes", type=int, default=5, help="mesh size (default 5, at least 3)")
+    parser.add_argument("--nodes", type=int, default=5, help="mesh size (default 5, at least 5)")
+    parser.add_argument(
+        "--long-task", type=float, default=8.0, metavar="SECONDS",
+        help="how long the task whose owner is killed runs (default 8)",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
-    if args.nodes < 3:
-        parser.error("--nodes must be at least 3")
+    if args.nodes < 5:
+        parser.error("--nodes must be at least 5 (one killed, two engines, one API node)")
+    if not 1.0 <= args.long_task <= 600.0:
+        parser.error("--long-task must be 1 to 600 seconds")
     root = Path(tempfile.mkdtemp(prefix="populi-demo-"))
-    demo = _Demo(root, args.nodes)
+    demo = _Demo(root, args.nodes, args.long_task)
     try:
         demo.run()
     except DemoError as exc:
