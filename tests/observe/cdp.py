@@ -7,7 +7,9 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -32,7 +34,9 @@ class Browser:
     """One headless Chromium with one page, driven over CDP."""
 
     def __init__(self, executable: str, timeout: float = 30.0) -> None:
-        self._profile = tempfile.TemporaryDirectory(prefix="populi-chromium-")
+        self._profile = tempfile.TemporaryDirectory(
+            prefix="populi-chromium-", ignore_cleanup_errors=True
+        )
         self.proc = subprocess.Popen(
             [
                 executable, "--headless=new", "--no-sandbox", "--disable-gpu",
@@ -43,6 +47,7 @@ class Browser:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its helpers too: close() kills the whole group
         )  # fmt: skip
         port_file = Path(self._profile.name) / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
@@ -87,6 +92,9 @@ class Browser:
             if hasattr(self, "_stack"):
                 self._stack.close()
         finally:
-            self.proc.kill()
+            # Chromium's helper processes (zygote, renderer, crashpad) may still write into
+            # the profile after the browser itself dies: kill the group, then clean up.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
             self._profile.cleanup()
