@@ -40,8 +40,9 @@ LOG_CHUNK_BYTES: Final = 64 * 1024
 MAX_LOG_OFFSET: Final = 2**62
 #: The peer route serving a chunk of a log kept here (``?id=&stream=&offset=``).
 LOG_PEER_PATH: Final = "/populi/v1/task-logs"
-#: Seconds one fetch from the owner may take, connect to last byte.
-LOG_FETCH_TIMEOUT: Final = 10.0
+#: Seconds one fetch from the owner may take, connect to last byte: under the CLI's
+#: 10 s wait for the local API, so a silent owner is named rather than this node.
+LOG_FETCH_TIMEOUT: Final = 5.0
 #: Most bytes of a peer's answer read (a chunk in base64 plus the JSON around it).
 _MAX_ANSWER_BYTES: Final = LOG_CHUNK_BYTES * 2 + 4096
 
