@@ -44,8 +44,12 @@ def test_a_late_result_from_a_killed_owner_is_rejected(tmp_path: Any) -> None:
         )
         x, y = (a, b) if first["owner"] == a.node_id else (b, a)
         # `logs` on a node that did not run the task fetches it from the one that did.
+        seen = wait_until(
+            lambda: (t := _task(y, tid))["phase"] == "running" and t, 15, "Y to see it run"
+        )
+        assert seen["owner"] == x.node_id, seen
         chunk = y.client.get(f"/v1/tasks/{tid}/logs")
-        assert chunk["id"] == tid and chunk["done"] is False, chunk
+        assert chunk["id"] == tid and chunk["data"] == "" and chunk["offset"] == 0, chunk
         x.kill()
         done = wait_until(
             lambda: (t := _task(y, tid))["finished"] and t, 30, "the task to run on the survivor"
