@@ -21,8 +21,9 @@ Endpoints (all JSON):
 ``GET  /v1/tasks/ID``    one task: spec, epochs, result (``/explain``: its placement)
 ``POST /v1/tasks/ID/cancel``  cancel a task everywhere
 ``GET  /v1/tasks/ID/logs``  ``?stream=stdout|stderr&offset=N``: a base64 chunk of the
-                         task's full output from N (when this node ran it), the next
-                         offset, and ``done`` once it ended and all was read
+                         task's full output from N (fetched from the node that ran it
+                         when that is another), the next offset, and ``done`` once it
+                         ended and all was read
 ``POST /v1/drain``       take no new work (``{"handoff": true}`` hands running tasks on)
 ``POST /v1/undrain``     take work again
 ``GET  /v1/inference/    the inference API's recent routes (``populi-node requests``)
@@ -116,7 +117,7 @@ class TaskBackend(Protocol):
 
     async def cancel(self, task_id: str) -> dict[str, Any]: ...
 
-    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]: ...
+    async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]: ...
 
     async def drain(self, handoff: bool) -> dict[str, Any]: ...
 

@@ -63,7 +63,7 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
         add_state_dir(p)
         p.add_argument("task", help="task id (or a unique prefix)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    g = sub.add_parser("logs", help="a task's full output, from the node that ran it")
+    g = sub.add_parser("logs", help="a task's full output (fetched from the node that ran it)")
     add_state_dir(g)
     g.add_argument("task", help="task id (or a unique prefix)")
     g.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")

@@ -83,7 +83,7 @@ from .services.publisher import RecordPublisher
 from .services.revocations import RevocationService
 from .services.roster import Roster
 from .services.status import StatusView
-from .services.task_logs import read_log
+from .services.task_logs import TaskLogs
 from .services.task_results import RESULT_TAIL_BYTES
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
@@ -188,6 +188,8 @@ class Node:
         self.observe: ObserveView | None = None
         self._leases: LeaseService | None = None
         self.executor: ExecutorService | None = None
+        #: `populi-node logs` from any node (set once `run` has started).
+        self.task_logs: TaskLogs | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -281,6 +283,11 @@ class Node:
             members=membership.members, record_of=parts.roster.records.get,
             allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
         )  # fmt: skip
+        self.task_logs = TaskLogs(
+            node_id, find=leases.find, executor=runner, record_of=parts.roster.records.get,
+            peer_client=lambda: self.peer_client,
+        )  # fmt: skip
+        self.task_logs.register_peer_routes(self.peer_routes)
         codec = parts.codec
 
         parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
@@ -561,10 +568,9 @@ class _Backend:
     async def cancel(self, task_id: str) -> dict[str, Any]:
         return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
 
-    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
-        assert self._node.executor is not None
-        leases = self._node.leases
-        return read_log(self._node.executor, leases.find(task_id), leases.me, stream, offset)
+    async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
+        assert self._node.task_logs is not None
+        return await self._node.task_logs.read(task_id, stream, offset)
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
         return await self._node.leases.drain(handoff)

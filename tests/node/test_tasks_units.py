@@ -270,7 +270,7 @@ class _Tasks:
     async def undrain(self) -> dict[str, Any]:
         return {"draining": False}
 
-    def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
+    async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
         return {"id": task_id, "stream": stream, "offset": offset}
 
 
