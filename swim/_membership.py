@@ -1103,6 +1103,8 @@ class Membership:
         order = 0 if incarnation < held else 1 if incarnation == held else 2
         action = PRECEDENCE_FAST[subject][rumor][order]
         if action == Action.IGNORE:
+            if subject == _SUBJECT_OF_STATE[_LEFT] and rumor == _RUMOR_SUSPECT:
+                self._remind_left(node, incarnation, source, out)
             return
         if node is not None and node.shared:
             node = self._own(node)
@@ -1127,6 +1129,28 @@ class Membership:
             me = self._self
             if address != me.address or meta != me.meta:
                 self._refute(incarnation, now, out)
+
+    def _remind_left(
+        self, node: _Node | None, incarnation: int, source: str, out: list[Output]
+    ) -> None:
+        """An accuser missed a graceful leave we saw: tell it, so it records `left`.
+
+        A left rumor is gossiped a bounded number of times, so in a small mesh one member
+        can miss every copy; it then probes the leaver, suspects it and declares it dead,
+        which the precedence table never turns into `left`. Answering the accusation
+        with the left itself (once per accusation, straight to the accuser) fixes that.
+        """
+        accuser = self._members.get(source) if source else None
+        if (
+            node is None
+            or incarnation > node.incarnation
+            or accuser is None
+            or accuser is self._self
+            or accuser.state in (_LEFT, _DEAD)
+        ):
+            return
+        self._counters.left_reminders += 1
+        self._send_packet(accuser.address, encode_message(Left(node.name, node.incarnation)), out)
 
     def _snapshot(self, node: _Node) -> Member:
         return node.snapshot(self._rtt.get(node.name))

@@ -48,6 +48,8 @@ class MembershipStatistics:
     members_reaped: int = 0
     #: Rumors about reaped members at or below the incarnation they were reaped at.
     stale_rumors_ignored: int = 0
+    #: Suspicions or deaths heard about a member we hold as left, answered with its left.
+    left_reminders: int = 0
     refutes: int = 0
     #: Times we were accused at `swim.wire.INCARNATION_MAX`, which no refute can outbid,
     #: and started a new incarnation session at 0 (see `IncarnationExhausted`).
@@ -95,6 +97,7 @@ class Counters:
     members_failed: int
     members_reaped: int
     stale_rumors_ignored: int
+    left_reminders: int
     refutes: int
     incarnation_sessions: int
     push_pulls_sent: int

@@ -240,6 +240,28 @@ def test_graceful_leave_is_not_a_failure() -> None:
         leaver.set_meta(b"x", cluster.now)
 
 
+def test_a_member_that_missed_a_leave_is_reminded_when_it_suspects_the_leaver() -> None:
+    """Every copy of a left rumor can miss one member; its suspicion of the leaver is then
+    answered with the left, so it records `left`, not `dead` (tests/node/test_mesh.py)."""
+    cluster = joined(3)
+    blocked = cluster.network.datagram_blocked
+    blocked.update({("node-2", "node-1"), ("node-3", "node-1")})  # node-1 hears nothing
+    leaver = cluster.nodes["node-3"]
+    cluster.apply("node-3", leaver.leave(cluster.now))
+    cluster.run(6.0)  # node-2's copies of the left rumor are all spent meanwhile
+    assert cluster.states("node-2", "node-3") == LEFT
+    assert cluster.states("node-1", "node-3") != LEFT  # it heard none of it
+    cluster.crash("node-3")
+    blocked.clear()
+    for _ in range(400):  # bounded: at most 200 s of virtual time
+        if cluster.states("node-1", "node-3") in (LEFT, DEAD):
+            break
+        cluster.run(0.5)
+    assert cluster.states("node-1", "node-3") == LEFT
+    assert cluster.nodes["node-2"].statistics().left_reminders >= 1
+    assert not cluster.events_of(MemberFailed, "node-3")
+
+
 def left_rumors_sent(cluster: Cluster, name: str) -> list[float]:
     """When `name` sent its own left rumor, one entry per copy."""
     return [
