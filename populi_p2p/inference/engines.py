@@ -29,6 +29,8 @@ __all__ = ["MAX_MODELS", "EngineService", "parse_models"]
 #: Most models one node advertises (the record must fit a packet).
 MAX_MODELS: Final = 16
 MAX_MODEL_ID: Final = 128
+#: Largest context length believed; anything above (or not an int) reads as unknown (0).
+MAX_CONTEXT: Final = 1 << 24
 #: Seconds between record refreshes for load and tokens/s alone.
 REFRESH: Final = 10.0
 _log = get_logger("engine")
@@ -61,13 +63,25 @@ def parse_models(body: Any) -> tuple[str, dict[str, int]]:
         meta_raw = item.get("meta")
         meta: dict[str, Any] = meta_raw if isinstance(meta_raw, dict) else {}
         ctx = meta.get("n_ctx_train", meta.get("n_ctx", item.get("max_model_len", 0)))
-        models[model_id] = ctx if isinstance(ctx, int) and ctx > 0 else 0
-        owner = item.get("owned_by")
-        if isinstance(owner, str) and owner:
-            kind = {"llamacpp": "llama.cpp", "library": "ollama", "vllm": "vllm"}.get(
-                owner, owner[:32]
-            )
+        good = isinstance(ctx, int) and not isinstance(ctx, bool) and 0 < ctx <= MAX_CONTEXT
+        models[model_id] = ctx if isinstance(ctx, int) and good else 0
+        kind = _kind(item, kind)
     return kind, models
+
+
+def _kind(item: dict[str, Any], default: str) -> str:
+    """The engine kind from one model entry's ``owned_by``.
+
+    llama.cpp's own server says ``llamacpp``; llama-cpp-python's server (the one the
+    real-engine test runs) says ``me`` and is the only one that adds a ``permissions``
+    list; Ollama says ``library``; vLLM says ``vllm``. Anything else is kept as given.
+    """
+    owner = item.get("owned_by")
+    if not isinstance(owner, str) or not owner:
+        return default
+    if owner == "me" and isinstance(item.get("permissions"), list):
+        return "llama.cpp"
+    return {"llamacpp": "llama.cpp", "library": "ollama", "vllm": "vllm"}.get(owner, owner[:32])
 
 
 class EngineService:

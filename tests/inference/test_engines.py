@@ -53,3 +53,21 @@ def test_parse_models_shapes() -> None:
     assert parse_models({"data": [{"id": "x"}, "junk", {"id": 5}]}) == ("openai", {"x": 0})
     with pytest.raises(ValueError):
         parse_models({"nope": 1})
+
+
+def test_parse_models_reads_llama_cpp_python_server() -> None:
+    """llama-cpp-python's server (0.3.x) answers ``owned_by: "me"``, a ``permissions``
+    list and no context length: the kind is llama.cpp, the context unknown (0)."""
+    body = {"object": "list", "data": [
+        {"id": "tiny-llama", "object": "model", "owned_by": "me", "permissions": []}]}  # fmt: skip
+    assert parse_models(body) == ("llama.cpp", {"tiny-llama": 0})
+    # Without the permissions list, "me" is not taken for llama.cpp.
+    assert parse_models({"data": [{"id": "a", "owned_by": "me"}]}) == ("me", {"a": 0})
+
+
+def test_parse_models_drops_absurd_context_lengths() -> None:
+    for ctx in (True, -1, 0, 1 << 40, "4096", 4096.0):
+        body = {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": ctx}]}
+        assert parse_models(body) == ("vllm", {"m": 0}), ctx
+    body = {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 32768}]}
+    assert parse_models(body) == ("vllm", {"m": 32768})
