@@ -3,8 +3,10 @@
 It polls each engine's ``GET /v1/models`` every `interval`; an engine that does not
 answer within `timeout` (or answers badly) is unhealthy at once and its models leave
 the record's ``models`` section, so within ``interval + timeout`` seconds nobody routes
-to it. The relay also reports a refused connection (`mark_failed`) so the next request
-does not wait for the poll. Tokens per second and requests in flight are measured by
+to it. An engine is not polled while it serves one of this node's requests (see
+`EngineService._busy`: llama-cpp-python's server would cut the stream short). The
+relay also reports a refused connection (`mark_failed`) so the next request does not
+wait for the poll. Tokens per second and requests in flight are measured by
 the relay (`begin`/`end`).
 
 Section ``models`` (a map, at most `MAX_MODELS` entries)::
@@ -176,10 +178,23 @@ class EngineService:
         self._published = (shape, now)
         await self._set_section("models", section)
 
+    def _busy(self, engine: _Engine) -> bool:
+        """A healthy engine serving one of our requests now is not polled.
+
+        llama-cpp-python's server runs ``/v1/models`` under the same lock as generation:
+        a poll during a stream either interrupts that stream (its default
+        ``interrupt_requests``: the stream ends early with a ``[DONE]``) or waits behind
+        it and times out (marking a working engine unhealthy). The stream in flight is
+        evidence enough; a refused connection still marks it failed (`mark_failed`).
+        Counted per model, so a model served by two engines spares both while busy.
+        """
+        return engine.healthy and any(self._inflight.get(m, 0) > 0 for m in engine.models)
+
     async def _poll_all(self, http: httpx.AsyncClient) -> None:
         async with trio.open_nursery() as nursery:
             for engine in self._engines:
-                nursery.start_soon(self._poll, http, engine)
+                if not self._busy(engine):
+                    nursery.start_soon(self._poll, http, engine)
 
     async def _poll(self, http: httpx.AsyncClient, engine: _Engine) -> None:
         was = engine.healthy

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -71,3 +72,39 @@ def test_parse_models_drops_absurd_context_lengths() -> None:
         assert parse_models(body) == ("vllm", {"m": 0}), ctx
     body = {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 32768}]}
     assert parse_models(body) == ("vllm", {"m": 32768})
+
+
+async def test_a_busy_engine_is_not_polled() -> None:
+    """While a request is in flight to an engine, the poll leaves it alone (a
+    llama-cpp-python server interrupts its stream for any other request, /v1/models
+    included); polling resumes when the request ends."""
+    polls: list[str] = []
+    engine = StandinEngine(StandinConfig(model="m"))
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/v1/models":
+            polls.append(scope["path"])
+        await engine.app(scope, receive, send)
+
+    async def set_section(name: str, value: dict[str, Any] | None) -> None:
+        pass
+
+    async with trio.open_nursery() as nursery:
+
+        async def serve(task_status: trio.TaskStatus[int]) -> None:
+            await serve_tcp(counting, "127.0.0.1", 0, logger_name="t", task_status=task_status)
+
+        port = await nursery.start(serve)
+        service = EngineService([f"http://127.0.0.1:{port}"], set_section)
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+            await service._poll_all(http)
+            assert len(polls) == 1 and service.engine_for("m") is not None
+            service.begin("m")
+            await service._poll_all(http)
+            await service._poll_all(http)
+            assert len(polls) == 1  # busy: not polled, still healthy
+            assert service.engine_for("m") is not None
+            service.end("m", 0, 0.0)
+            await service._poll_all(http)
+            assert len(polls) == 2
+        nursery.cancel_scope.cancel()
