@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test fuzz demo bench lint typecheck sysdeps clean
+.PHONY: test fuzz demo bench lint typecheck sysdeps engine clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -13,6 +13,26 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,sim]'
 	touch $(STAMP)
+
+# A real inference engine for tests/inference/test_real_engine.py: llama.cpp through
+# llama-cpp-python's OpenAI-compatible server. PyPI has only its sdist, so pip compiles
+# llama.cpp (cmake + gcc, CPU only): the cheapest build we found is below (no native
+# tuning so the cached wheel is portable, no multimodal library, no BLAS, no OpenMP);
+# about 8 minutes at -j2 on a busy 2-core machine (docs/testing.md). pip caches the
+# built wheel, so a second install takes seconds; the stamp makes this a no-op after.
+LLAMA_CPP_PYTHON := llama-cpp-python[server]==0.3.16
+ENGINE_STAMP := $(VENV)/.engine
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=OFF \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+
+$(ENGINE_STAMP): Makefile | $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+		nice -n 10 $(BIN)/python -m pip install --quiet '$(LLAMA_CPP_PYTHON)'
+	$(BIN)/python -c 'import llama_cpp.server'
+	touch $(ENGINE_STAMP)
+
+engine: $(ENGINE_STAMP)
 
 # Packages the network tests need (WireGuard, namespaces, firewall, a C compiler for the
 # fake NVML, Chromium for the dashboard test). Installed only when running as root on
@@ -27,7 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(wildcard $(TYPED))
 
-test: $(STAMP) sysdeps lint
+test: $(STAMP) $(ENGINE_STAMP) sysdeps lint
 	$(BIN)/python -m pytest
 
 # Random exploration, kept out of `make test` (which is derandomized, see
