@@ -48,7 +48,7 @@ def require_llama_cpp() -> None:
         return
     why = (
         "llama-cpp-python[server] is not installed in this environment: run `make test`, "
-        "or `make .venv/.engine` once (it compiles llama.cpp, ~15 min on 2 cores)"
+        "or `make .venv/.engine` once (it compiles llama.cpp: about 8 min on 2 cores)"
     )
     if os.environ.get(OPT_OUT) == "1":
         pytest.skip(f"{why}; skipped because {OPT_OUT}=1")
