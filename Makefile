@@ -47,7 +47,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(wildcard $(TYPED))
 
-test: $(STAMP) $(ENGINE_STAMP) sysdeps lint
+# sysdeps first: the engine build needs g++ and cmake.
+test: $(STAMP) sysdeps $(ENGINE_STAMP) lint
 	$(BIN)/python -m pytest
 
 # Random exploration, kept out of `make test` (which is derandomized, see
