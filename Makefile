@@ -27,6 +27,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF -DGGML_O
 	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
 
 $(ENGINE_STAMP): Makefile | $(STAMP)
+	@echo "engine: installing $(LLAMA_CPP_PYTHON) (the first time compiles llama.cpp: minutes)"
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
 		nice -n 10 $(BIN)/python -m pip install --quiet '$(LLAMA_CPP_PYTHON)'
 	$(BIN)/python -c 'import llama_cpp.server'

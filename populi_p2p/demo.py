@@ -11,7 +11,10 @@ Then inference (issue 11): two stand-in engines (``populi_p2p.inference.standin`
 processes on loopback) attached to node4 and node5 with ``--engine``, node2 accepting
 OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
 completion from node2, the serving node is killed with SIGKILL mid-stream, and the
-stream finishes on the other node with the text intact. Then tasks (issue 10): a few
+stream finishes on the other node with the text intact. If llama-cpp-python is
+installed (``make .venv/.engine``), node1 also serves a real engine: llama.cpp on a tiny
+generated model (``populi_p2p.inference.tiny_gguf``), and a second stream, from node2,
+comes from it. Then tasks (issue 10): a few
 short tasks submitted through the control API run on their owners (the ``populi-node
 tasks`` table), then a longer one whose owner is killed; it runs again at the next epoch
 on another node and finishes (the epochs and their owners are printed). Each part has a
@@ -26,7 +29,9 @@ Run it with ``python -m populi_p2p.demo`` (``--nodes N`` for another size).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -55,6 +60,9 @@ STEP_TIMEOUT = 40.0
 TOKENS = 30
 TOKEN_DELAY = 0.1
 KILL_AT = 10
+
+#: Tokens asked of the real engine (llama.cpp on the tiny model), when it is installed.
+REAL_TOKENS = 16
 
 #: The short tasks of the tasks part.
 SHORT_TASKS = 3
@@ -104,6 +112,7 @@ class _Demo:
         self.ids: dict[str, str] = {}
         self.relay: UnixRelay | None = None
         self.engines: list[subprocess.Popen[bytes]] = []
+        self.llama_url: str | None = None
         self.killed: set[str] = set()
 
     def enroll(self, name: str, authority: ClusterAuthority) -> Path:
@@ -158,6 +167,34 @@ class _Demo:
         )
         port = _wait(lambda: port_file.exists() and port_file.read_text().strip(), f"{name} up")
         return f"http://127.0.0.1:{port}"
+
+    def llama_engine(self) -> str | None:
+        """llama.cpp (llama-cpp-python's server) on a tiny generated model, on loopback,
+        if llama-cpp-python and gguf are installed; its URL, or None."""
+        if any(importlib.util.find_spec(m) is None for m in ("llama_cpp", "gguf")):
+            return None
+        from .inference.tiny_gguf import MODEL_ALIAS, N_CTX, write_tiny_llama
+
+        model = write_tiny_llama(self.root / "tiny-llama.gguf")
+        log_path = self.root / "engine-llama.log"
+        argv = [
+            sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+            "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", "0",
+            "--n_ctx", str(N_CTX), "--interrupt_requests", "False",
+        ]  # fmt: skip
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        self.engines.append(proc)
+        listening = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+
+        def port() -> str | None:
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-500:]
+                raise DemoError(f"llama_cpp.server exited at start: {tail}")
+            found = listening.search(log_path.read_bytes())
+            return found.group(1).decode() if found else None
+
+        return f"http://127.0.0.1:{_wait(port, 'llama_cpp.server to listen')}"
 
     def kill(self, name: str) -> None:
         """SIGKILL one daemon: no goodbye, just gone."""
@@ -236,6 +273,47 @@ class _Demo:
             print(f"   route attempts: {'; '.join(attempts)}")
         if text != want:
             raise DemoError("the stream's text was not intact")
+
+    def real_engine(self) -> None:
+        """A streamed chat completion from node2, served by llama.cpp on node1."""
+        if not self.llama_url:
+            print("\n-- real engine: llama-cpp-python is not installed (make .venv/.engine);"
+                  " stand-in engines only")  # fmt: skip
+            return
+        import openai
+
+        from .inference.tiny_gguf import MODEL_ALIAS
+
+        names = list(self.procs)
+        api_node, host = names[1], names[0]
+        port = self.clients[api_node].get("/v1/inference/requests")["listening"]
+        base = f"http://127.0.0.1:{port}/v1"
+        client = openai.OpenAI(base_url=base, api_key=self.api_key, timeout=30.0, max_retries=0)
+        print(
+            f"\n-- real engine: {host} serves {MODEL_ALIAS!r} through llama.cpp "
+            f"(llama-cpp-python at {self.llama_url}); a tiny generated model, so the"
+        )
+        print("   text is gibberish")  # fmt: skip
+
+        def listed() -> bool:
+            return any(m.id == MODEL_ALIAS for m in client.models.list().data)
+
+        _wait(listed, f"{api_node} to see {MODEL_ALIAS!r}")
+        pieces: list[str] = []
+        with client.chat.completions.with_streaming_response.create(
+            model=MODEL_ALIAS, stream=True, max_tokens=REAL_TOKENS,
+            messages=[{"role": "user", "content": "say something"}],
+        ) as response:  # fmt: skip
+            served = self.name_of(response.headers.get("x-populi-node"))
+            print(f"   stream from {served} (x-populi-node): ", end="")
+            for chunk in response.parse():
+                piece = chunk.choices[0].delta.content if chunk.choices else None
+                if piece:
+                    pieces.append(piece)
+                    print(piece, end="", flush=True)
+        print(f"\n   real engine: {len(pieces)} tokens from {served} through {api_node}")
+        if served != host or len(pieces) != REAL_TOKENS:
+            raise DemoError(f"wanted {REAL_TOKENS} tokens from {host}")
 
     ####
     # Tasks (issue 10)
@@ -325,6 +403,10 @@ class _Demo:
             flags[name] += ["--engine", self.engine(f"engine-{name}")]
         flags[names[1]] += ["--api-listen", "127.0.0.1:0"]
         print(f"enrolled {len(names)} nodes; stand-in engines for {names[-2]} and {names[-1]};")
+        self.llama_url = self.llama_engine()
+        if self.llama_url:
+            flags[names[0]] += ["--engine", self.llama_url]
+            print(f"llama.cpp (llama-cpp-python) for {names[0]};")
         print("starting the nodes as separate processes on 127.0.0.1")
         first = self.start(names[0], states[names[0]], *flags[names[0]])
         seed = first["node"]["address"]
@@ -359,7 +441,7 @@ class _Demo:
         print(f"all {len(survivors)} survivors agree {victim} is dead after {took:.1f} s;")
         print(f"members as {names[0]} sees them:\n")
         print(format_members(self.clients[names[0]].get("/v1/members")))
-        for part in (self.inference, self.tasks):
+        for part in (self.inference, self.real_engine, self.tasks):
             try:
                 part()
             except DemoError as exc:

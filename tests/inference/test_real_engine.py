@@ -1,7 +1,7 @@
 """Through a real inference engine: llama.cpp, by llama-cpp-python's OpenAI-compatible
-server, on a tiny model the test writes (`_tiny_gguf`). Two real daemons: `a` serves
-the engine, `b` accepts the request; a streamed chat completion sent to `b` is routed
-to `a` and its tokens come back through both.
+server, on a tiny model the test writes (`populi_p2p.inference.tiny_gguf`). Two real
+daemons: `a` serves the engine, `b` accepts the request; a streamed chat completion
+sent to `b` is routed to `a` and its tokens come back through both.
 
 `make test` installs the engine first (`make .venv/.engine`, docs/testing.md), so this
 test does not skip in CI: without `llama_cpp` it FAILS and says how to install it. A
@@ -24,9 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
+from populi_p2p.inference.tiny_gguf import MODEL_ALIAS, N_CTX, write_tiny_llama
 from tests.node.harness import REPO, Mesh, wait_until
-
-from ._tiny_gguf import MODEL_ALIAS, N_CTX, write_tiny_llama
 
 pytestmark = pytest.mark.slow
 

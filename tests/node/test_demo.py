@@ -1,12 +1,14 @@
 """`make demo` runs `python -m populi_p2p.demo`: it must work and clean up after itself.
 
 One run checks every part: the mesh and its kill -9, the streamed chat completion that
-survives its serving node's kill -9 (through the official `openai` client), and tasks
+survives its serving node's kill -9 (through the official `openai` client), a stream
+from llama.cpp when llama-cpp-python is installed, and tasks
 that run on their owners, one of them again at the next epoch after its owner's kill -9.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -46,6 +48,13 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert [int(w) for w in words] == list(range(30)), words
     assert "30 pieces, text intact, no repeat" in out
     assert re.search(rf"route attempts: {served.group(1)}: broken.*; {other}: served", out), out
+
+    # A real engine when llama-cpp-python is installed (`make test` installs it): a
+    # stream from node2 came from llama.cpp on node1, every token asked for.
+    if importlib.util.find_spec("llama_cpp") is not None:
+        assert "real engine: 16 tokens from node1 through node2" in out, out
+    else:
+        assert "real engine: llama-cpp-python is not installed" in out, out
 
     # Tasks: the short ones succeeded (the CLI's table), the long one ran, its owner was
     # killed, and it ran again at a later epoch on another node and succeeded.

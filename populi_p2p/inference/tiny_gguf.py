@@ -1,5 +1,6 @@
-"""A tiny llama-architecture model written as GGUF, so the real-engine test needs no
-download: about 0.5 MiB of float32, loaded by llama.cpp in milliseconds.
+"""A tiny llama-architecture model written as GGUF, so the real-engine test and the
+demo need no download: about 0.5 MiB of float32, loaded by llama.cpp in milliseconds.
+Needs the ``gguf`` package (the ``test`` and ``demo`` extras), imported only when called.
 
 Why it looks the way it does:
 
@@ -48,7 +49,9 @@ from typing import Any
 
 import numpy as np
 
-#: The model id the test serves it as (``--model_alias``).
+__all__ = ["MODEL_ALIAS", "N_CTX", "write_tiny_llama"]
+
+#: The model id the test and the demo serve it as (``--model_alias``).
 MODEL_ALIAS = "tiny-llama"
 N_EMBD = 64
 N_LAYER = 2
@@ -114,8 +117,8 @@ def write_tiny_llama(path: Path, seed: int = 11) -> Path:
     writer.add_chat_template(CHAT_TEMPLATE)
 
     # numpy shape is (out, in): ggml's ne is the reverse, as llama.cpp expects.
-    embd = normal(n_vocab, N_EMBD, scale=0.1)
-    embd[:, 0] = 4.0  # the constant component (see the module docstring)
+    embd = normal(n_vocab, N_EMBD, scale=1.0)
+    embd[:, 0] = 8.0  # the constant component (see the module docstring)
     writer.add_tensor("token_embd.weight", embd)
     writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
     out = normal(n_vocab, N_EMBD, scale=1.0)
@@ -143,7 +146,7 @@ def write_tiny_llama(path: Path, seed: int = 11) -> Path:
     return path
 
 
-if __name__ == "__main__":  # python -m tests.inference._tiny_gguf OUT.gguf
+if __name__ == "__main__":  # python -m populi_p2p.inference.tiny_gguf OUT.gguf
     import sys
 
     print(write_tiny_llama(Path(sys.argv[1] if len(sys.argv) > 1 else "tiny.gguf")))
