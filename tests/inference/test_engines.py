@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from populi_p2p.inference._asgi import serve_tcp
 from populi_p2p.inference.engines import EngineService, parse_models
@@ -108,3 +110,33 @@ async def test_a_busy_engine_is_not_polled() -> None:
             await service._poll_all(http)
             assert len(polls) == 2
         nursery.cancel_scope.cancel()
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_entry = st.fixed_dictionaries(
+    {"id": st.text(max_size=200)},
+    optional={
+        "owned_by": st.sampled_from(["me", "llamacpp", "library", "vllm", ""]) | _json,
+        "permissions": _json,
+        "meta": st.fixed_dictionaries({}, optional={"n_ctx_train": _json, "n_ctx": _json}) | _json,
+        "max_model_len": _json,
+    },
+)
+
+
+@given(st.one_of(_json, st.fixed_dictionaries({"data": st.lists(_entry | _json, max_size=20)})))
+def test_parse_models_takes_any_json(body: Any) -> None:
+    """Whatever an engine answers: a bounded result or ValueError, never anything else."""
+    try:
+        kind, models = parse_models(body)
+    except ValueError:
+        return
+    assert isinstance(kind, str) and len(kind) <= 32
+    assert len(models) <= 16
+    assert all(len(m) <= 128 and 0 <= c <= 1 << 24 for m, c in models.items())
