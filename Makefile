@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # A real inference engine for tests/inference/test_real_engine.py: llama.cpp through
 # llama-cpp-python's OpenAI-compatible server. PyPI has only its sdist, so pip compiles
 # llama.cpp (cmake + gcc, CPU only): the cheapest build we found is below (no native
-# tuning so the cached wheel is portable, no multimodal library, no BLAS, no OpenMP);
+# tuning, so the cached wheel runs on any AVX2 CPU; no multimodal library, BLAS, OpenMP);
 # about 8 minutes at -j2 on a busy 2-core machine (docs/testing.md). pip caches the
 # built wheel, so a second install takes seconds; the stamp makes this a no-op after.
 LLAMA_CPP_PYTHON := llama-cpp-python[server]==0.3.16
