@@ -50,6 +50,10 @@ class _Engine:
 def parse_models(body: Any) -> tuple[str, dict[str, int]]:
     """(engine kind, {model id: context length}) from a ``/v1/models`` answer.
 
+    llama.cpp's ``llama-server`` lists its model while still loading it, with
+    ``"meta": null``, and answers 503 to everything else until loaded: such an entry
+    is left out (the engine is up, its model not yet served).
+
     Raises:
         ValueError: not the OpenAI list shape.
     """
@@ -61,13 +65,15 @@ def parse_models(body: Any) -> tuple[str, dict[str, int]]:
     for item in data[:MAX_MODELS]:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
             continue
+        kind = _kind(item, kind)
         model_id = item["id"][:MAX_MODEL_ID]
         meta_raw = item.get("meta")
+        if meta_raw is None and "meta" in item and item.get("owned_by") == "llamacpp":
+            continue  # llama-server still loading this model
         meta: dict[str, Any] = meta_raw if isinstance(meta_raw, dict) else {}
         ctx = meta.get("n_ctx_train", meta.get("n_ctx", item.get("max_model_len", 0)))
         good = isinstance(ctx, int) and not isinstance(ctx, bool) and 0 < ctx <= MAX_CONTEXT
         models[model_id] = ctx if isinstance(ctx, int) and good else 0
-        kind = _kind(item, kind)
     return kind, models
 
 

@@ -68,6 +68,18 @@ def test_parse_models_reads_llama_cpp_python_server() -> None:
     assert parse_models({"data": [{"id": "a", "owned_by": "me"}]}) == ("me", {"a": 0})
 
 
+def test_parse_models_leaves_out_a_model_llama_server_is_still_loading() -> None:
+    """llama.cpp's llama-server lists its model during loading with ``meta: null`` (and
+    answers 503 to completions): not served yet. Once loaded, meta carries n_ctx_train."""
+    loading = {"object": "list", "data": [
+        {"id": "m", "object": "model", "owned_by": "llamacpp", "meta": None}]}  # fmt: skip
+    assert parse_models(loading) == ("llama.cpp", {})
+    loaded = {"object": "list", "data": [
+        {"id": "m", "object": "model", "owned_by": "llamacpp",
+         "meta": {"n_vocab": 32000, "n_ctx_train": 4096, "n_embd": 4096}}]}  # fmt: skip
+    assert parse_models(loaded) == ("llama.cpp", {"m": 4096})
+
+
 def test_parse_models_drops_absurd_context_lengths() -> None:
     for ctx in (True, -1, 0, 1 << 40, "4096", 4096.0):
         body = {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": ctx}]}
