@@ -37,17 +37,16 @@ _LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
 def require_llama_cpp() -> None:
     """Fail (or, with the opt-out, skip) when llama-cpp-python's server is missing."""
-    missing = importlib.util.find_spec("llama_cpp") is None
-    if not missing:
-        try:
-            missing = importlib.util.find_spec("llama_cpp.server") is None
-        except ImportError:  # llama_cpp is there but cannot load (no shared library)
-            missing = True
-    if not missing:
-        return
+    try:  # imports llama_cpp itself, which loads libllama
+        if importlib.util.find_spec("llama_cpp.server") is not None:
+            return
+        detail = ""
+    except Exception as exc:  # absent, or present but its shared library will not load
+        detail = f" ({type(exc).__name__}: {exc})"[:300]
     why = (
-        "llama-cpp-python[server] is not installed in this environment: run `make test`, "
-        "or `make .venv/.engine` once (it compiles llama.cpp: about 8 min on 2 cores)"
+        f"llama-cpp-python[server] is not usable in this environment{detail}: run "
+        "`make test`, or `make .venv/.engine` once (it compiles llama.cpp: about 8 min "
+        "on 2 cores)"
     )
     if os.environ.get(OPT_OUT) == "1":
         pytest.skip(f"{why}; skipped because {OPT_OUT}=1")
