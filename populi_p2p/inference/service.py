@@ -49,6 +49,10 @@ __all__ = ["InferenceService", "openai_error"]
 
 #: How many of its own relay outcomes a node keeps as reliability evidence.
 MAX_OUTCOMES: Final = 4096
+#: Seconds the earned reliability is reused between requests (it costs O(outcomes) to
+#: compute, ~1 ms at 4,096). A failed request recomputes it at once, so a failing node
+#: loses priority for the very next request; a success waits at most this long.
+RELIABILITY_REFRESH: Final = 0.5
 _ROUTED: Final = {"/v1/chat/completions": True, "/v1/completions": False}
 
 _log = get_logger("inference")
@@ -104,6 +108,7 @@ class InferenceService:
         self._on_outcome = on_outcome
         self._lease_config = lease_config or LeaseConfig()
         self._own_outcomes: deque[Outcome] = deque(maxlen=MAX_OUTCOMES)
+        self._reliability_cache: tuple[float, dict[str, float]] | None = None
         self._mounts: dict[str, AsgiApp] = {}
         self._path_mounts: list[tuple[Callable[[str], bool], AsgiApp]] = []
         self._local = LocalEngine(engines)
@@ -180,15 +185,23 @@ class InferenceService:
     def _record_outcome(self, node: str, success: bool) -> None:
         outcome = Outcome(node, success, trio.current_time())
         self._own_outcomes.append(outcome)
+        if not success:
+            self._reliability_cache = None
         if self._on_outcome is not None:
             self._on_outcome(outcome)
 
     def _reliability(self) -> dict[str, float]:
         # One function for both (issue 9): the lease table's task outcomes, seen by every
         # node, plus the relay outcomes this node saw itself.
+        now = trio.current_time()
+        cached = self._reliability_cache
+        if cached is not None and now - cached[0] < RELIABILITY_REFRESH:
+            return cached[1]
         source = self._outcomes_source() if self._outcomes_source is not None else None
         outcomes = [*(source or ()), *self._own_outcomes]
-        return earned_reliability(outcomes, trio.current_time(), self._lease_config)
+        value = earned_reliability(outcomes, now, self._lease_config)
+        self._reliability_cache = (now, value)
+        return value
 
     def _is_alive(self, node: str) -> bool:
         if self._state_of is not None:
