@@ -11,6 +11,7 @@ from typing import Final
 
 import httpx
 
+from ._tls import tls_context
 from .engines import EngineService
 from .openai_errors import openai_error
 from .peer_api import PeerRequest, PeerResponse
@@ -34,6 +35,7 @@ class LocalEngine:
             timeout=httpx.Timeout(None, connect=2.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             trust_env=False,
+            verify=tls_context(),
         )
 
     async def aclose(self) -> None:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from ._tls import tls_context
 from .peer_auth import PeerCallSigner
 
 __all__ = ["PeerClient", "peer_base_url"]
@@ -38,6 +39,7 @@ class PeerClient:
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             trust_env=False,
+            verify=tls_context(),
         )
 
     async def aclose(self) -> None:

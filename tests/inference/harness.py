@@ -13,6 +13,7 @@ import httpx
 import trio
 
 from populi_p2p.inference._asgi import serve_tcp
+from populi_p2p.inference._tls import tls_context
 from populi_p2p.inference.engines import EngineService
 from populi_p2p.inference.keys import ApiKeyChecker
 from populi_p2p.inference.peer_api import PeerApi, PeerRoutes
@@ -141,7 +142,7 @@ async def stream_chat(
     text: list[str] = []
     lines: list[str] = []
     async with (
-        httpx.AsyncClient(timeout=30, trust_env=False) as client,
+        httpx.AsyncClient(timeout=30, trust_env=False, verify=tls_context()) as client,
         client.stream("POST", url + path, json=body, headers=headers) as r,
     ):
         if r.status_code != 200:
