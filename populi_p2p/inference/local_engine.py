@@ -12,6 +12,7 @@ from typing import Final
 import httpx
 
 from ._tls import tls_context
+from ._tls import url as _url
 from .engines import EngineService
 from .openai_errors import openai_error
 from .peer_api import PeerRequest, PeerResponse
@@ -65,7 +66,7 @@ class LocalEngine:
             return
         assert isinstance(model, str)
         request = self._http.build_request(
-            "POST", url + path, content=body, headers={"content-type": "application/json"}
+            "POST", _url(url, path), content=body, headers={"content-type": "application/json"}
         )
         started = time.monotonic()
         self._engines.begin(model)

@@ -80,11 +80,15 @@ def scan_batch(whole: bytes, chat: bool) -> int | None:
     A token is a chunk whose ``delta.content`` (chat) or ``text`` is a non-empty
     string, as `chunk_text` says; the scan is exact for chunks of one choice.
     """
+    events = whole.count(b"\n\n")
     if (
+        # Each event one line, ``data: {...}`` (raw newlines cannot occur inside JSON).
         not whole.startswith(b"data: {")
+        or whole.count(b"\n") != 2 * events
+        or whole.count(b"\n\ndata: {") != events - 1
+        or whole.count(b"}\n\n") != events
         or b"[DONE]" in whole
         or b'"error"' in whole
-        or b"\n\n:" in whole
         or len(_FINISH_KEY.findall(whole)) != len(_FINISH_NULL.findall(whole))
     ):
         return None

@@ -63,6 +63,9 @@ def test_scan_sends_done_errors_and_comments_to_decoding() -> None:
     assert scan_batch(plain + b'data: {"error": {"message": "x"}}\n\n', True) is None
     assert scan_batch(b": keep-alive\n\n" + plain, True) is None
     assert scan_batch(plain + b": keep-alive\n\n", True) is None
+    assert scan_batch(plain + b"data: not json\n\n", True) is None
+    assert scan_batch(plain + b"event: x\ndata: {}\n\n", True) is None
+    assert scan_batch(plain + b"data: {}\n\n", True) == 1
 
 
 @given(st.booleans(), st.data())
