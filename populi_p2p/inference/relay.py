@@ -11,6 +11,10 @@ error event when no node is left.
 
 The request path never waits for failure detection: a reset or refusal is seen in
 milliseconds; SWIM only adds the case of a node that goes silent without a reset.
+
+The hot path passes bytes through: what has arrived goes out in one write, scanned
+(`sse.scan_batch`), not decoded; the text sent is decoded only at failover
+(`sse.recover_text`).
 """
 
 from __future__ import annotations
@@ -99,10 +103,6 @@ class _Broken(Exception):
         self.why = why
         self.text = text
         self.tokens = tokens
-
-
-class _Finished(Exception):
-    """The upstream said it is done (its [DONE] or a finish reason)."""
 
 
 class Relay:
