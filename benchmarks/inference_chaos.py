@@ -59,10 +59,13 @@ def main() -> None:
             if outcome.startswith("FAILED"):
                 failures.append((seed, outcome))
                 outcomes["failed"] += 1
+                print(f"  seed {seed}: {outcome}", flush=True)
             else:
                 outcomes[outcome] += 1
             if i % 100 == 0:
-                print(f"  {i} runs, {time.perf_counter() - start:.0f} s: {dict(outcomes)}")
+                print(
+                    f"  {i} runs, {time.perf_counter() - start:.0f} s: {dict(outcomes)}", flush=True
+                )
     elapsed = time.perf_counter() - start
     print(
         f"{args.runs} runs in {elapsed:.0f} s: {outcomes['whole']} whole with exactly one"

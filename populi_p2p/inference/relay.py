@@ -107,7 +107,8 @@ class _Broken(Exception):
 
 class Relay:
     """Args: how to open an upstream (node, path, body), whether a node is still
-    alive, the configured stall timeout (None: adaptive), where outcomes go."""
+    alive, the configured stall timeout (None: adaptive), where outcomes go, and how
+    long a node may take to its first token (`first_token_timeout`, its prefill)."""
 
     def __init__(
         self,
@@ -117,8 +118,10 @@ class Relay:
         stall_timeout: float | None,
         on_outcome: Callable[[str, bool], None],
         gaps: GapStats | None = None,
+        first_token_timeout: float = FIRST_TOKEN_TIMEOUT,
     ) -> None:
         self._open = open_upstream
+        self.first_token_timeout = first_token_timeout
         self._alive = node_alive
         self._stall = stall_timeout
         self._on_outcome = on_outcome
@@ -310,7 +313,9 @@ class Relay:
                     if item is None:
                         if not self._alive(node):
                             raise broken("the node is no longer alive (membership)")
-                        limit = stall if result.tokens > first else max(stall, FIRST_TOKEN_TIMEOUT)
+                        limit = (
+                            stall if result.tokens > first else max(stall, self.first_token_timeout)
+                        )
                         if trio.current_time() - last > limit:
                             raise broken(f"no token for {limit:.1f} s (stall)")
                 if isinstance(item, BaseException) or item == b"":

@@ -46,7 +46,9 @@ async def chaos_run(seed: int) -> Outcome:
                 stall_at=rng.randrange(1, TOKENS) if fault == "stall" else None,
             )  # fmt: skip
             nodes.append(await mesh.add_serving(nursery, identity, name, cfg))
-        await mesh.start_front(nursery, CAROL, stall_timeout=0.2)
+        # The stand-in has no prefill: a node that stalls before its first token (a
+        # continuation landing past its stall point) is given up after 1 s, not 10.
+        await mesh.start_front(nursery, CAROL, stall_timeout=0.2, first_token_timeout=1.0)
         kills = {rng.randrange(1, TOKENS): rng.choice(nodes) for _ in range(rng.randrange(3))}
 
         async def on_token(i: int) -> None:

@@ -111,7 +111,7 @@ class Mesh:
 
     async def start_front(
         self, nursery: trio.Nursery, identity: Any, *, stall_timeout: float | None = None,
-        key_checker: ApiKeyChecker | None = None,
+        key_checker: ApiKeyChecker | None = None, first_token_timeout: float | None = None,
     ) -> InferenceService:  # fmt: skip
         self.members[identity.node_id] = Member(identity.node_id, "front")
         client = PeerClient(PeerCallSigner(identity, CERTS[identity.node_id], clock=time.time))
@@ -120,6 +120,8 @@ class Mesh:
             engines=None, listen=("127.0.0.1", 0), keys=key_checker, stall_timeout=stall_timeout,
             state_of=lambda n: self.members[n].state if n in self.members else None,
         )  # fmt: skip
+        if first_token_timeout is not None:
+            service.relay.first_token_timeout = first_token_timeout
         self.front_port = await nursery.start(service.run)
         self.front = service
         return service
