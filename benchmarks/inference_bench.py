@@ -1,20 +1,30 @@
 """Inference relay benchmark: what routing through the mesh costs over calling the
-engine directly. Printed, not asserted (targets from issue 11 in brackets):
+engine directly. Printed, not asserted (targets from issue 11 in brackets).
+
+The relay path runs as three separate processes on loopback, as in a deployment: the
+stand-in engine, the serving node (its peer API and its engine client) and the
+accepting node (the public API, the route, the signed peer call, the relay); the
+client is this process. So the client's and the engine's own work are not charged to
+the relay, and the per-process CPU time (from /proc) gives each node's cost per token
+and per request, which the machine's load does not inflate the way wall time is.
 
 * added time to first token, median and p99 [< 5 ms]: a streamed chat completion of
-  one token, straight to the stand-in engine vs through an accepting node that relays
-  to the serving node's peer API (signed call) which calls its engine;
+  one token, straight to the engine vs through the accepting node that relays to the
+  serving node's peer API (signed call) which calls its engine; plus the CPU per
+  request in each node;
 * added latency per token, median and p99 [< 0.2 ms]: a 400-token stream with no
-  engine delay, (relayed - direct) / tokens, per run;
-* relayed tokens per second through one node [>= 5,000];
+  engine delay, (relayed - direct) / tokens, per run; plus the CPU per token in each
+  node;
+* relayed tokens per second through one node [>= 5,000]: tokens/s of the relayed
+  stream (wall), and the accepting node's capacity (tokens per CPU second);
 * stream gap after the serving node is killed mid-stream, median and p99 [< 2 s]:
-  the time between the last token before and the first token after the kill (the
-  kill cancels the node's engine and peer API at once: sockets reset, no goodbye;
-  the stand-in's prefill is ~0, so this is the relay's own failover time);
+  in one process (the kill cancels the node's engine and peer API at once: sockets
+  reset, no goodbye; the stand-in's prefill is ~0, so this is the relay's own
+  failover time);
 * route decision time over 1,000 and 10,000 candidate records.
 
-Everything (engines, nodes, client) runs in one process on loopback, on one core:
-figures include the client's own parsing and are an upper bound on the relay's cost.
+The machine's load average is printed before and after: on a shared machine the wall
+figures are noisy upper bounds.
 
 Usage::
 
@@ -26,10 +36,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +54,14 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from populi_p2p.identity import NodeIdentity
+from populi_p2p.inference.engines import EngineService
+from populi_p2p.inference.peer_api import PeerApi, PeerRoutes
+from populi_p2p.inference.peer_auth import PeerCallSigner, PeerCallVerifier
+from populi_p2p.inference.peer_client import PeerClient
 from populi_p2p.inference.route import Candidate, choose_route
+from populi_p2p.inference.service import InferenceService
 from populi_p2p.inference.standin import StandinConfig
-from tests.inference.conftest import ALICE, AUTHORITY, BOB, CERTS, NOW
+from tests.inference.conftest import ALICE, AUTHORITY, BOB, CERTS, NOW, keys
 from tests.inference.harness import Mesh
 
 CAROL = NodeIdentity.from_seed(b"c" * 32)
@@ -54,10 +74,14 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def stream(
-    client: httpx.AsyncClient, url: str, on_token: Any = None
+    client: httpx.AsyncClient, url: str, on_token: Any = None, max_tokens: int | None = None
 ) -> tuple[float, float, int]:
     """(time to first token, total, tokens) of one streamed chat completion."""
-    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    body: dict[str, Any] = {
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]
+    }  # fmt: skip
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
     start = time.perf_counter()
     first = 0.0
     tokens = 0
@@ -74,51 +98,168 @@ async def stream(
     return first, time.perf_counter() - start, tokens
 
 
-async def overhead(runs: int) -> None:
+########################################################################################
+# The relay path as separate processes
+
+
+async def _serving_node(engine_url: str, port_file: str) -> None:
+    """The serving node: its peer API (signed calls only) in front of its engine."""
+
+    async def publish(name: str, value: dict[str, Any] | None) -> None:
+        pass
+
+    engines = EngineService([engine_url], publish, interval=1.0)
+    service = InferenceService(
+        ALICE.node_id, view=list, address_of=lambda n: None, peer_client=None,
+        engines=engines, listen=None,
+    )  # fmt: skip
+    routes = PeerRoutes()
+    service.register_peer_routes(routes)
+    verifier = PeerCallVerifier(keys(ALICE), ALICE.node_id, clock=time.time)
+    api = PeerApi(verifier, routes, host="127.0.0.1", port=0)
     async with trio.open_nursery() as nursery:
-        results: dict[str, list[tuple[float, float, int]]] = {}
-        for label, tokens in (("ttft", 1), ("tokens", 400)):
-            mesh = Mesh()
-            serving = await mesh.add_serving(
-                nursery, ALICE, "alice", StandinConfig(model="m", tokens=tokens)
+        await nursery.start(engines.run)
+        while engines.engine_for("m") is None:
+            await trio.sleep(0.01)  # the engine's first poll (bounded by the parent)
+        _write_port(port_file, await nursery.start(api.run))
+
+
+async def _front_node(peer_port: int, port_file: str) -> None:
+    """The accepting node: the public API, routing to the serving node."""
+    view = [Candidate(ALICE.node_id, "alice", "alive", False, {"m": {"kind": "standin"}}, 0.001)]
+    client = PeerClient(PeerCallSigner(CAROL, CERTS[CAROL.node_id], clock=time.time))
+    service = InferenceService(
+        CAROL.node_id, view=lambda: view, address_of=lambda n: ("127.0.0.1", peer_port),
+        peer_client=client, engines=None, listen=("127.0.0.1", 0),
+        state_of=lambda n: "alive",
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        _write_port(port_file, await nursery.start(service.run))
+
+
+def _write_port(path: str, port: int | None) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(path + ".tmp", path)
+
+
+def _wait_port(path: Path, proc: subprocess.Popen[bytes]) -> int:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"a benchmark process did not start (exit {proc.returncode})")
+        time.sleep(0.02)  # polling a file another process writes: no event to await
+    return int(path.read_text())
+
+
+@contextmanager
+def relay_processes() -> Iterator[tuple[str, str, list[tuple[str, int]]]]:
+    """(engine URL, accepting node URL, [(name, pid)]) with the three processes up."""
+    procs: list[subprocess.Popen[bytes]] = []
+    me = str(Path(__file__).resolve())
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            engine = subprocess.Popen([sys.executable, "-m", "populi_p2p.inference.standin",
+                                       "--model", "m", "--tokens", "400", "--port", "0",
+                                       "--port-file", f"{tmp}/engine"])  # fmt: skip
+            procs.append(engine)
+            engine_url = f"http://127.0.0.1:{_wait_port(Path(tmp, 'engine'), engine)}"
+            serving = subprocess.Popen(
+                [
+                    sys.executable,
+                    me,
+                    "--role",
+                    "serving",
+                    "--to",
+                    engine_url,
+                    "--port-file",
+                    f"{tmp}/serving",
+                ]
             )
-            await mesh.start_front(nursery, CAROL)
-            engine_url = serving.engine_url
-            async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
-                for _ in range(5):  # warm connections
-                    await stream(client, engine_url)
-                    await stream(client, mesh.url)
+            procs.append(serving)
+            peer_port = _wait_port(Path(tmp, "serving"), serving)
+            front = subprocess.Popen(
+                [
+                    sys.executable,
+                    me,
+                    "--role",
+                    "front",
+                    "--to",
+                    str(peer_port),
+                    "--port-file",
+                    f"{tmp}/front",
+                ]
+            )
+            procs.append(front)
+            front_url = f"http://127.0.0.1:{_wait_port(Path(tmp, 'front'), front)}"
+            pids = [("engine", engine.pid), ("serving node", serving.pid),
+                    ("accepting node", front.pid)]  # fmt: skip
+            yield engine_url, front_url, pids
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def overhead(runs: int) -> None:
+    with relay_processes() as (engine_url, front_url, pids):
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            for _ in range(5):  # warm connections, both hops
+                await stream(client, engine_url)
+                await stream(client, front_url)
+            results: dict[str, list[tuple[float, float, int]]] = {}
+            cpu: dict[str, list[float]] = {}
+            for label, max_tokens in (("ttft", 1), ("tokens", None)):
                 direct, relayed = [], []
+                before = [cpu_seconds(pid) for _, pid in pids]
                 for _ in range(runs):
-                    direct.append(await stream(client, engine_url))
-                    relayed.append(await stream(client, mesh.url))
-            results[label + ".direct"] = direct
-            results[label + ".relayed"] = relayed
-            serving.kill()
-        ttft_d = [r[0] for r in results["ttft.direct"]]
-        ttft_r = [r[0] for r in results["ttft.relayed"]]
-        added = [(r - d) * 1000 for d, r in zip(ttft_d, ttft_r, strict=True)]
-        print(
-            f"time to first token: direct median {statistics.median(ttft_d) * 1000:.2f} ms,"
-            f" relayed median {statistics.median(ttft_r) * 1000:.2f} ms"
-        )
-        print(f"  added: median {statistics.median(added):.2f} ms,"
-              f" p99 {pct(added, 0.99):.2f} ms  [< 5 ms]")  # fmt: skip
-        per_tok = [
-            ((r[1] - r[0]) - (d[1] - d[0])) / max(1, r[2] - 1) * 1000
-            for d, r in zip(results["tokens.direct"], results["tokens.relayed"], strict=True)
-        ]
-        print(
-            f"added per token: median {statistics.median(per_tok):.4f} ms,"
-            f" p99 {pct(per_tok, 0.99):.4f} ms  [< 0.2 ms]"
-        )
-        rates = [r[2] / r[1] for r in results["tokens.relayed"]]
-        direct_rates = [d[2] / d[1] for d in results["tokens.direct"]]
-        print(
-            f"relayed tokens/s: median {statistics.median(rates):,.0f}"
-            f" (direct {statistics.median(direct_rates):,.0f})  [>= 5,000]"
-        )
-        nursery.cancel_scope.cancel()
+                    direct.append(await stream(client, engine_url, max_tokens=max_tokens))
+                    relayed.append(await stream(client, front_url, max_tokens=max_tokens))
+                cpu[label] = [
+                    cpu_seconds(pid) - b for (_, pid), b in zip(pids, before, strict=True)
+                ]
+                results[label + ".direct"] = direct
+                results[label + ".relayed"] = relayed
+    ttft_d = [r[0] for r in results["ttft.direct"]]
+    ttft_r = [r[0] for r in results["ttft.relayed"]]
+    added = [(r - d) * 1000 for d, r in zip(ttft_d, ttft_r, strict=True)]
+    print(
+        f"time to first token: direct median {statistics.median(ttft_d) * 1000:.2f} ms,"
+        f" relayed median {statistics.median(ttft_r) * 1000:.2f} ms"
+    )
+    print(f"  added: median {statistics.median(added):.2f} ms,"
+          f" p99 {pct(added, 0.99):.2f} ms  [< 5 ms]")  # fmt: skip
+    # The engine's CPU covers both the direct and the relayed request: halve it.
+    per_req = [c / runs / (2 if i == 0 else 1) * 1000 for i, c in enumerate(cpu["ttft"])]
+    print("  CPU per one-token request: " + ", ".join(
+        f"{name} {ms:.2f} ms" for (name, _), ms in zip(pids, per_req, strict=True)))  # fmt: skip
+    tokens = sum(r[2] for r in results["tokens.relayed"])
+    per_tok = [
+        ((r[1] - r[0]) - (d[1] - d[0])) / max(1, r[2] - 1) * 1000
+        for d, r in zip(results["tokens.direct"], results["tokens.relayed"], strict=True)
+    ]
+    print(
+        f"added per token: median {statistics.median(per_tok):.4f} ms,"
+        f" p99 {pct(per_tok, 0.99):.4f} ms  [< 0.2 ms]"
+    )
+    per_token_cpu = [c / tokens / (2 if i == 0 else 1) * 1000 for i, c in enumerate(cpu["tokens"])]
+    print("  CPU per relayed token (400-token streams): " + ", ".join(
+        f"{name} {ms:.4f} ms" for (name, _), ms in zip(pids, per_token_cpu, strict=True)
+    ))  # fmt: skip
+    rates = [r[2] / r[1] for r in results["tokens.relayed"]]
+    direct_rates = [d[2] / d[1] for d in results["tokens.direct"]]
+    print(
+        f"relayed tokens/s: median {statistics.median(rates):,.0f}"
+        f" (direct {statistics.median(direct_rates):,.0f})  [>= 5,000]"
+    )
+    print(f"  the accepting node's capacity: {1 / (per_token_cpu[2] / 1000):,.0f} tokens"
+          f" per CPU second; the serving node's {1 / (per_token_cpu[1] / 1000):,.0f}")  # fmt: skip
 
 
 async def one_failover() -> float:
@@ -182,11 +323,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--role", choices=["serving", "front"], help=argparse.SUPPRESS)
+    parser.add_argument("--to", help=argparse.SUPPRESS)
+    parser.add_argument("--port-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print("(one process, loopback, a shared machine: figures are noisy)")
+    if args.role == "serving":
+        trio.run(_serving_node, args.to, args.port_file)
+        return
+    if args.role == "front":
+        trio.run(_front_node, int(args.to), args.port_file)
+        return
+    load = os.getloadavg()
+    print(
+        f"loopback, separate processes, a shared {os.cpu_count()}-core machine"
+        f" (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}): figures are noisy"
+    )
     route_decisions()
     trio.run(overhead, args.runs)
     trio.run(failover_gaps, args.kills)
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
 
 if __name__ == "__main__":

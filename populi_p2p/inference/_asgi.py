@@ -90,8 +90,13 @@ async def send_stream(
     *,
     content_type: str,
     headers: dict[str, str] | None = None,
+    coalesce: bool = False,
 ) -> None:
-    """Answer with `chunks` as they come (each flushed at once: SSE passes through)."""
+    """Answer with `chunks` as they come (each flushed at once: SSE passes through).
+
+    `coalesce`: chunks that are already there when one is written go out with it, as
+    one write (a relay whose upstream runs ahead of it writes less often, never later).
+    """
     extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send(
         {
@@ -100,10 +105,46 @@ async def send_stream(
             "headers": [(b"content-type", content_type.encode()), *extra],
         }
     )
-    async for chunk in chunks:
-        if chunk:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    if coalesce:
+        await _send_coalesced(send, chunks)
+    else:
+        async for chunk in chunks:
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
+
+
+async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> None:
+    chunks_in, chunks_out = trio.open_memory_channel[bytes](64)
+
+    async def pull() -> None:
+        try:
+            async with chunks_in:
+                async for chunk in chunks:
+                    if not chunk:
+                        continue
+                    # No checkpoint while the iterator hands out what it already has.
+                    try:
+                        chunks_in.send_nowait(chunk)
+                    except trio.WouldBlock:
+                        await chunks_in.send(chunk)
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pull)
+        async for chunk in chunks_out:
+            parts = [chunk]
+            while True:
+                try:
+                    parts.append(chunks_out.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 async def lifespan(receive: Receive, send: Send) -> None:

@@ -179,5 +179,5 @@ class PeerApi:
         else:
             await send_stream(
                 send, response.status, response.body,
-                content_type=response.content_type, headers=response.headers,
+                content_type=response.content_type, headers=response.headers, coalesce=True,
             )  # fmt: skip

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Final, Literal
 
-from overlay.verifier import CredentialError, PeerVerifier
+from overlay.verifier import CredentialError, PeerCredential, PeerVerifier
 
 from .._codec import pack_canonical
 from ..certificate import EnrollmentCertificate
@@ -61,6 +61,9 @@ FRESHNESS_WINDOW: Final = 30.0
 NONCE_CACHE_MAX: Final = 65536
 _NONCE_BYTES: Final = 16
 _MAX_CERT_HEADER: Final = 8192
+#: How many parsed certificates the callee keeps (their authority signature checked
+#: once; expiry and revocation are still checked on every call).
+CERT_CACHE_MAX: Final = 256
 
 PeerAuthReason = Literal[
     "missing",
@@ -188,6 +191,21 @@ class PeerCallVerifier:
         self._clock = clock
         self._window = freshness_window
         self._nonces = NonceCache(freshness_window, max_nonces)
+        self._certs: OrderedDict[str, PeerCredential] = OrderedDict()
+
+    def _load(self, cert_b64: str, raw_cert: bytes) -> PeerCredential:
+        """The certificate, parsed and its authority signature checked once per
+        distinct certificate (an LRU of `CERT_CACHE_MAX`): a peer call costs one
+        signature check, not two. Raises `CredentialError`."""
+        credential = self._certs.get(cert_b64)
+        if credential is not None:
+            self._certs.move_to_end(cert_b64)
+            return credential
+        credential = self._verifier.load(raw_cert)
+        self._certs[cert_b64] = credential
+        if len(self._certs) > CERT_CACHE_MAX:
+            self._certs.popitem(last=False)
+        return credential
 
     def verify(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> str:
         """The caller's node id, if the call is genuine and fresh.
@@ -215,7 +233,7 @@ class PeerCallVerifier:
             raise PeerAuthError("malformed", f"the nonce is {_NONCE_BYTES} bytes")
         now = self._clock()
         try:
-            credential = self._verifier.load(raw_cert)
+            credential = self._load(cert_b64, raw_cert)
             if not isinstance(credential, EnrollmentCertificate):
                 raise CredentialError("bad_certificate", "not an enrollment certificate")
             public_key = credential.node_public_key

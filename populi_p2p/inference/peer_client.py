@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from ._tls import tls_context, url
 from .peer_auth import PeerCallSigner
 
 __all__ = ["PeerClient", "peer_base_url"]
@@ -38,6 +39,7 @@ class PeerClient:
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             trust_env=False,
+            verify=tls_context(),
         )
 
     async def aclose(self) -> None:
@@ -48,7 +50,9 @@ class PeerClient:
     ) -> httpx.Request:
         headers = self._signer.headers(method, path, body, callee)
         headers["content-type"] = "application/json"
-        return self._client.build_request(method, base_url + path, content=body, headers=headers)
+        return self._client.build_request(
+            method, url(base_url, path), content=body, headers=headers
+        )
 
     async def call(
         self, callee: str, base_url: str, method: str, path: str, body: bytes = b""

@@ -11,6 +11,10 @@ error event when no node is left.
 
 The request path never waits for failure detection: a reset or refusal is seen in
 milliseconds; SWIM only adds the case of a node that goes silent without a reset.
+
+The hot path passes bytes through: what has arrived goes out in one write, scanned
+(`sse.scan_batch`), not decoded; the text sent is decoded only at failover
+(`sse.recover_text`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,17 @@ import attrs
 import httpx
 import trio
 
-from .sse import DONE, SseSplitter, chunk_text, continuation, error_event, event_data
+from .sse import (
+    DONE,
+    SseSplitter,
+    chunk_text,
+    continuation,
+    error_event,
+    event_data,
+    recover_text,
+    scan_batch,
+    split_events,
+)
 
 __all__ = ["Attempt", "GapStats", "OpenUpstream", "Relay", "StreamResult"]
 
@@ -74,7 +88,6 @@ class Attempt:
 class StreamResult:
     attempts: list[Attempt] = attrs.field(factory=list)
     done: bool = False
-    text_chars: int = 0
     tokens: int = 0
     #: The first byte's node and status, once the response has started.
     status: int = 0
@@ -82,16 +95,20 @@ class StreamResult:
 
 
 class _Broken(Exception):
-    pass
+    """A node failed mid-stream: `why`, and what it had sent (the text and its tokens,
+    decoded now; text None when it cannot be known)."""
 
-
-class _Finished(Exception):
-    """The upstream said it is done (its [DONE] or a finish reason)."""
+    def __init__(self, why: str, text: str | None = "", tokens: int = 0) -> None:
+        super().__init__(why)
+        self.why = why
+        self.text = text
+        self.tokens = tokens
 
 
 class Relay:
     """Args: how to open an upstream (node, path, body), whether a node is still
-    alive, the configured stall timeout (None: adaptive), where outcomes go."""
+    alive, the configured stall timeout (None: adaptive), where outcomes go, and how
+    long a node may take to its first token (`first_token_timeout`, its prefill)."""
 
     def __init__(
         self,
@@ -101,8 +118,10 @@ class Relay:
         stall_timeout: float | None,
         on_outcome: Callable[[str, bool], None],
         gaps: GapStats | None = None,
+        first_token_timeout: float = FIRST_TOKEN_TIMEOUT,
     ) -> None:
         self._open = open_upstream
+        self.first_token_timeout = first_token_timeout
         self._alive = node_alive
         self._stall = stall_timeout
         self._on_outcome = on_outcome
@@ -163,6 +182,7 @@ class Relay:
             node = remaining.pop(0)
             body = request if not streamed else continuation(request, chat, streamed, result.tokens)
             raw = json.dumps(body).encode()
+            sent_before = result.tokens
             try:
                 async with self._open(node, path, raw) as response:
                     if response.status_code != 200:
@@ -177,22 +197,27 @@ class Relay:
                         started = True
                         result.status, result.first_node = 200, node
                         await start(200, node, None)
-                    sent_before = result.tokens
-                    text = await self._pump(node, response, chat, emit, result)
-                    streamed += text
+                    tail = await self._pump(node, response, chat, emit, result)
                     result.attempts.append(Attempt(node, "served", result.tokens - sent_before))
                     self._on_outcome(node, True)
                     result.done = True
-                    await emit(DONE)
+                    await emit(tail + DONE)  # one write: the last events and the [DONE]
                     return result
             except (httpx.HTTPError, _Broken) as exc:
-                partial = exc.args[1] if isinstance(exc, _Broken) and len(exc.args) > 1 else ""
-                streamed += partial
-                why = str(exc.args[0]) if isinstance(exc, _Broken) else type(exc).__name__
+                why = exc.why if isinstance(exc, _Broken) else type(exc).__name__
                 result.attempts.append(
                     Attempt(node, ("broken: " if started else "refused: ") + why)
                 )
                 self._on_outcome(node, False)
+                if isinstance(exc, _Broken):
+                    if exc.text is None:
+                        await emit(error_event(
+                            f"the stream broke ({why}) after an event that is not JSON, so it"
+                            " cannot be continued elsewhere. Retry the request."
+                        ))  # fmt: skip
+                        return result
+                    streamed += exc.text
+                    result.tokens = sent_before + exc.tokens
         if not started:
             await start(0, "", None)
             return result
@@ -203,28 +228,20 @@ class Relay:
         ))  # fmt: skip
         return result
 
-    def _take(
-        self,
-        splitter: SseSplitter,
-        data: bytes,
-        chat: bool,
-        result: StreamResult,
-        text: list[str],
-        out: list[bytes],
-        last: float,
-        first: int,
-    ) -> float:
-        """Cut `data` into events, keep their text, queue them on `out` (not [DONE]).
+    @staticmethod
+    def _take(whole: bytes, chat: bool, out: list[bytes]) -> tuple[int, bool]:
+        """Queue the whole events `whole` on `out` (not [DONE]): (tokens, whether the
+        upstream said it is done). Raises `_Broken` on a bad event.
 
-        Returns the time of the last token. Raises `_Finished` once the upstream says it
-        is done (after queueing everything before), `_Broken` on a bad event.
+        The usual batch (plain tokens) is only scanned (`scan_batch`); the rest is
+        decoded event by event.
         """
-        try:
-            events = splitter.feed(data)
-        except ValueError as exc:
-            raise _Broken(str(exc)) from None
-        done = False
-        for ev in events:
+        tokens = scan_batch(whole, chat)
+        if tokens is not None:
+            out.append(whole)
+            return tokens, False
+        tokens, done = 0, False
+        for ev in split_events(whole):
             payload = event_data(ev)
             if payload is None:
                 continue
@@ -239,31 +256,23 @@ class Relay:
                 raise _Broken("the engine sent an error event")
             piece, fin = chunk_text(parsed, chat)
             done = done or fin
-            if piece:
-                now = trio.current_time()
-                if result.tokens > first:
-                    self.gaps.add(now - last)
-                last = now
-                text.append(piece)
-                result.tokens += 1
-                result.text_chars += len(piece)
+            tokens += bool(piece)
             out.append(ev)
-        if done:
-            raise _Finished
-        return last
+        return tokens, done
 
     async def _pump(
         self, node: str, response: httpx.Response, chat: bool, emit: Emit, result: StreamResult
-    ) -> str:
-        """Pass `response`'s events to `emit` until it finishes. Returns the text sent.
+    ) -> bytes:
+        """Pass `response`'s events to `emit` until it finishes. Returns the events of
+        the batch that held the upstream's [DONE], not yet emitted (so that they go out
+        with ours in one write).
 
         Raises:
-            _Broken: (why, text sent so far) when the node fails mid-stream.
+            _Broken: when the node fails mid-stream, with the text it had sent.
         """
         chunks_in, chunks_out = trio.open_memory_channel[bytes | BaseException](64)
         splitter = SseSplitter()
-        text: list[str] = []
-        finished = False
+        sent: list[bytes] = []  # the raw events forwarded, decoded only at failover
         stall = self.gaps.stall_timeout(self._stall)
         first = result.tokens
 
@@ -271,16 +280,25 @@ class Relay:
             async with chunks_in:
                 try:
                     async for chunk in response.aiter_raw():
-                        await chunks_in.send(chunk)
+                        # No checkpoint while httpx hands out chunks it already has, so
+                        # that the consumer takes them all in one write.
+                        try:
+                            chunks_in.send_nowait(chunk)
+                        except trio.WouldBlock:
+                            await chunks_in.send(chunk)
                 except (httpx.HTTPError, trio.BrokenResourceError) as exc:
                     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                         await chunks_in.send(exc)
 
         def broken(why: str) -> _Broken:
-            return _Broken(why, "".join(text))
+            recovered = recover_text(sent, chat)
+            if recovered is None:
+                return _Broken(why, None)
+            return _Broken(why, *recovered)
 
-        async def consume() -> str:
-            nonlocal finished
+        async def consume() -> bytes:
+            finished = False
+            tail: list[bytes] = []
             last = trio.current_time()
             pending: bytes | BaseException | None = None
             while True:
@@ -295,17 +313,17 @@ class Relay:
                     if item is None:
                         if not self._alive(node):
                             raise broken("the node is no longer alive (membership)")
-                        limit = stall if result.tokens > first else max(stall, FIRST_TOKEN_TIMEOUT)
+                        limit = (
+                            stall if result.tokens > first else max(stall, self.first_token_timeout)
+                        )
                         if trio.current_time() - last > limit:
                             raise broken(f"no token for {limit:.1f} s (stall)")
-                if isinstance(item, BaseException):
+                if isinstance(item, BaseException) or item == b"":
                     if finished:
-                        return "".join(text)
+                        return b"".join(tail)
+                    if item == b"":
+                        raise broken("connection closed before the end of the stream")
                     raise broken(f"connection lost ({type(item).__name__})")
-                if item == b"":
-                    if finished:
-                        return "".join(text)
-                    raise broken("connection closed before the end of the stream")
                 # Whatever else has already arrived goes out in the same write.
                 parts = [item]
                 while pending is None:
@@ -322,20 +340,31 @@ class Relay:
                         pending = more
                 out: list[bytes] = []
                 try:
-                    last = self._take(
-                        splitter, b"".join(parts), chat, result, text, out, last, first
-                    )
-                except _Finished:
-                    finished = True
-                    last = trio.current_time()
+                    whole = splitter.feed_whole(b"".join(parts) if len(parts) > 1 else item)
+                    tokens, done = self._take(whole, chat, out) if whole else (0, False)
+                except ValueError as exc:  # the splitter's size limit
+                    raise broken(str(exc)) from None
                 except _Broken as exc:
                     if out:
-                        await emit(b"".join(out))
-                    raise broken(str(exc.args[0])) from None
-                if out:
-                    await emit(b"".join(out))
+                        sent.append(b"".join(out))
+                        await emit(sent[-1])
+                    raise broken(exc.why) from None
+                if tokens:
+                    now = trio.current_time()
+                    if result.tokens > first:
+                        self.gaps.add(now - last)
+                    last = now
+                    result.tokens += tokens
+                if finished or (done and whole.rstrip().endswith(b"[DONE]")):
+                    tail += out  # the end: goes out with our [DONE]
+                elif out:
+                    sent.append(out[0] if len(out) == 1 else b"".join(out))
+                    await emit(sent[-1])
+                if done:
+                    finished = True
+                    last = trio.current_time()
 
-        outcome: str | _Broken
+        outcome: bytes | _Broken
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read)
             try:

@@ -21,7 +21,6 @@ first byte) and ``x-populi-route`` (why). Errors have OpenAI's shape and say wha
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -33,42 +32,39 @@ import trio
 from .._log import event, get_logger
 from ..leases.config import LeaseConfig
 from ..leases.reliability import Outcome, earned_reliability, prior_reliability
-from ._asgi import (
-    AsgiApp,
-    BodyTooLarge,
-    Receive,
-    Scope,
-    Send,
-    header_map,
-    lifespan,
-    read_body,
-    send_json,
-    serve_tcp,
-)
+from ._asgi import AsgiApp, Receive, Scope, Send, header_map, lifespan, send_json, serve_tcp
+from .catalogue import ModelCatalogue
+from .completions import CompletionHandler
 from .engines import EngineService
 from .keys import ApiKey, ApiKeyChecker
-from .peer_api import PeerRequest, PeerResponse, PeerRoutes
+from .local_engine import PEER_PREFIX, LocalEngine
+from .openai_errors import openai_error
+from .peer_api import PeerRoutes
 from .peer_client import PeerClient, peer_base_url
 from .relay import Relay
+from .request_log import RequestLog
 from .route import Candidate, RouteDecision, choose_route
 
 __all__ = ["InferenceService", "openai_error"]
 
-MAX_REQUEST_BODY: Final = 4 * 1024 * 1024
-RECENT_ROUTES: Final = 256
+#: How many of its own relay outcomes a node keeps as reliability evidence.
 MAX_OUTCOMES: Final = 4096
+#: Seconds the earned reliability is reused between requests (it costs O(outcomes) to
+#: compute, ~1 ms at 4,096). A failed request recomputes it at once, so a failing node
+#: loses priority for the very next request; a success waits at most this long.
+RELIABILITY_REFRESH: Final = 0.5
 _ROUTED: Final = {"/v1/chat/completions": True, "/v1/completions": False}
-_PEER_PREFIX: Final = "/peer/v1/engine"
 
 _log = get_logger("inference")
 
 
-def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
 class InferenceService:
-    """Args:
+    """The wiring: the public listener's dispatch, mounts, the peer routes, the
+    reliability evidence. The pieces: `LocalEngine` (this node's engines),
+    `CompletionHandler` (routed requests), `ModelCatalogue` (``/v1/models``),
+    `RequestLog` (recent routes), `Relay` (the stream across nodes).
+
+    Args:
     node_id: this node.
     view: the mesh as this node sees it, one `Candidate` per member (itself too).
     address_of: a member's peer API (host, port), from its verified record.
@@ -112,24 +108,24 @@ class InferenceService:
         self._on_outcome = on_outcome
         self._lease_config = lease_config or LeaseConfig()
         self._own_outcomes: deque[Outcome] = deque(maxlen=MAX_OUTCOMES)
-        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_ROUTES)
+        self._reliability_cache: tuple[float, dict[str, float]] | None = None
         self._mounts: dict[str, AsgiApp] = {}
         self._path_mounts: list[tuple[Callable[[str], bool], AsgiApp]] = []
-        self._local_http = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=2.0), trust_env=False
-        )
+        self._local = LocalEngine(engines)
         self.relay = Relay(
             self._open_upstream,
             self._is_alive,
             stall_timeout=stall_timeout,
             on_outcome=self._record_outcome,
         )
+        self.catalogue = ModelCatalogue(view)
+        self.log = RequestLog()
+        self._completions = CompletionHandler(self.decide, self.relay, self.log)
         self.port: int | None = None
         self._stop = trio.Event()
 
     ####################################################################################
     # Wiring
-
     def mount(self, prefix: str, app: AsgiApp) -> None:
         """Serve `app` for every path under `prefix` (e.g. ``/metrics``) on the public
         listener. The app sees the full path. Raises ValueError if taken or reserved."""
@@ -147,10 +143,10 @@ class InferenceService:
 
     def register_peer_routes(self, routes: PeerRoutes) -> None:
         for path in _ROUTED:
-            routes.add("POST", _PEER_PREFIX + path[3:], self._serve_peer)
+            routes.add("POST", PEER_PREFIX + path[3:], self._local.serve_peer)
 
     def recent_routes(self) -> list[dict[str, Any]]:
-        return list(self._recent)
+        return self.log.recent()
 
     def engines(self) -> list[dict[str, Any]]:
         return [] if self._engines is None else self._engines.engines()
@@ -181,7 +177,7 @@ class InferenceService:
                 task_status.started(self.port)
         finally:
             with trio.CancelScope(shield=True):
-                await self._local_http.aclose()
+                await self._local.aclose()
 
     ####################################################################################
     # Reliability
@@ -189,15 +185,23 @@ class InferenceService:
     def _record_outcome(self, node: str, success: bool) -> None:
         outcome = Outcome(node, success, trio.current_time())
         self._own_outcomes.append(outcome)
+        if not success:
+            self._reliability_cache = None
         if self._on_outcome is not None:
             self._on_outcome(outcome)
 
     def _reliability(self) -> dict[str, float]:
         # One function for both (issue 9): the lease table's task outcomes, seen by every
         # node, plus the relay outcomes this node saw itself.
+        now = trio.current_time()
+        cached = self._reliability_cache
+        if cached is not None and now - cached[0] < RELIABILITY_REFRESH:
+            return cached[1]
         source = self._outcomes_source() if self._outcomes_source is not None else None
         outcomes = [*(source or ()), *self._own_outcomes]
-        return earned_reliability(outcomes, trio.current_time(), self._lease_config)
+        value = earned_reliability(outcomes, now, self._lease_config)
+        self._reliability_cache = (now, value)
+        return value
 
     def _is_alive(self, node: str) -> bool:
         if self._state_of is not None:
@@ -220,84 +224,15 @@ class InferenceService:
         self, node: str, path: str, body: bytes
     ) -> AsyncIterator[httpx.Response]:
         if node == self.node_id:
-            async with self._local_engine(path, body) as response:
+            async with self._local.open(path, body) as response:
                 yield response
             return
         address = self._address_of(node)
         if address is None or self._peer is None:
             raise httpx.ConnectError(f"no peer address for {node}")
         base = peer_base_url(*address)
-        async with self._peer.stream(node, base, "POST", _PEER_PREFIX + path[3:], body) as r:
+        async with self._peer.stream(node, base, "POST", PEER_PREFIX + path[3:], body) as r:
             yield r
-
-    @contextlib.asynccontextmanager
-    async def _local_engine(
-        self, path: str, body: bytes, events: list[int] | None = None
-    ) -> AsyncIterator[httpx.Response]:
-        """Our engine's answer to `body`; `events[0]` (when given) is the number of
-        streamed events the caller saw, for the tokens/s this node reports."""
-        try:
-            model = json.loads(body).get("model")
-        except (ValueError, AttributeError):
-            model = None
-        url = None
-        if self._engines is not None and isinstance(model, str):
-            url = self._engines.engine_for(model)
-        if url is None or self._engines is None:
-            yield httpx.Response(
-                503,
-                json=openai_error(
-                    f"this node has no healthy engine for {model!r}", "engine_unavailable"
-                ),
-            )
-            return
-        assert isinstance(model, str)
-        request = self._local_http.build_request(
-            "POST", url + path, content=body, headers={"content-type": "application/json"}
-        )
-        started = time.monotonic()
-        self._engines.begin(model)
-        try:
-            try:
-                response = await self._local_http.send(request, stream=True)
-            except httpx.ConnectError as exc:
-                self._engines.mark_failed(url, f"connection refused: {exc}")
-                raise
-            try:
-                yield response
-            finally:
-                await response.aclose()
-        finally:
-            self._engines.end(model, events[0] if events else 0, time.monotonic() - started)
-
-    async def _serve_peer(self, request: PeerRequest) -> PeerResponse:
-        """Another member relays a request to our engine."""
-        path = "/v1" + request.path[len(_PEER_PREFIX) :]
-        stack = contextlib.AsyncExitStack()
-        events = [0]
-        try:
-            response = await stack.enter_async_context(
-                self._local_engine(path, request.body, events)
-            )
-        except httpx.HTTPError as exc:
-            await stack.aclose()
-            return PeerResponse(
-                502,
-                json.dumps(
-                    openai_error(
-                        f"the engine did not answer: {type(exc).__name__}", "engine_unavailable"
-                    )
-                ).encode(),
-            )
-
-        async def body() -> AsyncIterator[bytes]:
-            async with stack:
-                async for chunk in response.aiter_raw():
-                    events[0] += chunk.count(b"data: {")
-                    yield chunk
-
-        content_type = response.headers.get("content-type", "application/json")
-        return PeerResponse(response.status_code, body(), content_type=content_type)
 
     ####################################################################################
     # The public API
@@ -343,7 +278,7 @@ class InferenceService:
         elif path == "/populi/requests" and method == "GET":
             await send_json(send, 200, {"requests": self.recent_routes()})
         elif path in _ROUTED and method == "POST":
-            await self._routed(path, _ROUTED[path], receive, send, key)
+            await self._completions(path, _ROUTED[path], receive, send, key)
         elif path in _ROUTED or path in ("/v1/models", "/populi/requests"):
             await send_json(
                 send,
@@ -363,194 +298,4 @@ class InferenceService:
 
     def models(self) -> dict[str, Any]:
         """``/v1/models``: every model some alive member serves, with those members."""
-        served: dict[str, list[dict[str, Any]]] = {}
-        for c in self._view():
-            if c.state != "alive":
-                continue
-            for model, facts in c.models.items():
-                served.setdefault(model, []).append(
-                    {
-                        "node": c.node_id,
-                        "name": c.name,
-                        "kind": facts.get("kind"),
-                        "context_length": facts.get("ctx") or None,
-                    }
-                )
-        return {
-            "object": "list",
-            "data": [
-                {"id": m, "object": "model", "owned_by": "populi", "nodes": nodes}
-                for m, nodes in sorted(served.items())
-            ],
-        }
-
-    async def _routed(
-        self, path: str, chat: bool, receive: Receive, send: Send, key: ApiKey | None
-    ) -> None:
-        try:
-            raw = await read_body(receive, MAX_REQUEST_BODY)
-            request = json.loads(raw)
-            if not isinstance(request, dict):
-                raise ValueError("not a JSON object")
-        except BodyTooLarge as exc:
-            await send_json(send, 413, openai_error(str(exc), "invalid_request_error"))
-            return
-        except ValueError as exc:
-            await send_json(
-                send,
-                400,
-                openai_error(f"the body is not a JSON object ({exc})", "invalid_request_error"),
-            )
-            return
-        model = request.get("model")
-        if not isinstance(model, str) or not model:
-            await send_json(
-                send,
-                400,
-                openai_error(
-                    'say which model: the body needs "model" (GET /v1/models lists them)',
-                    "invalid_request_error",
-                ),
-            )
-            return
-        if key is not None and key.models and model not in key.models:
-            await send_json(
-                send,
-                403,
-                openai_error(
-                    f"API key {key.name!r} may use only: {', '.join(key.models)}",
-                    "permission_denied",
-                    "model_not_allowed",
-                ),
-            )
-            return
-        decision_start = time.perf_counter()
-        decision, view = self.decide(model)
-        decision_ms = (time.perf_counter() - decision_start) * 1000
-        if not decision.order:
-            await self._no_route(send, model, decision, view)
-            return
-        names = {c.node_id: c.name for c in view}
-        entry: dict[str, Any] = {
-            "at": time.time(),
-            "model": model,
-            "path": path,
-            "stream": bool(request.get("stream")),
-            "order": [names.get(n, n) for n in decision.order],
-            "route": decision.header(),
-            "decision_ms": round(decision_ms, 3),
-        }
-        self._recent.append(entry)
-        base_headers = {"x-populi-route": decision.header()}
-        if not request.get("stream"):
-            status, body, node, attempts = await self.relay.whole(decision.order, path, request)
-            entry.update(
-                node=names.get(node or "", node),
-                attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in attempts],
-            )
-            if status == 0:
-                await send_json(
-                    send,
-                    503,
-                    openai_error(
-                        "every capable node failed: "
-                        + "; ".join(entry["attempts"])
-                        + ". Retry, or check populi-node requests.",
-                        "no_capable_node",
-                    ),
-                    base_headers,
-                )
-                return
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"x-populi-node", (node or "").encode()),
-                        *[(k.encode(), v.encode()) for k, v in base_headers.items()],
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-
-        async def start(status: int, node: str, body: bytes | None) -> None:
-            if status == 0:
-                return
-            headers = [
-                (b"x-populi-node", node.encode()),
-                *[(k.encode(), v.encode()) for k, v in base_headers.items()],
-            ]
-            if status == 200:
-                headers += [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                ]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-            else:
-                data = body or b""
-                headers += [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                ]
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": data})
-
-        async def emit(data: bytes) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-
-        result = await self.relay.stream(decision.order, path, request, chat, start, emit)
-        entry.update(
-            node=names.get(result.first_node or "", result.first_node),
-            attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in result.attempts],
-            tokens=result.tokens,
-            done=result.done,
-        )
-        if result.status == 0:
-            await send_json(
-                send,
-                503,
-                openai_error(
-                    "every capable node failed before the first token: "
-                    + "; ".join(entry["attempts"])
-                    + ". Retry, or check populi-node requests.",
-                    "no_capable_node",
-                ),
-                base_headers,
-            )
-        elif result.status == 200:
-            await send({"type": "http.response.body", "body": b""})
-
-    async def _no_route(
-        self, send: Send, model: str, decision: RouteDecision, view: list[Candidate]
-    ) -> None:
-        everywhere = sorted({m for c in view if c.state == "alive" for m in c.models})
-        if not any(model in c.models for c in view):
-            known = ", ".join(everywhere) if everywhere else "none (no engine is attached)"
-            await send_json(
-                send,
-                404,
-                openai_error(
-                    f"model {model!r} is not served by any node of the mesh; the mesh has: {known}",
-                    "invalid_request_error",
-                    "model_not_found",
-                ),
-            )
-            return
-        names = {c.node_id: c.name for c in view}
-        why = "; ".join(
-            f"{names.get(n, n)}: {r}"
-            for n, r in sorted(decision.ruled_out.items())
-            if any(model in c.models for c in view if c.node_id == n)
-        )
-        await send_json(
-            send,
-            503,
-            openai_error(
-                f"no node can serve {model!r} now ({why}). Retry shortly, or attach an engine"
-                " serving it (populi-node up --engine URL).",
-                "no_capable_node",
-            ),
-        )
+        return self.catalogue.models()

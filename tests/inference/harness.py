@@ -13,6 +13,7 @@ import httpx
 import trio
 
 from populi_p2p.inference._asgi import serve_tcp
+from populi_p2p.inference._tls import tls_context
 from populi_p2p.inference.engines import EngineService
 from populi_p2p.inference.keys import ApiKeyChecker
 from populi_p2p.inference.peer_api import PeerApi, PeerRoutes
@@ -110,7 +111,7 @@ class Mesh:
 
     async def start_front(
         self, nursery: trio.Nursery, identity: Any, *, stall_timeout: float | None = None,
-        key_checker: ApiKeyChecker | None = None,
+        key_checker: ApiKeyChecker | None = None, first_token_timeout: float | None = None,
     ) -> InferenceService:  # fmt: skip
         self.members[identity.node_id] = Member(identity.node_id, "front")
         client = PeerClient(PeerCallSigner(identity, CERTS[identity.node_id], clock=time.time))
@@ -119,6 +120,8 @@ class Mesh:
             engines=None, listen=("127.0.0.1", 0), keys=key_checker, stall_timeout=stall_timeout,
             state_of=lambda n: self.members[n].state if n in self.members else None,
         )  # fmt: skip
+        if first_token_timeout is not None:
+            service.relay.first_token_timeout = first_token_timeout
         self.front_port = await nursery.start(service.run)
         self.front = service
         return service
@@ -141,7 +144,7 @@ async def stream_chat(
     text: list[str] = []
     lines: list[str] = []
     async with (
-        httpx.AsyncClient(timeout=30, trust_env=False) as client,
+        httpx.AsyncClient(timeout=30, trust_env=False, verify=tls_context()) as client,
         client.stream("POST", url + path, json=body, headers=headers) as r,
     ):
         if r.status_code != 200:

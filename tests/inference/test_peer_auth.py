@@ -100,6 +100,23 @@ def test_revoked_caller() -> None:
     assert info.value.reason == "revoked"
 
 
+def test_cached_certificate_is_still_checked_for_revocation_on_every_call() -> None:
+    from populi_p2p.inference.peer_auth import PeerCallVerifier
+    from populi_p2p.revocation import RevocationList
+
+    envelope = keys(BOB)  # one envelope verifier, revoked later
+    v = PeerCallVerifier(envelope, BOB.node_id, clock=Clock())
+    headers, body = _call()
+    assert v.verify("POST", "/peer/v1/echo", headers, body) == ALICE.node_id
+    envelope.update_revocations(
+        RevocationList.of([AUTHORITY.revoke(now=NOW, node_public_key=ALICE.public_key)])
+    )
+    headers, body = _call()  # a fresh nonce, the same (now cached) certificate
+    with pytest.raises(PeerAuthError) as info:
+        v.verify("POST", "/peer/v1/echo", headers, body)
+    assert info.value.reason == "revoked"
+
+
 @given(st.dictionaries(st.sampled_from(["x-populi-caller", H_CERT, H_TS, "x-populi-nonce", H_SIG]),
                        st.text(max_size=64)))  # fmt: skip
 def test_garbage_headers_never_crash(headers: dict[str, str]) -> None:

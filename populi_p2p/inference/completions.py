@@ -1,0 +1,174 @@
+"""``POST /v1/chat/completions`` and ``/v1/completions``: read the request, route it,
+relay it (streamed or whole), and log where it went."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from ._asgi import BodyTooLarge, Receive, Send, read_body, send_json
+from .catalogue import ModelCatalogue
+from .keys import ApiKey
+from .openai_errors import openai_error
+from .relay import Relay
+from .request_log import RequestLog
+from .route import Candidate, RouteDecision
+
+__all__ = ["MAX_REQUEST_BODY", "CompletionHandler"]
+
+#: The largest request body the public API reads, bytes.
+MAX_REQUEST_BODY: Final = 4 * 1024 * 1024
+_SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class CompletionHandler:
+    """Args: decide: the route for a model (and the view it used); relay: serves it;
+    log: where each routed request is recorded."""
+
+    def __init__(
+        self,
+        decide: Callable[[str], tuple[RouteDecision, list[Candidate]]],
+        relay: Relay,
+        log: RequestLog,
+    ) -> None:
+        self._decide = decide
+        self._relay = relay
+        self._log = log
+
+    async def __call__(
+        self, path: str, chat: bool, receive: Receive, send: Send, key: ApiKey | None
+    ) -> None:
+        try:
+            raw = await read_body(receive, MAX_REQUEST_BODY)
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("not a JSON object")
+        except BodyTooLarge as exc:
+            await send_json(send, 413, openai_error(str(exc), "invalid_request_error"))
+            return
+        except ValueError as exc:
+            await send_json(
+                send,
+                400,
+                openai_error(f"the body is not a JSON object ({exc})", "invalid_request_error"),
+            )
+            return
+        model = request.get("model")
+        if not isinstance(model, str) or not model:
+            await send_json(
+                send,
+                400,
+                openai_error(
+                    'say which model: the body needs "model" (GET /v1/models lists them)',
+                    "invalid_request_error",
+                ),
+            )
+            return
+        if key is not None and key.models and model not in key.models:
+            await send_json(
+                send,
+                403,
+                openai_error(
+                    f"API key {key.name!r} may use only: {', '.join(key.models)}",
+                    "permission_denied",
+                    "model_not_allowed",
+                ),
+            )
+            return
+        decision_start = time.perf_counter()
+        decision, view = self._decide(model)
+        decision_ms = (time.perf_counter() - decision_start) * 1000
+        if not decision.order:
+            status, body = ModelCatalogue.no_route(model, decision, view)
+            await send_json(send, status, body)
+            return
+        names = {c.node_id: c.name for c in view}
+        streamed = bool(request.get("stream"))
+        entry = self._log.open(model, path, streamed, decision, names, decision_ms)
+        route_header = (b"x-populi-route", decision.header().encode())
+        if streamed:
+            await self._stream(path, chat, request, decision, names, entry, route_header, send)
+            return
+        status, data, node, attempts = await self._relay.whole(decision.order, path, request)
+        entry.update(
+            node=names.get(node or "", node),
+            attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in attempts],
+        )
+        if status == 0:
+            await self._all_failed(send, "every capable node failed", entry, decision)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()),
+                    (b"x-populi-node", (node or "").encode()),
+                    route_header,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": data})
+
+    async def _stream(
+        self,
+        path: str,
+        chat: bool,
+        request: dict[str, Any],
+        decision: RouteDecision,
+        names: dict[str, str],
+        entry: dict[str, Any],
+        route_header: tuple[bytes, bytes],
+        send: Send,
+    ) -> None:
+        async def start(status: int, node: str, body: bytes | None) -> None:
+            if status == 0:
+                return
+            headers = [(b"x-populi-node", node.encode()), route_header]
+            if status == 200:
+                headers += _SSE_HEADERS
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                return
+            data = body or b""
+            headers += [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": data})
+
+        async def emit(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        result = await self._relay.stream(decision.order, path, request, chat, start, emit)
+        entry.update(
+            node=names.get(result.first_node or "", result.first_node),
+            attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in result.attempts],
+            tokens=result.tokens,
+            done=result.done,
+        )
+        if result.status == 0:
+            await self._all_failed(
+                send, "every capable node failed before the first token", entry, decision
+            )
+        elif result.status == 200:
+            await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    async def _all_failed(
+        send: Send, what: str, entry: dict[str, Any], decision: RouteDecision
+    ) -> None:
+        await send_json(
+            send,
+            503,
+            openai_error(
+                f"{what}: "
+                + "; ".join(entry["attempts"])
+                + ". Retry, or check populi-node requests.",
+                "no_capable_node",
+            ),
+            {"x-populi-route": decision.header()},
+        )

@@ -1,0 +1,111 @@
+"""This node's own engines as an upstream: for requests it accepted itself, and for
+other members' relayed requests (the peer route ``/peer/v1/engine/...``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Final
+
+import httpx
+
+from ._tls import tls_context
+from ._tls import url as _url
+from .engines import EngineService
+from .openai_errors import openai_error
+from .peer_api import PeerRequest, PeerResponse
+
+__all__ = ["PEER_PREFIX", "LocalEngine"]
+
+#: The peer routes' prefix: ``/v1/chat/completions`` is served at
+#: ``/peer/v1/engine/chat/completions``.
+PEER_PREFIX: Final = "/peer/v1/engine"
+
+
+class LocalEngine:
+    """Args: engines: this node's engines (None: it serves no model itself).
+
+    One keep-alive connection pool to the engines on loopback, closed by `aclose`.
+    """
+
+    def __init__(self, engines: EngineService | None) -> None:
+        self._engines = engines
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=2.0),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            trust_env=False,
+            verify=tls_context(),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self, path: str, body: bytes, events: list[int] | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """Our engine's answer to `body` (503 when no healthy engine serves its model);
+        `events[0]` (when given) is the number of streamed events the caller saw, for
+        the tokens/s this node reports."""
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            model = None
+        url = None
+        if self._engines is not None and isinstance(model, str):
+            url = self._engines.engine_for(model)
+        if url is None or self._engines is None:
+            yield httpx.Response(
+                503,
+                json=openai_error(
+                    f"this node has no healthy engine for {model!r}", "engine_unavailable"
+                ),
+            )
+            return
+        assert isinstance(model, str)
+        request = self._http.build_request(
+            "POST", _url(url, path), content=body, headers={"content-type": "application/json"}
+        )
+        started = time.monotonic()
+        self._engines.begin(model)
+        try:
+            try:
+                response = await self._http.send(request, stream=True)
+            except httpx.ConnectError as exc:
+                self._engines.mark_failed(url, f"connection refused: {exc}")
+                raise
+            try:
+                yield response
+            finally:
+                await response.aclose()
+        finally:
+            self._engines.end(model, events[0] if events else 0, time.monotonic() - started)
+
+    async def serve_peer(self, request: PeerRequest) -> PeerResponse:
+        """Another member relays a request to our engine: its answer, as it comes."""
+        path = "/v1" + request.path[len(PEER_PREFIX) :]
+        stack = contextlib.AsyncExitStack()
+        events = [0]
+        try:
+            response = await stack.enter_async_context(self.open(path, request.body, events))
+        except httpx.HTTPError as exc:
+            await stack.aclose()
+            return PeerResponse(
+                502,
+                json.dumps(
+                    openai_error(
+                        f"the engine did not answer: {type(exc).__name__}", "engine_unavailable"
+                    )
+                ).encode(),
+            )
+
+        async def body() -> AsyncIterator[bytes]:
+            async with stack:
+                async for chunk in response.aiter_raw():
+                    events[0] += chunk.count(b"data: {")
+                    yield chunk
+
+        content_type = response.headers.get("content-type", "application/json")
+        return PeerResponse(response.status_code, body(), content_type=content_type)

@@ -1,0 +1,95 @@
+"""The relay's hot path with scripted upstreams (no sockets): batches pass through
+as bytes, the text sent is recovered exactly at failover for the continuation, and a
+stream whose forwarded text cannot be decoded ends with an error event instead of a
+continuation that would guess."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from populi_p2p.inference.relay import Relay
+
+
+def event(piece: str | None, finish: str | None = None) -> bytes:
+    delta = {} if piece is None else {"content": piece}
+    chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+class Script:
+    """Upstreams by node: the byte chunks each sends, then a clean end or a reset."""
+
+    def __init__(self, plan: dict[str, tuple[list[bytes], bool]]) -> None:
+        self.plan = plan
+        self.bodies: dict[str, dict[str, Any]] = {}
+
+    @contextlib.asynccontextmanager
+    async def open(self, node: str, path: str, body: bytes) -> AsyncIterator[httpx.Response]:
+        self.bodies[node] = json.loads(body)
+        chunks, clean = self.plan[node]
+
+        async def stream() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+            if not clean:
+                raise httpx.ReadError("connection reset")
+
+        yield httpx.Response(200, content=stream())
+
+
+async def run(script: Script, order: list[str]) -> tuple[bytes, list[tuple[str, bool]]]:
+    out: list[bytes] = []
+    outcomes: list[tuple[str, bool]] = []
+
+    async def start(status: int, node: str, body: bytes | None) -> None:
+        assert status == 200
+
+    async def emit(data: bytes) -> None:
+        out.append(data)
+
+    relay = Relay(script.open, lambda n: True, stall_timeout=5.0,
+                  on_outcome=lambda n, ok: outcomes.append((n, ok)))  # fmt: skip
+    request = {"model": "m", "stream": True, "max_tokens": 10,
+               "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
+    await relay.stream(order, "/v1/chat/completions", request, True, start, emit)
+    return b"".join(out), outcomes
+
+
+async def test_bytes_pass_through_and_one_done_goes_out_with_the_last_events() -> None:
+    tokens = [event(f"w{i} ") for i in range(3)]
+    script = Script({"a": ([b"".join(tokens[:2]), tokens[2], event(None, "stop")
+                            + b"data: [DONE]\n\n"], True)})  # fmt: skip
+    sent, outcomes = await run(script, ["a"])
+    assert sent == b"".join(tokens) + event(None, "stop") + b"data: [DONE]\n\n"
+    assert outcomes == [("a", True)]
+
+
+async def test_failover_continues_after_exactly_the_text_sent() -> None:
+    # The event for w2 is cut in two by the reset: only w0 and w1 reached the client.
+    w2 = event("w2 ")
+    script = Script({
+        "a": ([event("w0 ") + event("w1 ") + w2[:10]], False),
+        "b": ([event("w2 "), event(None, "stop") + b"data: [DONE]\n\n"], True),
+    })  # fmt: skip
+    sent, outcomes = await run(script, ["a", "b"])
+    assert script.bodies["b"]["messages"][-1] == {"role": "assistant", "content": "w0 w1 "}
+    assert script.bodies["b"]["max_tokens"] == 8  # 10 less the 2 tokens sent
+    assert sent == (event("w0 ") + event("w1 ") + event("w2 ") + event(None, "stop")
+                    + b"data: [DONE]\n\n")  # fmt: skip
+    assert outcomes == [("a", False), ("b", True)]
+
+
+async def test_text_that_cannot_be_recovered_ends_with_an_error_not_a_guess() -> None:
+    bad = b'data: {"choices": oops, "finish_reason": null}\n\n'  # shaped like a chunk
+    script = Script({"a": ([event("w0 ") + bad], False), "b": ([event("w1 ")], True)})
+    sent, outcomes = await run(script, ["a", "b"])
+    assert "b" not in script.bodies  # no continuation was attempted
+    assert b"[DONE]" not in sent
+    last = sent.rstrip().rsplit(b"\n\n", 1)[-1]
+    assert b"cannot be continued" in last and json.loads(last[6:])["error"]
+    assert outcomes == [("a", False)]
