@@ -24,6 +24,7 @@ import httpx
 import trio
 
 from .._log import event, get_logger
+from ._tls import tls_context
 from .engine_url import check_engine_url
 
 __all__ = ["MAX_MODELS", "EngineService", "parse_models"]
@@ -161,7 +162,9 @@ class EngineService:
         ]  # fmt: skip
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with httpx.AsyncClient(timeout=self._timeout, trust_env=False) as http:
+        async with httpx.AsyncClient(
+            timeout=self._timeout, trust_env=False, verify=tls_context()
+        ) as http:
             await self._poll_all(http)
             await self._publish()
             task_status.started()
