@@ -38,25 +38,22 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport
-from swim import Event
 
 from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
 from .config import NodeConfig
-from .inference.peer_api import PeerApi, PeerRoutes
-from .inference.peer_client import PeerClient
-from .inference.service import InferenceService
 from .leases import LeaseConfig
 from .leases.reliability import Outcome
-from .observe import MetricSources, NodeCollector, ObserveView
+from .observe import ObserveView
 from .observe.web import AsgiApp, make_observe_app
+from .services._lazy import import_in_thread
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_backend import NodeBackend
 from .services.api_server import ApiService
@@ -66,8 +63,6 @@ from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
 from .services.errors import NodeStartError, start_error
 from .services.executor import ExecutorConfig, ExecutorService
-from .services.gpus import GpuService
-from .services.inference_host import InferenceHost
 from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
@@ -77,8 +72,14 @@ from .services.memory import StoreService
 from .services.node_parts import NodeParts
 from .services.preflight import check_state_dir
 from .services.status import StatusView
-from .services.task_logs import TaskLogs
 from .services.task_results import RESULT_TAIL_BYTES
+
+if TYPE_CHECKING:  # imported when first used, after the API answers (start-up CPU)
+    from .inference.peer_api import PeerRoutes
+    from .inference.peer_client import PeerClient
+    from .inference.service import InferenceService
+    from .services.inference_host import InferenceHost
+    from .services.task_logs import TaskLogs
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
 
@@ -102,10 +103,9 @@ class Node:
         self._parts: NodeParts | None = None
         self._view: StatusView | None = None
         self._lifecycle: Lifecycle | None = None
-        self._inference_host: InferenceHost | None = None
-        #: Routes of the peer API (signed node-to-node HTTP); services add theirs
-        #: before `run` (see `PeerRoutes.add`).
-        self.peer_routes = PeerRoutes()
+        #: The peer API, the engines and the inference service (once the API answers).
+        self.inference_host: InferenceHost | None = None
+        self._peer_routes: PeerRoutes | None = None
         #: The observability routes (`populi_p2p.observe.web`), once the node runs: served
         #: on the API socket; `observe.mount` puts them on another listener.
         self.observe_app: AsgiApp | None = None
@@ -127,9 +127,6 @@ class Node:
         check_state_dir(config.state_dir, config.api_socket)
         creds = load_credentials(config)
         parts = self._parts = NodeParts(config, creds, self.started_at)
-        self._inference_host = InferenceHost(
-            config, creds, parts.envelope_keys, parts.publisher, self.peer_routes
-        )
         if ApiClient(config.api_socket, timeout=2.0).is_running():
             raise NodeStartError(
                 f"another populi daemon is running on state dir {config.state_dir}"
@@ -183,9 +180,6 @@ class Node:
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         node_id = creds.identity.node_id
-        host = self._inference_host
-        assert host is not None
-        await host.start_peer(nursery, bind, local[1])  # the first record carries both
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
             incarnation=incarnation, transport=transport, codec=parts.codec,
@@ -209,11 +203,6 @@ class Node:
             members=membership.members, record_of=parts.roster.records.get,
             allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
         )  # fmt: skip
-        self.task_logs = TaskLogs(
-            node_id, find=leases.find, executor=runner, record_of=parts.roster.records.get,
-            peer_client=lambda: self.peer_client,
-        )  # fmt: skip
-        self.task_logs.register_peer_routes(self.peer_routes)
         codec = parts.codec
 
         parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
@@ -228,15 +217,7 @@ class Node:
                                 if m.node_id != node_id],
             probe_interval=parts.swim_config.probe_interval,
         )  # fmt: skip
-        parts.metrics.register(NodeCollector(MetricSources(
-            node_id=node_id, name=config.name, members=membership.members,
-            awareness=lambda: membership.awareness, swim=membership.statistics,
-            driver=membership.driver_statistics, transport=transport.statistics,
-            traffic=lambda: (codec.bytes_in, codec.bytes_out),
-            auth_drops=codec.auth.drops.as_dict, record_drops=parts.roster.records.drops.as_dict,
-            gpu_report=lambda: parts.gpus.report, event_counts=lambda: parts.events.counts,
-            events_dropped=lambda: parts.events.dropped,
-        )))  # fmt: skip
+        parts.register_metrics(node_id, config.name, membership, transport)
         self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
         self.observe_app = make_observe_app(self.observe)
         api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
@@ -274,21 +255,28 @@ class Node:
         await nursery.start(leases.run, lease_events)
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
-        await host.start_inference(
-            nursery, members=membership.members, member=membership.member, roster=parts.roster,
-            revocations=parts.revocations, outcomes=self._lease_outcomes, observe=self.observe,
-        )  # fmt: skip
+        http = functools.partial(self._start_http, nursery, creds, parts, membership, bind)
+        serves_inference = bool(config.engine or config.api_listen)
+        if serves_inference:  # when the API answers, so does the inference API
+            await http(local[1])
         try:
             await nursery.start(api.run)
         except OSError as exc:
             raise NodeStartError(
                 f"cannot create the API socket {config.api_socket}: {exc}"
             ) from None
-        # The API answers from here. The GPU probe (and its imports) is off that path;
-        # joining waits for its first report (bounded: a wedged driver must not hold the
-        # node out of the mesh), so the record the mesh first hears carries the GPUs.
+        # The API answers from here. What it does not need is imported and started
+        # after: the GPU probe, then (without --engine or --api-listen) node-to-node
+        # HTTP (the inference package, httpx). Joining waits for both (the GPU report
+        # bounded: a wedged driver must not hold the node out of the mesh), so the
+        # record the mesh first hears carries the GPUs, the peer port and the models.
         nursery.start_soon(parts.gpus.run)
-        nursery.start_soon(_join_once_probed, parts.gpus, discovery, discovery_events)
+        if not serves_inference:
+            await http(local[1])
+        join = functools.partial(discovery.run, after=parts.gpus.ready)
+        nursery.start_soon(
+            functools.partial(join, wait_max=GPU_FIRST_REPORT_WAIT), discovery_events
+        )
         await nursery.start(parts.revocations.run)
         await nursery.start(parts.certificate.run)
         fingerprint = cluster_fingerprint(creds.authority_key)
@@ -306,6 +294,37 @@ class Node:
             inc=incarnation, cluster=fingerprint,
             overlay=str(overlay.kind), accept=",".join(addressing.policy.cidrs),
             preset=config.preset, api=str(config.api_socket),
+        )  # fmt: skip
+
+    async def _start_http(
+        self,
+        nursery: trio.Nursery,
+        creds: Credentials,
+        parts: NodeParts,
+        membership: MembershipService,
+        bind: str,
+        port: int,
+    ) -> None:
+        """Task logs from any node, the peer API, the engines and the inference service."""
+        await import_in_thread(  # off the loop: the API and pings are answered meanwhile
+            "populi_p2p.services.inference_host", "populi_p2p.services.task_logs"
+        )
+        from .services.inference_host import InferenceHost
+        from .services.task_logs import TaskLogs
+
+        assert self.executor is not None
+        self.task_logs = TaskLogs(
+            creds.identity.node_id, find=self.leases.find, executor=self.executor,
+            record_of=parts.roster.records.get, peer_client=lambda: self.peer_client,
+        )  # fmt: skip
+        self.task_logs.register_peer_routes(self.peer_routes)
+        host = self.inference_host = InferenceHost(
+            self.config, creds, parts.envelope_keys, parts.publisher, self.peer_routes
+        )
+        await host.start_peer(nursery, bind, port)  # the record gets the port and models
+        await host.start_inference(
+            nursery, members=membership.members, member=membership.member, roster=parts.roster,
+            revocations=parts.revocations, outcomes=self._lease_outcomes, observe=self.observe,
         )  # fmt: skip
 
     ####################################################################################
@@ -340,38 +359,30 @@ class Node:
         return await self._parts.gpus.probe_now()
 
     @property
-    def peer_api(self) -> PeerApi | None:
-        return None if self._inference_host is None else self._inference_host.peer_api
+    def peer_routes(self) -> PeerRoutes:
+        """Routes of the peer API (signed node-to-node HTTP); services add theirs
+        before `run` (see `PeerRoutes.add`). The inference package is imported here,
+        on first use, so that a node answers its API before it loads."""
+        if self._peer_routes is None:
+            from .inference.peer_api import PeerRoutes
+
+            self._peer_routes = PeerRoutes()
+        return self._peer_routes
 
     @property
     def peer_client(self) -> PeerClient | None:
         """Signed calls to other members' peer APIs (set once `run` has started)."""
-        return None if self._inference_host is None else self._inference_host.peer_client
+        return None if self.inference_host is None else self.inference_host.peer_client
 
     @property
     def inference(self) -> InferenceService | None:
         """The OpenAI-compatible API and the relay (set once `run` has started)."""
-        return None if self._inference_host is None else self._inference_host.inference
-
-    def inference_requests(self) -> dict[str, Any]:
-        """The recent routes of this node's inference API, and its engines."""
-        host = self._inference_host
-        if host is None:
-            return {"listening": None, "requests": [], "engines": []}
-        return host.requests()
+        return None if self.inference_host is None else self.inference_host.inference
 
     def request_leave(self) -> None:
         """Start a graceful leave (API or signal); `run` then returns."""
         if self._lifecycle is not None:
             self._lifecycle.request_leave()
-
-
-async def _join_once_probed(
-    gpus: GpuService, discovery: Discovery, events: trio.MemoryReceiveChannel[Event]
-) -> None:
-    with trio.move_on_after(GPU_FIRST_REPORT_WAIT):
-        await gpus.ready.wait()
-    await discovery.run(events)
 
 
 def run_node(config: NodeConfig) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from .events import EventService
-from .metrics import CONTENT_TYPE
+from .metrics import content_type
 
 __all__ = [
     "LIVE_MARK",
@@ -202,7 +202,7 @@ def make_observe_app(backend: ObserveBackend, *, authorize: Authorize | None = N
                 else:
                     await _respond(send, 200, asset[0], asset[1], head)
             elif path == "/metrics":
-                await _respond(send, 200, backend.metrics(), CONTENT_TYPE, head)
+                await _respond(send, 200, backend.metrics(), content_type(), head)
             elif path == "/api/mesh":
                 await _json(send, 200, backend.mesh())
             elif path == "/events":

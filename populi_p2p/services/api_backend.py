@@ -53,7 +53,8 @@ class NodeBackend:
         return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
 
     async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
-        assert self._node.task_logs is not None
+        if self._node.task_logs is None:  # for a moment after the API first answers
+            raise LookupError("the node is still starting; try again in a second")
         return await self._node.task_logs.read(task_id, stream, offset)
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
@@ -63,4 +64,11 @@ class NodeBackend:
         return await self._node.leases.undrain()
 
     def extra_routes(self) -> dict[str, tuple[str, Any]]:
-        return {"/v1/inference/requests": ("GET", self._node.inference_requests)}
+        return {"/v1/inference/requests": ("GET", self._inference_requests)}
+
+    def _inference_requests(self) -> dict[str, Any]:
+        """The recent routes of this node's inference API, and its engines."""
+        host = self._node.inference_host
+        if host is None:  # for a moment after the API first answers
+            return {"listening": None, "requests": [], "engines": []}
+        return host.requests()

@@ -9,26 +9,30 @@ membership and the transport.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from overlay.auth import DEFAULT_FRESHNESS, PacketAuthenticator
-from overlay.transport import TransportConfig
+from overlay.transport import Transport, TransportConfig
 
 from .._keyfiles import encode_public_key
 from ..config import NodeConfig
 from ..envelope_keys import EnvelopeKeys
-from ..observe import EventService, MetricsService
+from ..observe import EventService, MetricSources, MetricsService
 from ..record_book import RecordBook
 from .app_channel import AppChannel, AppKind
 from .clock import CertificateWatch, SkewWatch
 from .codec import WIRE_PACKET_BUDGET, AuthCodec
 from .credentials import Credentials
 from .gpus import GpuService
+from .membership import MembershipService
 from .publisher import RecordPublisher
 from .revocations import RevocationService
 from .roster import Roster
+
+if TYPE_CHECKING:
+    from ..observe.collector import NodeCollector
 
 __all__ = ["NodeParts"]
 
@@ -102,3 +106,25 @@ class NodeParts:
             declared=config.advertise_gpu,
             interval=config.gpu_probe_interval,
         )
+
+    def register_metrics(
+        self, node_id: str, name: str, membership: MembershipService, transport: Transport
+    ) -> None:
+        """The node's collector: membership, transport, codec, records, GPUs, events."""
+        codec, roster, gpus, events = self.codec, self.roster, self.gpus, self.events
+        sources = MetricSources(
+            node_id=node_id, name=name, members=membership.members,
+            awareness=lambda: membership.awareness, swim=membership.statistics,
+            driver=membership.driver_statistics, transport=transport.statistics,
+            traffic=lambda: (codec.bytes_in, codec.bytes_out),
+            auth_drops=codec.auth.drops.as_dict, record_drops=roster.records.drops.as_dict,
+            gpu_report=lambda: gpus.report, event_counts=lambda: events.counts,
+            events_dropped=lambda: events.dropped,
+        )  # fmt: skip
+
+        def collector() -> NodeCollector:  # imports prometheus-client: at the first scrape
+            from ..observe.collector import NodeCollector
+
+            return NodeCollector(sources)
+
+        self.metrics.register_factory(collector)
