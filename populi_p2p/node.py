@@ -45,6 +45,7 @@ import trio
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport
 
+from ._asgi import AsgiApp
 from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
@@ -52,7 +53,7 @@ from .config import NodeConfig
 from .leases import LeaseConfig
 from .leases.reliability import Outcome
 from .observe import ObserveView
-from .observe.web import AsgiApp, make_observe_app
+from .observe.web import make_observe_app
 from .services._lazy import import_in_thread
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_backend import NodeBackend
