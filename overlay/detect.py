@@ -37,7 +37,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
-import httpx
 import trio
 
 from overlay.netfilter import LAN_CIDRS, TAILSCALE_V4, TAILSCALE_V6, AcceptPolicy, parse_cidr
@@ -111,7 +110,10 @@ async def run_command(argv: Sequence[str], timeout: float) -> CommandResult:
 
 
 async def fetch_tailscale_status(socket_path: str, timeout: float) -> dict[str, Any]:
-    """The real `StatusFetcher`: httpx over tailscaled's unix socket."""
+    """The real `StatusFetcher`: httpx over tailscaled's unix socket (imported here: a
+    daemon with no Tailscale never loads the HTTP client)."""
+    import httpx
+
     transport = httpx.AsyncHTTPTransport(uds=socket_path)
     async with httpx.AsyncClient(transport=transport, timeout=timeout) as client:
         response = await client.get(TAILSCALE_STATUS_URL, headers={"Sec-Tailscale": "localapi"})
@@ -405,7 +407,13 @@ async def _tailscale_status(
 ) -> dict[str, Any] | None:
     try:
         return await fetch(socket_path, timeout)
-    except (OSError, TimeoutError, httpx.HTTPError, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError) as exc:
+        api_error = f"{type(exc).__name__}: {exc}".strip()
+    except Exception as exc:
+        import httpx  # only a fetch that used httpx can raise its errors
+
+        if not isinstance(exc, httpx.HTTPError):
+            raise
         api_error = f"{type(exc).__name__}: {exc}".strip()
     try:
         result = await runner(["tailscale", "status", "--json"], timeout)

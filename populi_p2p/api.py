@@ -52,12 +52,14 @@ import json
 import logging
 import os
 import urllib.parse
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
 import trio
 
+from ._asgi import AsgiApp, Receive, Scope, Send, lifespan
+from ._asgi import send_json as _respond
 from ._log import get_logger
 
 __all__ = [
@@ -76,12 +78,6 @@ API_SOCKET_MODE: Final = 0o600
 CLIENT_TIMEOUT: Final = 10.0
 #: The largest request body the API reads (a task spec is at most a few KiB).
 BODY_BYTES_MAX: Final = 64 * 1024
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _log = get_logger("api")
 
@@ -176,21 +172,6 @@ def _query(scope: Scope) -> dict[str, str]:
     return dict(urllib.parse.parse_qsl(text[:1024]))
 
 
-async def _respond(send: Send, status: int, body: object) -> None:
-    data = json.dumps(body, sort_keys=True).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
 def _leave(backend: ApiBackend) -> dict[str, bool]:
     backend.request_leave()
     return {"leaving": True}
@@ -212,13 +193,8 @@ def make_app(backend: ApiBackend) -> AsgiApp:
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return  # websockets are not offered; hypercorn closes the connection
         route = routes.get(scope["path"].rstrip("/") or "/")

@@ -167,6 +167,8 @@ def _optional_seconds(
 
 
 def _engines(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    if not value:
+        return  # the inference package (and httpx) is not loaded without --engine
     from .inference.engine_url import check_engine_url
 
     for url in value:

@@ -21,7 +21,13 @@ leases                 the lease table, the owner election, the tasks run here
 store                  members and incarnation across restarts
 api                    the control API on ``STATE_DIR/api.sock``
 lifecycle              signals and the graceful leave
+inference host         the peer API, the engines and the inference service
+                       (`services.inference_host`)
 =====================  ================================================================
+
+The services that need no socket are built and wired to each other in
+`services.node_parts.NodeParts`; the API's view of the node is
+`services.api_backend.NodeBackend`.
 
 `docs/architecture.md` draws them and says how to add one. A restarted node keeps its
 node id (the key file) and starts with an incarnation above any it used before (the
@@ -32,59 +38,49 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import attrs
 import trio
 
-from overlay.auth import DEFAULT_FRESHNESS, PacketAuthenticator
 from overlay.base import Address, TransportError, format_address
-from overlay.transport import Transport, TransportConfig
-from swim import Event
+from overlay.transport import Transport
 
-from ._keyfiles import encode_public_key
+from ._asgi import AsgiApp
 from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
-from .config import NodeConfig, parse_api_listen
-from .envelope_keys import EnvelopeKeys
-from .inference.engines import EngineService
-from .inference.keys import ApiKeyChecker, request_authorizer
-from .inference.peer_api import PeerApi, PeerRoutes
-from .inference.peer_auth import PeerCallSigner, PeerCallVerifier
-from .inference.peer_client import PeerClient
-from .inference.route import Candidate
-from .inference.service import InferenceService
+from .config import NodeConfig
 from .leases import LeaseConfig
 from .leases.reliability import Outcome
-from .observe import EventService, MetricSources, MetricsService, NodeCollector, ObserveView
-from .observe.web import AsgiApp, make_observe_app
-from .observe.web import handles as observe_paths
-from .record import NodeStatus
-from .record_book import RecordBook
+from .observe import ObserveView
+from .observe.web import make_observe_app
+from .services._lazy import import_in_thread
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
+from .services.api_backend import NodeBackend
 from .services.api_server import ApiService
-from .services.app_channel import AppChannel, AppKind
-from .services.clock import CertificateWatch, SkewWatch
-from .services.codec import WIRE_PACKET_BUDGET, AuthCodec, lane
+from .services.app_channel import AppKind
+from .services.codec import AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
-from .services.errors import NodeStartError
+from .services.errors import NodeStartError, start_error
 from .services.executor import ExecutorConfig, ExecutorService
-from .services.gpus import GpuService
 from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
 from .services.mdns import MdnsService
 from .services.membership import MembershipService
 from .services.memory import StoreService
-from .services.preflight import check_state_dir, describe_os_error
-from .services.publisher import RecordPublisher
-from .services.revocations import RevocationService
-from .services.roster import Roster
+from .services.node_parts import NodeParts
+from .services.preflight import check_state_dir
 from .services.status import StatusView
-from .services.task_logs import TaskLogs
 from .services.task_results import RESULT_TAIL_BYTES
+
+if TYPE_CHECKING:  # imported when first used, after the API answers (start-up CPU)
+    from .inference.peer_api import PeerRoutes
+    from .inference.peer_client import PeerClient
+    from .inference.service import InferenceService
+    from .services.inference_host import InferenceHost
+    from .services.task_logs import TaskLogs
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
 
@@ -99,88 +95,18 @@ _log = get_logger("node")
 _LEASE_PRESETS: Final = {"lan": LeaseConfig.lan, "wan": LeaseConfig.wan, "local": LeaseConfig.local}
 
 
-class _Parts:
-    """The services that exist before the first socket opens."""
-
-    def __init__(self, config: NodeConfig, creds: Credentials, started_at: float) -> None:
-        swim_config = config.swim_config()
-        self.envelope_keys = EnvelopeKeys(
-            creds.identity, creds.certificate, creds.authority_key, revocations=creds.revocations
-        )
-        auth = PacketAuthenticator(
-            self.envelope_keys,
-            self.envelope_keys,
-            cluster_secret=creds.cluster_secret,
-            max_packet_size=TransportConfig().max_datagram_size,
-            freshness=(
-                DEFAULT_FRESHNESS if config.max_clock_skew is None else config.max_clock_skew
-            ),
-        )
-        budget = max(512, WIRE_PACKET_BUDGET - auth.overhead())
-        self.swim_config = attrs.evolve(
-            swim_config, packet_budget=budget, app_channel_enabled=True,
-            app_payload_size_max=max(256, budget - 256),  # key, source and framing
-        )  # fmt: skip
-        self.app = AppChannel()
-        self.codec = AuthCodec(auth, TransportConfig().tcp.max_frame_size)
-        records = RecordBook(
-            creds.authority_key,
-            revocations=creds.revocations,
-            max_record_bytes=self.swim_config.meta_size_max,
-        )
-        node_id = creds.identity.node_id
-        self.roster = Roster(node_id, records)
-        self.revocations = RevocationService(creds.files, creds.revocations, creds.authority_key)
-        self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
-        self.skew = SkewWatch()
-        self.codec.set_stale_handler(self.skew.observe)
-        public = encode_public_key(creds.identity.public_key)
-        self.certificate = CertificateWatch(creds.decoded, public, str(config.cert_path))
-        self.revocations.on_change(self.envelope_keys.update_revocations)
-        self.revocations.on_change(self.roster.update_revocations)
-        self.publisher = RecordPublisher(
-            creds.identity, creds.certificate, name=config.name, labels=dict(config.labels),
-            started_at=started_at, on_signed=self.roster.accept_own,
-            max_bytes=min(self.swim_config.meta_size_max, self.swim_config.packet_budget - 64),
-        )  # fmt: skip
-        roster = self.roster
-        self.events = EventService(
-            name_of=lambda nid: n if (n := roster.name_of(nid)) != "?" else nid[:12]
-        )
-        self.metrics = MetricsService()
-        events, publisher = self.events, self.publisher
-
-        async def gpu_changed(report: Any) -> None:
-            events.gpu_report(report)
-            await publisher.gpu_changed(report)
-
-        self.gpus = GpuService(
-            gpu_changed,
-            reserve_vram=config.reserve_vram,
-            withheld=config.withhold_gpu,
-            labels=dict(config.labels),
-            declared=config.advertise_gpu,
-            interval=config.gpu_probe_interval,
-        )
-
-
 class Node:
     """One populi daemon. `await Node(config).run()` until it leaves or is cancelled."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.started_at = time.time()
-        self._parts: _Parts | None = None
+        self._parts: NodeParts | None = None
         self._view: StatusView | None = None
         self._lifecycle: Lifecycle | None = None
-        #: Routes of the peer API (signed node-to-node HTTP); services add theirs
-        #: before `run` (see `PeerRoutes.add`).
-        self.peer_routes = PeerRoutes()
-        self.peer_api: PeerApi | None = None
-        #: Signed calls to other members' peer APIs (set once `run` has started).
-        self.peer_client: PeerClient | None = None
-        #: The OpenAI-compatible API and the relay (set once `run` has started).
-        self.inference: InferenceService | None = None
+        #: The peer API, the engines and the inference service (once the API answers).
+        self.inference_host: InferenceHost | None = None
+        self._peer_routes: PeerRoutes | None = None
         #: The observability routes (`populi_p2p.observe.web`), once the node runs: served
         #: on the API socket; `observe.mount` puts them on another listener.
         self.observe_app: AsgiApp | None = None
@@ -201,7 +127,7 @@ class Node:
         config = self.config
         check_state_dir(config.state_dir, config.api_socket)
         creds = load_credentials(config)
-        parts = self._parts = _Parts(config, creds, self.started_at)
+        parts = self._parts = NodeParts(config, creds, self.started_at)
         if ApiClient(config.api_socket, timeout=2.0).is_running():
             raise NodeStartError(
                 f"another populi daemon is running on state dir {config.state_dir}"
@@ -216,7 +142,7 @@ class Node:
                 started = True
                 task_status.started()
         except BaseExceptionGroup as group:
-            error = None if started else _start_error(group)
+            error = None if started else start_error(group)
             if error is None:
                 raise
             raise error from None
@@ -231,7 +157,7 @@ class Node:
         self,
         nursery: trio.Nursery,
         creds: Credentials,
-        parts: _Parts,
+        parts: NodeParts,
         addressing: Addressing,
         store: StoreService,
         incarnation: int,
@@ -255,11 +181,6 @@ class Node:
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         node_id = creds.identity.node_id
-        await self._start_peer_api(nursery, creds, parts, bind, local[1])
-        engines = None
-        if config.engine:
-            engines = EngineService(config.engine, parts.publisher.set_section)
-            await nursery.start(engines.run)  # the first record carries the models
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
             incarnation=incarnation, transport=transport, codec=parts.codec,
@@ -283,11 +204,6 @@ class Node:
             members=membership.members, record_of=parts.roster.records.get,
             allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
         )  # fmt: skip
-        self.task_logs = TaskLogs(
-            node_id, find=leases.find, executor=runner, record_of=parts.roster.records.get,
-            peer_client=lambda: self.peer_client,
-        )  # fmt: skip
-        self.task_logs.register_peer_routes(self.peer_routes)
         codec = parts.codec
 
         parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
@@ -302,18 +218,10 @@ class Node:
                                 if m.node_id != node_id],
             probe_interval=parts.swim_config.probe_interval,
         )  # fmt: skip
-        parts.metrics.register(NodeCollector(MetricSources(
-            node_id=node_id, name=config.name, members=membership.members,
-            awareness=lambda: membership.awareness, swim=membership.statistics,
-            driver=membership.driver_statistics, transport=transport.statistics,
-            traffic=lambda: (codec.bytes_in, codec.bytes_out),
-            auth_drops=codec.auth.drops.as_dict, record_drops=parts.roster.records.drops.as_dict,
-            gpu_report=lambda: parts.gpus.report, event_counts=lambda: parts.events.counts,
-            events_dropped=lambda: parts.events.dropped,
-        )))  # fmt: skip
+        parts.register_metrics(node_id, config.name, membership, transport)
         self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
         self.observe_app = make_observe_app(self.observe)
-        api = ApiService(config.api_socket, _Backend(self), extra=self.observe_app)
+        api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
 
         def stop_api() -> None:
             parts.events.close()  # open event streams end now, not at the grace timeout
@@ -348,18 +256,28 @@ class Node:
         await nursery.start(leases.run, lease_events)
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
-        await self._start_inference(nursery, creds, parts, membership, engines)
+        http = functools.partial(self._start_http, nursery, creds, parts, membership, bind)
+        serves_inference = bool(config.engine or config.api_listen)
+        if serves_inference:  # when the API answers, so does the inference API
+            await http(local[1])
         try:
             await nursery.start(api.run)
         except OSError as exc:
             raise NodeStartError(
                 f"cannot create the API socket {config.api_socket}: {exc}"
             ) from None
-        # The API answers from here. The GPU probe (and its imports) is off that path;
-        # joining waits for its first report (bounded: a wedged driver must not hold the
-        # node out of the mesh), so the record the mesh first hears carries the GPUs.
+        # The API answers from here. What it does not need is imported and started
+        # after: the GPU probe, then (without --engine or --api-listen) node-to-node
+        # HTTP (the inference package, httpx). Joining waits for both (the GPU report
+        # bounded: a wedged driver must not hold the node out of the mesh), so the
+        # record the mesh first hears carries the GPUs, the peer port and the models.
         nursery.start_soon(parts.gpus.run)
-        nursery.start_soon(_join_once_probed, parts.gpus, discovery, discovery_events)
+        if not serves_inference:
+            await http(local[1])
+        join = functools.partial(discovery.run, after=parts.gpus.ready)
+        nursery.start_soon(
+            functools.partial(join, wait_max=GPU_FIRST_REPORT_WAIT), discovery_events
+        )
         await nursery.start(parts.revocations.run)
         await nursery.start(parts.certificate.run)
         fingerprint = cluster_fingerprint(creds.authority_key)
@@ -379,110 +297,36 @@ class Node:
             preset=config.preset, api=str(config.api_socket),
         )  # fmt: skip
 
-    async def _start_peer_api(
-        self, nursery: trio.Nursery, creds: Credentials, parts: _Parts, bind: str, port: int
-    ) -> None:
-        """The peer API on the bind address; its port goes into the record (section
-        ``peer``) before the first record is signed."""
-        config = self.config
-        # Default: the swim port + 1, or the kernel's choice when that is taken (the
-        # port is advertised in the record, so any port works) or the swim port is 0.
-        explicit = config.peer_port is not None
-        wanted = (
-            config.peer_port
-            if config.peer_port is not None
-            else ((port + 1) % 0x10000 if config.port else 0)
-        )
-        node_id = creds.identity.node_id
-        verifier = PeerCallVerifier(parts.envelope_keys, node_id, clock=time.time)
-        bound: int | None = None
-        for attempt in (wanted, 0):
-            api = self.peer_api = PeerApi(verifier, self.peer_routes, host=bind, port=attempt)
-            try:
-                bound = await nursery.start(api.run)
-                break
-            except (OSError, BaseExceptionGroup) as exc:
-                error = _os_error(exc)
-                if error is None:
-                    raise
-                if explicit or attempt == 0:
-                    raise NodeStartError(
-                        f"cannot listen for peer calls on {bind} port {attempt}: {error.strerror}"
-                        " (pick another with --peer-port; 0 lets the kernel choose)"
-                    ) from None
-        assert bound is not None
-        await parts.publisher.set_section("peer", {"port": bound})
-        self.peer_client = PeerClient(
-            PeerCallSigner(creds.identity, creds.certificate, clock=time.time)
-        )
-
-    async def _start_inference(
+    async def _start_http(
         self,
         nursery: trio.Nursery,
         creds: Credentials,
-        parts: _Parts,
+        parts: NodeParts,
         membership: MembershipService,
-        engines: EngineService | None,
+        bind: str,
+        port: int,
     ) -> None:
-        """The inference service: peer routes always (so members can use our engines),
-        the public API when ``--api-listen`` is given."""
-        config = self.config
-        node_id = creds.identity.node_id
-        roster = parts.roster
-        listen = parse_api_listen(config.api_listen) if config.api_listen else None
-        keys = None
-        if listen is not None:
-            required = config.require_api_keys or listen[0] not in ("127.0.0.1", "::1")
-            keys = ApiKeyChecker(creds.authority_key, revocations=creds.revocations,
-                                 required=required, clock=trio.current_time)  # fmt: skip
-            parts.revocations.on_change(keys.update_revocations)
+        """Task logs from any node, the peer API, the engines and the inference service."""
+        await import_in_thread(  # off the loop: the API and pings are answered meanwhile
+            "populi_p2p.services.inference_host", "populi_p2p.services.task_logs"
+        )
+        from .services.inference_host import InferenceHost
+        from .services.task_logs import TaskLogs
 
-        def view() -> list[Candidate]:
-            out = []
-            for m in membership.members():
-                record = roster.records.get(m.name)
-                if record is None or roster.unverified_reason(m.name) is not None:
-                    continue
-                models = record.sections.get("models") or {}
-                out.append(Candidate(
-                    node_id=m.name, name=record.name, state=m.state.name.lower(),
-                    draining=record.status is NodeStatus.DRAINING,
-                    models=models if isinstance(models, dict) else {},
-                    rtt=m.rtt, is_self=m.name == node_id,
-                ))  # fmt: skip
-            return out
-
-        def address_of(node: str) -> tuple[str, int] | None:
-            record = roster.records.get(node)
-            peer = record.sections.get("peer") if record is not None else None
-            port = peer.get("port") if isinstance(peer, dict) else None
-            if record is None or not isinstance(port, int):
-                return None
-            return record.address, port
-
-        def state_of(node: str) -> str | None:
-            member = membership.member(node)
-            return None if member is None else member.state.name.lower()
-
-        service = self.inference = InferenceService(
-            node_id, view=view, address_of=address_of, peer_client=self.peer_client,
-            engines=engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
-            state_of=state_of, outcomes=self._lease_outcomes,
+        assert self.executor is not None
+        self.task_logs = TaskLogs(
+            creds.identity.node_id, find=self.leases.find, executor=self.executor,
+            record_of=parts.roster.records.get, peer_client=lambda: self.peer_client,
         )  # fmt: skip
-        service.register_peer_routes(self.peer_routes)
-        if self.observe is not None:  # the dashboard, /metrics and /events on this listener
-            observe = make_observe_app(self.observe, authorize=request_authorizer(keys))
-            service.mount_paths(observe_paths, observe)
-        try:
-            await nursery.start(service.run)
-        except (OSError, BaseExceptionGroup) as exc:
-            error = _os_error(exc)
-            if error is None or listen is None:
-                raise
-            raise NodeStartError(
-                f"cannot listen for the API on {config.api_listen}: {error.strerror}"
-                " (pick another with --api-listen)"
-            ) from None
+        self.task_logs.register_peer_routes(self.peer_routes)
+        host = self.inference_host = InferenceHost(
+            self.config, creds, parts.envelope_keys, parts.publisher, self.peer_routes
+        )
+        await host.start_peer(nursery, bind, port)  # the record gets the port and models
+        await host.start_inference(
+            nursery, members=membership.members, member=membership.member, roster=parts.roster,
+            revocations=parts.revocations, outcomes=self._lease_outcomes, observe=self.observe,
+        )  # fmt: skip
 
     ####################################################################################
     # What the API shows (the public names other code and tests use)
@@ -515,117 +359,31 @@ class Node:
         assert self._parts is not None
         return await self._parts.gpus.probe_now()
 
-    def inference_requests(self) -> dict[str, Any]:
-        """The recent routes of this node's inference API, and its engines."""
-        service = self.inference
-        return {
-            "listening": None if service is None else service.port,
-            "requests": [] if service is None else service.recent_routes(),
-            "engines": [] if service is None else service.engines(),
-        }
+    @property
+    def peer_routes(self) -> PeerRoutes:
+        """Routes of the peer API (signed node-to-node HTTP); services add theirs
+        before `run` (see `PeerRoutes.add`). The inference package is imported here,
+        on first use, so that a node answers its API before it loads."""
+        if self._peer_routes is None:
+            from .inference.peer_api import PeerRoutes
+
+            self._peer_routes = PeerRoutes()
+        return self._peer_routes
+
+    @property
+    def peer_client(self) -> PeerClient | None:
+        """Signed calls to other members' peer APIs (set once `run` has started)."""
+        return None if self.inference_host is None else self.inference_host.peer_client
+
+    @property
+    def inference(self) -> InferenceService | None:
+        """The OpenAI-compatible API and the relay (set once `run` has started)."""
+        return None if self.inference_host is None else self.inference_host.inference
 
     def request_leave(self) -> None:
         """Start a graceful leave (API or signal); `run` then returns."""
         if self._lifecycle is not None:
             self._lifecycle.request_leave()
-
-
-class _Backend:
-    """The API's view of the node (`api.ApiBackend`)."""
-
-    def __init__(self, node: Node) -> None:
-        self._node = node
-
-    def status(self) -> dict[str, Any]:
-        return self._node.status()
-
-    def members(self) -> list[dict[str, Any]]:
-        return self._node.member_rows()
-
-    def gpus(self) -> dict[str, Any]:
-        return self._node.gpus()
-
-    async def probe_gpus(self) -> dict[str, Any]:
-        return await self._node.probe_gpus()
-
-    def request_leave(self) -> None:
-        self._node.request_leave()
-
-    # The tasks part of the API (`api.TaskBackend`).
-
-    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return await self._node.leases.submit(spec)
-
-    def tasks(self) -> list[dict[str, Any]]:
-        return self._node.leases.rows()
-
-    def task(self, task_id: str) -> dict[str, Any]:
-        return self._node.leases.detail(task_id)
-
-    def explain(self, task_id: str) -> dict[str, Any]:
-        return self._node.leases.explain(task_id)
-
-    async def cancel(self, task_id: str) -> dict[str, Any]:
-        return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
-
-    async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
-        assert self._node.task_logs is not None
-        return await self._node.task_logs.read(task_id, stream, offset)
-
-    async def drain(self, handoff: bool) -> dict[str, Any]:
-        return await self._node.leases.drain(handoff)
-
-    async def undrain(self) -> dict[str, Any]:
-        return await self._node.leases.undrain()
-
-    def extra_routes(self) -> dict[str, tuple[str, Any]]:
-        return {"/v1/inference/requests": ("GET", self._node.inference_requests)}
-
-
-async def _join_once_probed(
-    gpus: GpuService, discovery: Discovery, events: trio.MemoryReceiveChannel[Event]
-) -> None:
-    with trio.move_on_after(GPU_FIRST_REPORT_WAIT):
-        await gpus.ready.wait()
-    await discovery.run(events)
-
-
-def _os_error(exc: BaseException) -> OSError | None:
-    """The first `OSError` in `exc` (itself, or a leaf of an exception group)."""
-    pending = [exc]
-    while pending:
-        current = pending.pop(0)
-        if isinstance(current, OSError):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-    return None
-
-
-def _start_error(group: BaseExceptionGroup[BaseException]) -> NodeStartError | None:
-    """The one line to show for a start-up that failed inside the nursery, if any.
-
-    A service that cannot start raises `NodeStartError`, or an `OSError` from a library
-    (hypercorn binding the socket): either becomes one line. Anything else is a bug and
-    is left to propagate.
-    """
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        else:
-            leaves.append(exc)
-    for exc in leaves:
-        if isinstance(exc, NodeStartError):
-            return exc
-    for exc in leaves:
-        if isinstance(exc, OSError):
-            return NodeStartError(
-                describe_os_error(exc, "start-up", "check --state-dir, --bind and --port")
-            )
-    return None
 
 
 def run_node(config: NodeConfig) -> None:

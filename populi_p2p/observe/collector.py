@@ -10,10 +10,9 @@ names follow Prometheus conventions: a ``populi_`` prefix, the unit in the name,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from typing import Any, Final
 
-import attrs
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -21,12 +20,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from overlay.transport import TransportStatistics
-from swim import Member, MembershipStatistics, MemberState
+from swim import MemberState
 
-from ..driver import DriverStatistics
+from .sources import MetricSources
 
-__all__ = ["RTT_BUCKETS", "MetricSources", "NodeCollector"]
+__all__ = ["RTT_BUCKETS", "MetricSources", "NodeCollector"]  # MetricSources: re-exported
 
 #: Upper bounds (seconds) of the member RTT buckets: loopback to intercontinental.
 RTT_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -41,30 +39,6 @@ _SWIM_DROPS: Final = (
     "dropped_malformed", "dropped_out_of_range", "dropped_invalid", "dropped_misdirected",
     "dropped_indirect_full",
 )  # fmt: skip
-
-
-@attrs.frozen
-class MetricSources:
-    """The read-only queries the collector calls; each is a service's own snapshot."""
-
-    node_id: str
-    name: str
-    members: Callable[[], Sequence[Member]]
-    awareness: Callable[[], int]
-    swim: Callable[[], MembershipStatistics]
-    driver: Callable[[], DriverStatistics]
-    transport: Callable[[], TransportStatistics]
-    #: (bytes in, bytes out) through the packet codec.
-    traffic: Callable[[], tuple[int, int]]
-    #: Packets refused by the authentication envelope, by reason.
-    auth_drops: Callable[[], Mapping[str, int]]
-    #: Member records refused, by reason.
-    record_drops: Callable[[], Mapping[str, int]]
-    #: This node's latest `GpuReport`, or None before the first probe.
-    gpu_report: Callable[[], Any]
-    #: Events published by kind, and events subscribers lost.
-    event_counts: Callable[[], Mapping[str, int]] = dict
-    events_dropped: Callable[[], int] = lambda: 0
 
 
 class NodeCollector(Collector):

@@ -19,14 +19,15 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any, Final, Protocol
 
 import trio
 
+from .._asgi import AsgiApp, Receive, Scope, Send, lifespan, send_body, send_json
 from .events import EventService
-from .metrics import CONTENT_TYPE
+from .metrics import content_type
 
 __all__ = [
     "LIVE_MARK",
@@ -40,11 +41,6 @@ __all__ = [
     "sse_frame",
 ]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: Whether a request may see the observability routes (True) or gets 401 (False).
 Authorize = Callable[[Scope], bool | Awaitable[bool]]
 
@@ -96,22 +92,11 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
 async def _respond(
     send: Send, status: int, body: bytes, content_type: str, head: bool = False
 ) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", content_type.encode()),
-                (b"content-length", str(len(body)).encode()),
-                *_SECURITY_HEADERS,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": b"" if head else body})
+    await send_body(send, status, body, content_type, headers=_SECURITY_HEADERS, head=head)
 
 
 async def _json(send: Send, status: int, body: object) -> None:
-    await _respond(send, status, json.dumps(body, sort_keys=True).encode(), "application/json")
+    await send_json(send, status, body, headers=_SECURITY_HEADERS)
 
 
 def sse_frame(event: dict[str, Any]) -> bytes:
@@ -169,13 +154,8 @@ def make_observe_app(backend: ObserveBackend, *, authorize: Authorize | None = N
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # served on its own, the server asks this first
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         if authorize is not None:
@@ -202,7 +182,7 @@ def make_observe_app(backend: ObserveBackend, *, authorize: Authorize | None = N
                 else:
                     await _respond(send, 200, asset[0], asset[1], head)
             elif path == "/metrics":
-                await _respond(send, 200, backend.metrics(), CONTENT_TYPE, head)
+                await _respond(send, 200, backend.metrics(), content_type(), head)
             elif path == "/api/mesh":
                 await _json(send, 200, backend.mesh())
             elif path == "/events":

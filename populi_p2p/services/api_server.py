@@ -10,7 +10,8 @@ from pathlib import Path
 
 import trio
 
-from ..api import ApiBackend, AsgiApp, make_app, serve_api
+from .._asgi import AsgiApp
+from ..api import ApiBackend, make_app, serve_api
 from ..observe.web import mount
 
 __all__ = ["ApiService"]

@@ -106,8 +106,16 @@ class Discovery:
         self,
         events: trio.MemoryReceiveChannel[Event],
         *,
+        after: trio.Event | None = None,
+        wait_max: float = 0.0,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """Join, then follow the membership. With `after`, joining waits for that event
+        first, at most `wait_max` seconds (the node's first GPU report: the record the
+        mesh first hears carries the GPUs; a wedged driver must not hold us out)."""
+        if after is not None:
+            with trio.move_on_after(wait_max):
+                await after.wait()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.bootstrapper.run)
             task_status.started()

@@ -12,6 +12,8 @@ from typing import Any, Final
 
 import trio
 
+from ._lazy import import_in_thread
+
 __all__ = ["GPU_PROBE_WAIT_MAX", "GpuService"]
 
 #: Longest ``POST /v1/gpus/probe`` waits for the re-probe it asked for, seconds.
@@ -43,6 +45,8 @@ class GpuService:
         self._monitor: Any = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # Off the loop (pings are answered meanwhile); `gpu` itself loads lazily.
+        await import_in_thread("populi_p2p.gpu._monitor", "populi_p2p.gpu._labels")
         from ..gpu import CapacityPolicy, GpuMonitor, parse_declared
 
         self._monitor = GpuMonitor(

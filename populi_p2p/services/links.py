@@ -17,7 +17,6 @@ import trio
 from overlay.base import Address, format_address
 from overlay.peerpaths import PathHealth
 from swim import (
-    AppMessage,
     Event,
     MemberFailed,
     MemberJoined,
@@ -29,6 +28,7 @@ from swim import (
 )
 
 from .._log import event, get_logger
+from ._member_events import other_member, serve_events
 from .codec import AuthCodec
 
 __all__ = ["LINK_CHECK_INTERVAL", "LinkService"]
@@ -82,10 +82,8 @@ class LinkService:
             introductions.introduce_to_everyone(self._clock())
             event(_log, 30, "self.refuted", incarnation=ev.incarnation)
             return
-        if isinstance(ev, AppMessage):
-            return  # the application channel's, not a member's
-        member = ev.member
-        if member.name == self._node_id:
+        member = other_member(ev, self._node_id)
+        if member is None:
             return
         self._codec.recipients[member.address] = member.name
         if isinstance(ev, MemberJoined | MemberRecovered | MemberUpdated):
@@ -124,13 +122,7 @@ class LinkService:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._check_periodically)
-            task_status.started()
-            async for ev in events:
-                self.on_event(ev)
-
-    async def _check_periodically(self) -> None:
-        while True:
-            await trio.sleep(LINK_CHECK_INTERVAL)
-            self.check()
+        await serve_events(
+            events, self.on_event, every=LINK_CHECK_INTERVAL, check=self.check,
+            task_status=task_status,
+        )  # fmt: skip

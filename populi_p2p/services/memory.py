@@ -20,6 +20,7 @@ from swim import Event, IncarnationExhausted, SelfRefuted
 
 from .._log import event, get_logger
 from ..store import KnownMember, MemberStore, StoreError
+from ._member_events import serve_events
 
 __all__ = ["FLUSH_INTERVAL", "StoreService"]
 
@@ -92,20 +93,17 @@ class StoreService:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._flush_periodically)
-            task_status.started()
-            async for ev in events:
-                if isinstance(ev, SelfRefuted) and self._store is not None:
-                    try:
-                        if isinstance(ev, IncarnationExhausted):
-                            self._store.reset_incarnation(ev.incarnation)  # a new session
-                        else:
-                            self._store.save_incarnation(ev.incarnation)
-                    except StoreError as exc:
-                        event(_log, 30, "store.write_failed", reason=str(exc))
+        await serve_events(
+            events, self._on_event, every=FLUSH_INTERVAL, check=self.flush,
+            task_status=task_status,
+        )  # fmt: skip
 
-    async def _flush_periodically(self) -> None:
-        while True:
-            await trio.sleep(FLUSH_INTERVAL)
-            self.flush()
+    def _on_event(self, ev: Event) -> None:
+        if isinstance(ev, SelfRefuted) and self._store is not None:
+            try:
+                if isinstance(ev, IncarnationExhausted):
+                    self._store.reset_incarnation(ev.incarnation)  # a new session
+                else:
+                    self._store.save_incarnation(ev.incarnation)
+            except StoreError as exc:
+                event(_log, 30, "store.write_failed", reason=str(exc))

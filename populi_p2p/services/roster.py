@@ -17,7 +17,6 @@ import trio
 
 from overlay.base import format_address
 from swim import (
-    AppMessage,
     Event,
     Member,
     MemberFailed,
@@ -27,7 +26,6 @@ from swim import (
     MemberState,
     MemberSuspected,
     MemberUpdated,
-    SelfRefuted,
 )
 
 from .._log import event, get_logger
@@ -35,6 +33,7 @@ from ..record import NodeRecord
 from ..record_book import RecordBook
 from ..revocation import RevocationList
 from ..store import KnownMember
+from ._member_events import other_member, serve_events
 from .membership import MembershipService
 
 __all__ = ["REVALIDATE_INTERVAL", "Roster"]
@@ -112,28 +111,21 @@ class Roster:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._revalidate)
-            task_status.started()
-            async for ev in events:
-                self.on_event(ev)
+        await serve_events(
+            events, self.on_event, every=REVALIDATE_INTERVAL, check=self._revalidate,
+            task_status=task_status,
+        )  # fmt: skip
 
-    async def _revalidate(self) -> None:
-        while True:
-            await trio.sleep(REVALIDATE_INTERVAL)
-            for node_id in self.records.revalidate(self._clock()):
-                event(_log, 30, "record.expired", id=node_id)
+    def _revalidate(self) -> None:
+        for node_id in self.records.revalidate(self._clock()):
+            event(_log, 30, "record.expired", id=node_id)
 
     ####################################################################################
     # Events
 
     def on_event(self, ev: Event) -> None:
-        if isinstance(ev, SelfRefuted):
-            return
-        if isinstance(ev, AppMessage):
-            return  # the application channel's, not a member's
-        member = ev.member
-        if member.name == self.node_id:
+        member = other_member(ev, self.node_id)
+        if member is None:
             return
         record = self._verify(member)
         name = record.name if record is not None else self._names.get(member.name, "?")

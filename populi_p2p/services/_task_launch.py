@@ -1,0 +1,143 @@
+"""`TaskLauncher`: a task's directories, log files, cgroup or rlimits, and its process.
+
+The task runs through `_task_wrapper` (which joins the cgroup, makes the network
+namespace, sets rlimits and drops to the task user, then execs the command) as its own
+session and process group, in ``tasks_dir/<task_id>/<epoch>/work``, with its stdout
+and stderr in files beside that directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from . import _task_wrapper
+from ._cgroup import CgroupParent
+from ._task_record import StartFailed, TaskRecord
+
+__all__ = ["WRAPPER", "TaskLauncher"]
+
+WRAPPER: Final = str(Path(_task_wrapper.__file__).resolve())
+_DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_STATUS_BYTES_MAX: Final = 2048
+_SPEC_BYTES_MAX: Final = 60_000  # below a pipe's buffer: written whole before the spawn
+
+
+class TaskLauncher:
+    """Prepares and spawns tasks as the task user (`uid`/`gid`; None: stay who we are).
+
+    ``cgroup`` is set by the executor once it has probed for cgroup v2 (None: rlimits).
+    """
+
+    def __init__(self, uid: int | None, gid: int | None) -> None:
+        self._uid, self._gid = uid, gid
+        self.cgroup: CgroupParent | None = None
+
+    def prepare(self, task: TaskRecord) -> None:
+        """Make the epoch's directory, the work dir for the task user, and the log files.
+
+        Raises:
+            StartFailed: the epoch already ran here, or a directory, file or cgroup
+                could not be made.
+        """
+        try:
+            task.epoch_dir.parent.mkdir(mode=0o711, exist_ok=True)
+            task.epoch_dir.mkdir(mode=0o711)
+            # Traverse-only for the task user, whatever the daemon's umask.
+            task.epoch_dir.parent.chmod(0o711)
+            task.epoch_dir.chmod(0o711)
+        except FileExistsError as exc:
+            where = f"epoch {task.epoch} of task {task.task_id}"
+            raise StartFailed(f"{where} already ran here") from exc
+        except OSError as exc:
+            raise StartFailed(f"cannot make {task.epoch_dir}: {exc.strerror}") from exc
+        try:
+            work = task.epoch_dir / "work"
+            work.mkdir(mode=0o700)
+            work.chmod(0o700)
+            if self._uid is not None and self._gid is not None:
+                os.chown(work, self._uid, self._gid)
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            task.out_fd = os.open(task.epoch_dir / "stdout", flags, 0o600)
+            task.err_fd = os.open(task.epoch_dir / "stderr", flags, 0o600)
+        except OSError as exc:
+            raise StartFailed(f"cannot prepare {task.epoch_dir}: {exc.strerror}") from exc
+        if self.cgroup is not None:
+            try:
+                task.cgroup = self.cgroup.create(f"task-{task.task_id}-{task.epoch}")
+                task.cgroup.limit(task.memory, task.spec.requirements.cpu_cores)
+            except OSError as exc:
+                raise StartFailed(f"cannot make the task's cgroup: {exc.strerror}") from exc
+        elif task.memory is not None and not task.gpu_uuids:
+            # CUDA reserves far more address space than it touches: no RLIMIT_AS for GPU
+            # tasks; the watchdog still bounds their resident memory.
+            task.rlimit_as = task.memory
+
+    async def spawn(self, task: TaskRecord) -> None:
+        """Start the wrapper with the task's instructions on a pipe.
+
+        Raises:
+            StartFailed: the instructions are too large, or the wrapper cannot start.
+        """
+        work = task.epoch_dir / "work"
+        env = {"PATH": os.environ.get("PATH", _DEFAULT_PATH), "HOME": str(work), "LANG": "C.UTF-8"}
+        env.update(task.spec.env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(task.gpu_uuids)
+        env["POPULI_TASK_ID"] = task.task_id
+        env["POPULI_TASK_EPOCH"] = str(task.epoch)
+        instructions = {
+            "argv": list(task.spec.command),
+            "env": env,
+            "cgroup": str(task.cgroup.path) if task.cgroup is not None else None,
+            "no_network": task.no_network,
+            "rlimit_as": task.rlimit_as,
+            "rlimit_cpu": math.ceil(task.cpu_time),
+            "uid": self._uid,
+            "gid": self._gid,
+        }
+        payload = json.dumps(instructions).encode()
+        if len(payload) > _SPEC_BYTES_MAX:
+            raise StartFailed("the command and environment are too large to start")
+        spec_r, spec_w = os.pipe()
+        status_r, status_w = os.pipe()
+        try:
+            os.write(spec_w, payload)
+            os.close(spec_w)
+            task.process = await trio.lowlevel.open_process(
+                [sys.executable, "-I", "-S", WRAPPER, str(spec_r), str(status_w)],
+                stdin=subprocess.DEVNULL,
+                stdout=task.out_fd,
+                stderr=task.err_fd,
+                start_new_session=True,
+                pass_fds=(spec_r, status_w),
+                env={},
+                cwd=work,
+            )
+        except OSError as exc:
+            os.close(status_r)
+            raise StartFailed(f"cannot start the task wrapper: {exc.strerror}") from exc
+        finally:
+            os.close(spec_r)
+            os.close(status_w)
+        task.status_fd = status_r
+
+    @staticmethod
+    async def read_status(task: TaskRecord) -> bytes:
+        """Empty once the command was exec'd; else the wrapper's one-line reason."""
+        message = b""
+        assert task.status_fd is not None
+        fd, task.status_fd = task.status_fd, None  # the stream owns (and closes) it now
+        async with trio.lowlevel.FdStream(fd) as stream:
+            while len(message) < _STATUS_BYTES_MAX:
+                chunk = await stream.receive_some(_STATUS_BYTES_MAX)
+                if not chunk:
+                    break
+                message += chunk
+        return message[:_STATUS_BYTES_MAX]

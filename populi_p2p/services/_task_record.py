@@ -1,0 +1,109 @@
+"""`TaskRecord`: the executor's mutable record of one task, and what is read from it.
+
+The supervisor, the launcher and the service share this record; nothing outside the
+executor sees it (`RunningTask` and `TaskExited` are the frozen views handed out).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import attrs
+import trio
+
+from ..leases import TaskSpec
+from ._cgroup import TaskCgroup
+from ._task_types import RunningTask, TaskExited
+
+__all__ = ["StartFailed", "TaskRecord", "memory_detail", "tail"]
+
+
+class StartFailed(Exception):
+    """The task cannot start; the message is the one line the result carries."""
+
+
+@attrs.define
+class TaskRecord:
+    """One task from `start` until its end is reported (never handed out)."""
+
+    task_id: str
+    epoch: int
+    spec: TaskSpec
+    gpu_uuids: list[str]
+    no_network: bool
+    memory: int | None
+    cpu_time: float
+    started_at: float
+    epoch_dir: Path
+    process: trio.Process | None = None
+    cgroup: TaskCgroup | None = None
+    out_fd: int | None = None
+    err_fd: int | None = None
+    status_fd: int | None = None
+    reason: str | None = None
+    detail: str = ""
+    rlimit_as: int | None = None
+    stop_requested: trio.Event = attrs.field(factory=trio.Event)
+
+    def request(self, reason: str, detail: str) -> None:
+        """The first reason to stop wins; later ones are ignored."""
+        if self.reason is None:
+            self.reason, self.detail = reason, detail
+            self.stop_requested.set()
+
+    def exited(self, reason: str, detail: str, tail_bytes: int) -> TaskExited:
+        """The task's end as reported, with the last `tail_bytes` of each stream."""
+        code = self.process.returncode if self.process is not None else None
+        return TaskExited(
+            task_id=self.task_id,
+            epoch=self.epoch,
+            exit_code=code,
+            reason=reason,
+            stdout_tail=tail(self.out_fd, tail_bytes),
+            stderr_tail=tail(self.err_fd, tail_bytes),
+            started_at=self.started_at,
+            ended_at=time.time(),
+            detail=detail,
+        )
+
+    def release(self) -> None:
+        """Close our files and remove the cgroup (once the end is decided)."""
+        for fd in (self.out_fd, self.err_fd, self.status_fd):
+            if fd is not None:
+                os.close(fd)
+        self.out_fd = self.err_fd = self.status_fd = None
+        if self.cgroup is not None:
+            self.cgroup.kill()
+            self.cgroup.remove()
+
+    def view(self, user: str) -> RunningTask:
+        """What `ExecutorService.running()` shows for this task."""
+        return RunningTask(
+            task_id=self.task_id,
+            epoch=self.epoch,
+            pid=self.process.pid if self.process is not None else None,
+            started_at=self.started_at,
+            workdir=str(self.epoch_dir / "work"),
+            memory_limit=self.memory,
+            cpu_time_limit=self.cpu_time,
+            no_network=self.no_network,
+            user=user,
+            limiter="cgroup" if self.cgroup is not None else "rlimit",
+        )
+
+
+def tail(fd: int | None, n: int) -> bytes:
+    """The last `n` bytes of an open file, read at an offset (our own fd: no path races)."""
+    if fd is None or n == 0:
+        return b""
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, n, max(0, size - n))
+    except OSError:
+        return b""
+
+
+def memory_detail(memory: int | None) -> str:
+    return f"used more than its memory limit of {memory} bytes"

@@ -1,0 +1,74 @@
+"""`NodeBackend`: the control API's view of the node (`api.ApiBackend`, `api.TaskBackend`).
+
+It only forwards to the node's public queries and commands, so the API app stays
+testable without a daemon and the node keeps one place that says what the API shows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["NodeBackend"]
+
+
+class NodeBackend:
+    """Forwards each API call to `node` (status, members, GPUs, leave, tasks, logs)."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def status(self) -> dict[str, Any]:
+        return self._node.status()
+
+    def members(self) -> list[dict[str, Any]]:
+        return self._node.member_rows()
+
+    def gpus(self) -> dict[str, Any]:
+        return self._node.gpus()
+
+    async def probe_gpus(self) -> dict[str, Any]:
+        return await self._node.probe_gpus()
+
+    def request_leave(self) -> None:
+        self._node.request_leave()
+
+    # The tasks part of the API (`api.TaskBackend`).
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return await self._node.leases.submit(spec)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return self._node.leases.rows()
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self._node.leases.detail(task_id)
+
+    def explain(self, task_id: str) -> dict[str, Any]:
+        return self._node.leases.explain(task_id)
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
+
+    async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
+        if self._node.task_logs is None:  # for a moment after the API first answers
+            raise LookupError("the node is still starting; try again in a second")
+        return await self._node.task_logs.read(task_id, stream, offset)
+
+    async def drain(self, handoff: bool) -> dict[str, Any]:
+        return await self._node.leases.drain(handoff)
+
+    async def undrain(self) -> dict[str, Any]:
+        return await self._node.leases.undrain()
+
+    def extra_routes(self) -> dict[str, tuple[str, Any]]:
+        return {"/v1/inference/requests": ("GET", self._inference_requests)}
+
+    def _inference_requests(self) -> dict[str, Any]:
+        """The recent routes of this node's inference API, and its engines."""
+        host = self._node.inference_host
+        if host is None:  # for a moment after the API first answers
+            return {"listening": None, "requests": [], "engines": []}
+        return host.requests()

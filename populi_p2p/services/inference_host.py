@@ -1,0 +1,211 @@
+"""The inference host: the node's HTTP between members and to clients, wired in one place.
+
+Three services from `populi_p2p.inference` (docs/inference.md), constructed here as the
+node always has:
+
+- the peer API (signed node-to-node HTTP, ``--peer-port``): its port goes into the
+  record's ``peer`` section; other services add routes to `peer_routes` and call
+  members with `peer_client`;
+- the engines (``--engine``): their models go into the record's ``models`` section;
+- the inference service: the OpenAI-compatible API on ``--api-listen`` (only when
+  given), and the peer routes that let members use our engines. Its route view is read
+  from the membership and the roster's verified records; the lease table's outcomes are
+  its reliability evidence.
+
+Commands out: `RecordPublisher.set_section` (``peer``, ``models``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from swim import Member
+
+from ..config import NodeConfig, parse_api_listen
+from ..envelope_keys import EnvelopeKeys
+from ..inference.engines import EngineService
+from ..inference.keys import ApiKeyChecker, request_authorizer
+from ..inference.peer_api import PeerApi, PeerRoutes
+from ..inference.peer_auth import PeerCallSigner, PeerCallVerifier
+from ..inference.peer_client import PeerClient
+from ..inference.route import Candidate
+from ..inference.service import InferenceService
+from ..leases.reliability import Outcome
+from ..observe import ObserveView
+from ..observe.web import handles as observe_paths
+from ..observe.web import make_observe_app
+from ..record import NodeStatus
+from .credentials import Credentials
+from .errors import NodeStartError, first_os_error
+from .publisher import RecordPublisher
+from .revocations import RevocationService
+from .roster import Roster
+
+__all__ = ["InferenceHost"]
+
+
+class InferenceHost:
+    """Starts the peer API and the engines (`start_peer`), then the inference service
+    (`start_inference`), in the node's nursery.
+
+    Args:
+        config: the node's configuration (``peer_port``, ``engine``, ``api_listen``...).
+        creds: our identity, certificate and the authority key.
+        envelope_keys: who may call us (the same keys that open packets).
+        publisher: where the ``peer`` and ``models`` sections go.
+        peer_routes: the peer API's routes, which other services fill before the start.
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        creds: Credentials,
+        envelope_keys: EnvelopeKeys,
+        publisher: RecordPublisher,
+        peer_routes: PeerRoutes,
+    ) -> None:
+        self._config = config
+        self._creds = creds
+        self._envelope_keys = envelope_keys
+        self._publisher = publisher
+        self._peer_routes = peer_routes
+        self.peer_api: PeerApi | None = None
+        #: Signed calls to other members' peer APIs (set by `start_peer`).
+        self.peer_client: PeerClient | None = None
+        self.engines: EngineService | None = None
+        #: The OpenAI-compatible API and the relay (set by `start_inference`).
+        self.inference: InferenceService | None = None
+
+    async def start_peer(self, nursery: trio.Nursery, bind: str, port: int) -> None:
+        """The peer API on the bind address, then the engines: the first record
+        carries the peer port and the models.
+
+        Raises:
+            NodeStartError: the peer port cannot be bound.
+        """
+        await self._start_peer_api(nursery, bind, port)
+        if self._config.engine:
+            self.engines = EngineService(self._config.engine, self._publisher.set_section)
+            await nursery.start(self.engines.run)
+
+    async def _start_peer_api(self, nursery: trio.Nursery, bind: str, port: int) -> None:
+        config = self._config
+        # Default: the swim port + 1, or the kernel's choice when that is taken (the
+        # port is advertised in the record, so any port works) or the swim port is 0.
+        explicit = config.peer_port is not None
+        wanted = (
+            config.peer_port
+            if config.peer_port is not None
+            else ((port + 1) % 0x10000 if config.port else 0)
+        )
+        node_id = self._creds.identity.node_id
+        verifier = PeerCallVerifier(self._envelope_keys, node_id, clock=time.time)
+        bound: int | None = None
+        for attempt in (wanted, 0):
+            api = self.peer_api = PeerApi(verifier, self._peer_routes, host=bind, port=attempt)
+            try:
+                bound = await nursery.start(api.run)
+                break
+            except (OSError, BaseExceptionGroup) as exc:
+                error = first_os_error(exc)
+                if error is None:
+                    raise
+                if explicit or attempt == 0:
+                    raise NodeStartError(
+                        f"cannot listen for peer calls on {bind} port {attempt}: {error.strerror}"
+                        " (pick another with --peer-port; 0 lets the kernel choose)"
+                    ) from None
+        assert bound is not None
+        await self._publisher.set_section("peer", {"port": bound})
+        self.peer_client = PeerClient(
+            PeerCallSigner(self._creds.identity, self._creds.certificate, clock=time.time)
+        )
+
+    async def start_inference(
+        self,
+        nursery: trio.Nursery,
+        *,
+        members: Callable[[], list[Member]],
+        member: Callable[[str], Member | None],
+        roster: Roster,
+        revocations: RevocationService,
+        outcomes: Callable[[], list[Outcome] | None],
+        observe: ObserveView | None,
+    ) -> None:
+        """The inference service: peer routes always (so members can use our engines),
+        the public API when ``--api-listen`` is given, with the observe routes on it.
+
+        Raises:
+            NodeStartError: the ``--api-listen`` address cannot be bound.
+        """
+        config = self._config
+        creds = self._creds
+        node_id = creds.identity.node_id
+        listen = parse_api_listen(config.api_listen) if config.api_listen else None
+        keys = None
+        if listen is not None:
+            required = config.require_api_keys or listen[0] not in ("127.0.0.1", "::1")
+            keys = ApiKeyChecker(creds.authority_key, revocations=creds.revocations,
+                                 required=required, clock=trio.current_time)  # fmt: skip
+            revocations.on_change(keys.update_revocations)
+
+        def view() -> list[Candidate]:
+            out = []
+            for m in members():
+                record = roster.records.get(m.name)
+                if record is None or roster.unverified_reason(m.name) is not None:
+                    continue
+                models = record.sections.get("models") or {}
+                out.append(Candidate(
+                    node_id=m.name, name=record.name, state=m.state.name.lower(),
+                    draining=record.status is NodeStatus.DRAINING,
+                    models=models if isinstance(models, dict) else {},
+                    rtt=m.rtt, is_self=m.name == node_id,
+                ))  # fmt: skip
+            return out
+
+        def address_of(node: str) -> tuple[str, int] | None:
+            record = roster.records.get(node)
+            peer = record.sections.get("peer") if record is not None else None
+            port = peer.get("port") if isinstance(peer, dict) else None
+            if record is None or not isinstance(port, int):
+                return None
+            return record.address, port
+
+        def state_of(node: str) -> str | None:
+            found = member(node)
+            return None if found is None else found.state.name.lower()
+
+        service = self.inference = InferenceService(
+            node_id, view=view, address_of=address_of, peer_client=self.peer_client,
+            engines=self.engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
+            state_of=state_of, outcomes=outcomes,
+        )  # fmt: skip
+        service.register_peer_routes(self._peer_routes)
+        if observe is not None:  # the dashboard, /metrics and /events on this listener
+            service.mount_paths(
+                observe_paths, make_observe_app(observe, authorize=request_authorizer(keys))
+            )
+        try:
+            await nursery.start(service.run)
+        except (OSError, BaseExceptionGroup) as exc:
+            error = first_os_error(exc)
+            if error is None or listen is None:
+                raise
+            raise NodeStartError(
+                f"cannot listen for the API on {config.api_listen}: {error.strerror}"
+                " (pick another with --api-listen)"
+            ) from None
+
+    def requests(self) -> dict[str, Any]:
+        """The recent routes of this node's inference API, and its engines."""
+        service = self.inference
+        return {
+            "listening": None if service is None else service.port,
+            "requests": [] if service is None else service.recent_routes(),
+            "engines": [] if service is None else service.engines(),
+        }
