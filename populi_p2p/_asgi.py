@@ -2,8 +2,8 @@
 and whole-body answers (bytes or JSON).
 
 HTTP itself is hypercorn's; this only speaks ASGI to it. Used by the control API
-(`api.py`) and the observability routes (`observe/web.py`). `inference/_asgi.py` still
-has its own copy of some of these, to be switched over once the inference rewrite lands.
+(`api.py`), the observability routes (`observe/web.py`) and the inference listeners
+(`inference/_asgi.py` adds body limits, streaming and serving on a TCP address).
 Imports nothing beyond the standard library, so the CLI can import `api` cheaply.
 """
 

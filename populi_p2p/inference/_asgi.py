@@ -7,12 +7,13 @@ HTTP itself is hypercorn's; this only speaks ASGI to it.
 from __future__ import annotations
 
 import functools
-import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
+
+from .. import _asgi as _shared
+from .._asgi import AsgiApp, Receive, Scope, Send, lifespan
 
 __all__ = [
     "AsgiApp",
@@ -21,17 +22,12 @@ __all__ = [
     "Scope",
     "Send",
     "header_map",
+    "lifespan",
     "read_body",
     "send_json",
     "send_stream",
     "serve_tcp",
 ]
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class BodyTooLarge(Exception):
@@ -67,20 +63,9 @@ async def read_body(receive: Receive, limit: int) -> bytes:
 async def send_json(
     send: Send, status: int, body: object, headers: dict[str, str] | None = None
 ) -> None:
-    data = json.dumps(body).encode()
+    """The shared JSON answer, with `headers` given as a dict."""
     extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-                *extra,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
+    await _shared.send_json(send, status, body, headers=extra)
 
 
 async def send_stream(
@@ -145,17 +130,6 @@ async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> None:
                     break
             body = parts[0] if len(parts) == 1 else b"".join(parts)
             await send({"type": "http.response.body", "body": body, "more_body": True})
-
-
-async def lifespan(receive: Receive, send: Send) -> None:
-    """Acknowledge hypercorn's lifespan protocol (nothing to set up)."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 async def serve_tcp(
