@@ -21,11 +21,13 @@ Usage::
     python benchmarks/task_bench.py                       # 5 daemons, local preset
     python benchmarks/task_bench.py --sizes 5 20 50 --latency-tasks 20 --throughput-tasks 100
 
-The daemons are started with `benchmarks/mesh_bench.py`'s `Bench` (batches of 10, each
-joining through a member already up). Waits poll the control API with deadlines;
-nothing sleeps for a guessed time. Everything lives in a temporary directory, removed at
-the end; every daemon is killed on the way out. Wall-clock stamps (the task's `date`
-and this script's `time.time()`) are compared on one machine, so they share a clock.
+The daemons are started with `benchmarks/_mesh.py`'s `Mesh`, as `mesh_bench.py` starts
+them (batches of 10, each joining through a member already up). Waits poll the control
+API with deadlines; nothing sleeps for a guessed time. Everything lives in a temporary
+directory, removed at the end; every daemon is killed on the way out. Wall-clock stamps
+(the task's `date` and this script's `time.time()`) are compared on one machine, so
+they share a clock. Under root, tasks run as nobody, so the start-file directory is
+made world-writable (sticky) for them.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from mesh_bench import Bench, Daemon, wait_for  # noqa: E402
+from _mesh import Daemon, Mesh, wait_for  # noqa: E402
 
 from populi_p2p.api import ApiClient, ApiError  # noqa: E402
 from swim import SwimConfig  # noqa: E402
@@ -84,12 +86,15 @@ def percentile(values: list[float], q: float) -> float:
 class TaskBench:
     def __init__(self, root: Path, n: int, preset: str, seed: int) -> None:
         self.root = root
-        self.mesh = Bench(root, n, preset)
+        self.mesh = Mesh(root, n, preset)
         self.n = n
         self.preset = preset
         self.rng = random.Random(seed)
         self.starts = root / "starts"
         self.starts.mkdir()
+        if os.geteuid() == 0:  # tasks then run as nobody: let them reach the start files
+            root.chmod(0o711)
+            self.starts.chmod(0o1777)
         self.killed: set[str] = set()
         self.ack_shortfalls = 0
 
