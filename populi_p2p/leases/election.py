@@ -32,6 +32,34 @@ def should_claim(entry: TaskEntry, me: str, placement: Placement) -> int | None:
     return entry.epoch + 1
 
 
+def claim_wait(
+    me: str,
+    held: Placement,
+    fresh: Placement | None,
+    config: LeaseConfig,
+    fallback_step: float | None = None,
+) -> float | None:
+    """How long after first seeing an epoch unclaimed `me` waits before claiming it, or
+    None: never (someone else should).
+
+    `held` is placed over `LeaseTable.placement_view` (our own lease endings of the last
+    `self_view_lag` hidden: others may not know them yet), `fresh` over the whole table
+    (None when nothing is hidden). Ranked first on the held view: claim now. First only
+    on the fresh view: the others may rank us first (they know our news) or someone
+    else (not yet), so wait `self_view_lag` (the news has spread by then) for a
+    competing claim before claiming: nobody else may be going to claim it.
+    Otherwise, with a `fallback_step`, a node ranked k-th claims after k steps (progress
+    when views disagree so that nobody claims).
+    """
+    if held.chosen == me:
+        return 0.0
+    if fresh is not None and fresh.chosen == me:
+        return config.self_view_lag
+    if fallback_step is not None and me in held.ranked:
+        return held.ranked.index(me) * fallback_step
+    return None
+
+
 def replacement_epoch(entry: TaskEntry, expired: LeaseExpired) -> int | None:
     """The epoch to claim after `expired`, or None if the lease has moved on since."""
     cur = entry.current

@@ -19,7 +19,7 @@ from swim import Member
 
 from .._log import event, get_logger
 from ..leases import LeaseConfig, LeaseTable, TaskEntry
-from ..leases.election import claim_stands
+from ..leases.election import claim_stands, claim_wait
 from ..leases.placement import Placement, committed_resources, failed_nodes, place
 from ..leases.reliability import earned_reliability, prior_reliability
 from ..record import NodeRecord
@@ -62,17 +62,27 @@ class LeaseClaims:
         self.settling: dict[str, tuple[int, float]] = {}  # our claims: epoch, claimed at
         self.why: dict[str, str] = {}  # pending task -> last placement explanation
         self._unclaimed: dict[tuple[str, int], float] = {}  # (task, epoch) -> first seen
+        # Past the wait of a node that ranks itself first only on its fresh view
+        # (`claim_wait`), so that fallback claims rarely meet it.
         self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time)
 
-    def placement(self, entry: TaskEntry, now: float, exclude: set[str]) -> Placement:
-        """Where `entry` should run over our view, preferring nodes it has not failed on."""
+    def placement(
+        self, entry: TaskEntry, now: float, exclude: set[str], *, fresh: bool = False
+    ) -> Placement:
+        """Where `entry` should run over our view, preferring nodes it has not failed on.
+        The view hides our own recent lease endings (`LeaseTable.placement_view`) unless
+        `fresh`."""
         assert entry.spec is not None
-        rel = earned_reliability(self.table.outcomes(), now, self.config)
+        if fresh:
+            view, outcomes = list(self.table), self.table.outcomes()
+        else:
+            view, outcomes = self.table.placement_view(now)
+        rel = earned_reliability(outcomes, now, self.config)
         candidates = build_candidates(
             self._members(), self._record_of, rel, prior_reliability(self.config),
             me=self.me, draining=self._draining(), accepting=entry.spec.submitted_by,
         )  # fmt: skip
-        committed = committed_resources(list(self.table))
+        committed = committed_resources(view)
         failed = failed_nodes(entry)
         p = place(entry.spec, candidates, config=self.config, rng=self._rng,
                   committed=committed, failed_on=failed, exclude=exclude)  # fmt: skip
@@ -90,11 +100,17 @@ class LeaseClaims:
         p = self.placement(entry, now, exclude or set())
         tid = entry.task_id
         self.why[tid] = p.explain() if p.chosen is None else f"placed: {p.explain()}"
-        if self.me not in p.ranked or self._draining() or epoch <= entry.epoch:
+        fresh = None
+        if p.chosen != self.me and self.table.hides(now):
+            fresh = self.placement(entry, now, exclude or set(), fresh=True)
+        wait = claim_wait(self.me, p, fresh, self.config, self._fallback_step)
+        if wait is None or self._draining() or epoch <= entry.epoch:
             return
+        if fresh is not None and fresh.chosen == self.me:
+            p = fresh
         since = self._unclaimed.setdefault((tid, epoch), now)
-        if now - since < p.ranked.index(self.me) * self._fallback_step:
-            self._recheck_at(since + self._fallback_step)
+        if now - since < wait:
+            self._recheck_at(since + wait)
             return
         self._unclaimed.pop((tid, epoch), None)
         delta = self._local(self.table.claim, tid, epoch, p.rank_of(self.me), p.explain(), now)
@@ -103,6 +119,12 @@ class LeaseClaims:
         self.settling[tid] = (epoch, now)
         event(_log, 20, "lease.claimed", task=tid, epoch=epoch)
         await self._gossip(f"l/{tid}/{epoch}", delta)
+
+    def hold(self, until: float) -> None:
+        """Our table was starved (`TableStalled`): start no settling claim before
+        `until`, so the deltas that waited unread meanwhile are merged first."""
+        back = until - self.config.settle_time
+        self.settling = {t: (e, max(at, back)) for t, (e, at) in self.settling.items()}
 
     def settled(self, now: float) -> list[tuple[TaskEntry, int]]:
         """Our claims that stood for ``settle_time`` (to start now); lapsed ones dropped."""

@@ -38,6 +38,7 @@ from ..leases import (
     LeaseEvent,
     LeaseExpired,
     LeaseTable,
+    TableStalled,
     TaskChanged,
     TaskCompacted,
     TaskEntry,
@@ -241,10 +242,12 @@ class LeaseService:
     def _handle(self, events: list[LeaseEvent]) -> None:
         """Events from a remote delta or a sync: queue acks for specs now on disk."""
         for ev in events:
-            spec = ev.entry.spec if isinstance(ev, TaskChanged) else None
+            if not isinstance(ev, TaskChanged):
+                continue
+            spec = ev.entry.spec
             if spec is not None and spec.submitted_by != self.me:
                 self._acks.persisted(ev.task_id)
-            if isinstance(ev, TaskChanged) and ev.entry.needs_owner():
+            if ev.entry.needs_owner():
                 self._place_at = 0.0  # place it now, not at the next interval
         if events:
             self._wake.set()
@@ -275,6 +278,9 @@ class LeaseService:
                 epoch = None if entry is None else replacement_epoch(entry, ev)
                 if entry is not None and epoch is not None:
                     await self._claims.try_claim(entry, epoch, now, exclude={ev.owner})
+            elif isinstance(ev, TableStalled):
+                event(_log, 20, "leases.stalled", gap=round(ev.gap, 3))
+                self._claims.hold(ev.until)
             elif isinstance(ev, TaskCompacted):
                 self._acks.forget(ev.task_id)
                 self._claims.why.pop(ev.task_id, None)
