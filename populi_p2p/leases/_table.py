@@ -404,6 +404,8 @@ class LeaseTable:
             self._stats["stalls"] += 1
             events.append(TableStalled(now - last, until))
         events += self.expired_owners(now, gone)
+        for tid in [t for t, (until, *_) in self._ended.items() if until <= now]:
+            del self._ended[tid]  # bounded even when nothing is placed meanwhile
         keep = self.config.finished_retention
         for tid, since in list(self._finished_since.items()):
             if now - since >= keep:
@@ -430,6 +432,7 @@ class LeaseTable:
         del self._entries[tid]
         del self._changed_at[tid]
         self._seen.pop(tid, None)
+        self._ended.pop(tid, None)
         self._dirty[tid] = None
         self._tombstones[tid] = now
         self._stats["compacted"] += 1
