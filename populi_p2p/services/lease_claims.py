@@ -62,9 +62,10 @@ class LeaseClaims:
         self.settling: dict[str, tuple[int, float]] = {}  # our claims: epoch, claimed at
         self.why: dict[str, str] = {}  # pending task -> last placement explanation
         self._unclaimed: dict[tuple[str, int], float] = {}  # (task, epoch) -> first seen
-        # Past the wait of a node that ranks itself first only on its fresh view
-        # (`claim_wait`), so that fallback claims rarely meet it.
-        self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time)
+        # At least `lease_ttl`: a fallback claim is for views that disagree so that
+        # nobody claims, and a shorter step fired while the first claim was still on
+        # its way to us (2 s under load at 20 daemons): one more start of the epoch.
+        self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time, config.lease_ttl)
 
     def placement(
         self, entry: TaskEntry, now: float, exclude: set[str], *, fresh: bool = False
@@ -117,7 +118,7 @@ class LeaseClaims:
         if delta is None:
             return
         self.settling[tid] = (epoch, now)
-        event(_log, 20, "lease.claimed", task=tid, epoch=epoch)
+        event(_log, 20, "lease.claimed", task=tid, epoch=epoch, waited=round(now - since, 3))
         await self._gossip(f"l/{tid}/{epoch}", delta)
 
     def hold(self, until: float) -> None:
