@@ -618,7 +618,7 @@ class LeaseSim:
                 continue
             delta = table.claim(tid, epoch, placement.rank_of(me), placement.explain(), now)
             self._send(agent, tid, epoch, delta)
-            agent.starting[tid] = (epoch, start_time(now, self.config))
+            agent.starting[tid] = (epoch, start_time(now, self.config, waited=now > since))
             committed = None
         for tid, (epoch, at) in list(agent.starting.items()):
             held = table.get(tid)

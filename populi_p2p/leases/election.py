@@ -72,9 +72,15 @@ def replacement_epoch(entry: TaskEntry, expired: LeaseExpired) -> int | None:
     return cur.epoch + 1
 
 
-def start_time(claimed_at: float, config: LeaseConfig) -> float:
-    """When a claimant may start (its own monotonic clock)."""
-    return claimed_at + config.settle_time
+def start_time(claimed_at: float, config: LeaseConfig, *, waited: bool = False) -> float:
+    """When a claimant may start (its own monotonic clock).
+
+    A claim made after a wait (`claim_wait` > 0: views disagreed, or the first claim was
+    slow to come) settles `self_view_lag` longer: another node is likely claiming the
+    same epoch at about the same time (the task benchmark at 20 daemons: two or three
+    delayed claims of one epoch within 1.5 s, each unseen by the others after
+    `settle_time`)."""
+    return claimed_at + config.settle_time + (config.self_view_lag if waited else 0.0)
 
 
 def claim_stands(entry: TaskEntry, me: str, epoch: int) -> bool:

@@ -19,7 +19,7 @@ from swim import Member
 
 from .._log import event, get_logger
 from ..leases import LeaseConfig, LeaseTable, TaskEntry
-from ..leases.election import claim_stands, claim_wait
+from ..leases.election import claim_stands, claim_wait, start_time
 from ..leases.placement import Placement, committed_resources, failed_nodes, place
 from ..leases.reliability import earned_reliability, prior_reliability
 from ..record import NodeRecord
@@ -117,7 +117,11 @@ class LeaseClaims:
         delta = self._local(self.table.claim, tid, epoch, p.rank_of(self.me), p.explain(), now)
         if delta is None:
             return
-        self.settling[tid] = (epoch, now)
+        # `settled` starts it at `at + settle_time`: a delayed claim settles longer.
+        self.settling[tid] = (
+            epoch,
+            start_time(now, self.config, waited=now > since) - self.config.settle_time,
+        )
         event(_log, 20, "lease.claimed", task=tid, epoch=epoch, waited=round(now - since, 3))
         await self._gossip(f"l/{tid}/{epoch}", delta)
 

@@ -74,7 +74,7 @@ def test_small_lease_scenario_loses_nothing_and_accepts_no_stale_result(name: st
         assert leases["failovers"] >= 1
         assert leases["failover_mean"] < 30.0
     if name == "leases-starved":  # every receive queue lags up to 0.55 s
-        assert leases["duplicate_starts"] <= 2
+        assert leases["duplicate_starts"] <= 1  # 0 now; 20 in 37 tasks before
         assert leases["outcomes"] == {"succeeded": leases["submitted"]}
     if name == "leases-partition":  # both sides re-place; still one accepted result
         assert leases["duplicate_starts_partitioned"] >= 1
