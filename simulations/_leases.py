@@ -608,7 +608,9 @@ class LeaseSim:
             wait = claim_wait(me, placement, fresh, self.config)
             if wait is None:
                 continue
-            if fresh is not None and fresh.chosen == me:
+            ambiguous = fresh is not None and fresh.chosen == me
+            if ambiguous:
+                assert fresh is not None
                 placement = fresh
             if not exclude and should_claim(entry, me, placement) != epoch:
                 continue
@@ -618,7 +620,8 @@ class LeaseSim:
                 continue
             delta = table.claim(tid, epoch, placement.rank_of(me), placement.explain(), now)
             self._send(agent, tid, epoch, delta)
-            agent.starting[tid] = (epoch, start_time(now, self.config, waited=now > since))
+            delayed = now > since and not ambiguous  # see `LeaseClaims.try_claim`
+            agent.starting[tid] = (epoch, start_time(now, self.config, waited=delayed))
             committed = None
         for tid, (epoch, at) in list(agent.starting.items()):
             held = table.get(tid)

@@ -107,7 +107,9 @@ class LeaseClaims:
         wait = claim_wait(self.me, p, fresh, self.config, self._fallback_step)
         if wait is None or self._draining() or epoch <= entry.epoch:
             return
-        if fresh is not None and fresh.chosen == self.me:
+        ambiguous = fresh is not None and fresh.chosen == self.me
+        if ambiguous:
+            assert fresh is not None
             p = fresh
         since = self._unclaimed.setdefault((tid, epoch), now)
         if now - since < wait:
@@ -117,10 +119,13 @@ class LeaseClaims:
         delta = self._local(self.table.claim, tid, epoch, p.rank_of(self.me), p.explain(), now)
         if delta is None:
             return
-        # `settled` starts it at `at + settle_time`: a delayed claim settles longer.
+        # `settled` starts it at `at + settle_time`: a delayed claim settles longer,
+        # unless its wait (`self_view_lag`, first only on our fresh view) was itself the
+        # wait for a competing claim.
+        delayed = now > since and not ambiguous
         self.settling[tid] = (
             epoch,
-            start_time(now, self.config, waited=now > since) - self.config.settle_time,
+            start_time(now, self.config, waited=delayed) - self.config.settle_time,
         )
         event(_log, 20, "lease.claimed", task=tid, epoch=epoch, waited=round(now - since, 3))
         await self._gossip(f"l/{tid}/{epoch}", delta)
