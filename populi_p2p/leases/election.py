@@ -2,9 +2,10 @@
 
 The protocol, driven by the node (or the simulator) with these functions:
 
-1. Every node runs `placement.place` over its own view. A node that finds itself ranked
-   first and sees the task needing an owner (`should_claim`) claims the next epoch with
-   its score as the rank (`LeaseTable.claim`) and gossips the delta.
+1. Every node runs `placement.place` over its own view (`LeaseTable.placement_view`:
+   its own recent lease endings hidden, see `claim_wait`). A node that finds itself
+   ranked first and sees the task needing an owner (`should_claim`) claims the next
+   epoch with its score as the rank (`LeaseTable.claim`) and gossips the delta.
 2. It waits `config.settle_time` (about one gossip round, `start_time`), then starts
    only if `claim_stands`: no higher epoch and no better claim for the same epoch has
    arrived. Concurrent claimants of one epoch resolve by (rank, owner) in `merge`, the
