@@ -14,18 +14,21 @@ Printed, not asserted. For each size it reports:
   detection time of the preset plus 1 s (see `detection_time`).
 * duplicate starts: start files beyond the expected ones (one per task; two for a task
   whose owner was killed). A start file is named TASK.EPOCH.PID, so two owners starting
-  one task show up as two files.
+  one task show up as two files. The trivial tasks write none, so the starts of every
+  task are also counted from the daemons' `task.started` log lines.
 
 Usage::
 
     python benchmarks/task_bench.py                       # 5 daemons, local preset
     python benchmarks/task_bench.py --sizes 5 20 50 --latency-tasks 20 --throughput-tasks 100
 
-The daemons are started with `benchmarks/mesh_bench.py`'s `Bench` (batches of 10, each
-joining through a member already up). Waits poll the control API with deadlines;
-nothing sleeps for a guessed time. Everything lives in a temporary directory, removed at
-the end; every daemon is killed on the way out. Wall-clock stamps (the task's `date`
-and this script's `time.time()`) are compared on one machine, so they share a clock.
+The daemons are started with `benchmarks/_mesh.py`'s `Mesh`, as `mesh_bench.py` starts
+them (batches of 10, each joining through a member already up). Waits poll the control
+API with deadlines; nothing sleeps for a guessed time. Everything lives in a temporary
+directory, removed at the end; every daemon is killed on the way out. Wall-clock stamps
+(the task's `date` and this script's `time.time()`) are compared on one machine, so
+they share a clock. Under root, tasks run as nobody, so the start-file directory is
+made world-writable (sticky) for them.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from mesh_bench import Bench, Daemon, wait_for  # noqa: E402
+from _mesh import Daemon, Mesh, wait_for  # noqa: E402
 
 from populi_p2p.api import ApiClient, ApiError  # noqa: E402
 from swim import SwimConfig  # noqa: E402
@@ -84,14 +87,18 @@ def percentile(values: list[float], q: float) -> float:
 class TaskBench:
     def __init__(self, root: Path, n: int, preset: str, seed: int) -> None:
         self.root = root
-        self.mesh = Bench(root, n, preset)
+        self.mesh = Mesh(root, n, preset)
         self.n = n
         self.preset = preset
         self.rng = random.Random(seed)
         self.starts = root / "starts"
         self.starts.mkdir()
+        if os.geteuid() == 0:  # tasks then run as nobody: let them reach the start files
+            root.chmod(0o711)
+            self.starts.chmod(0o1777)
         self.killed: set[str] = set()
         self.ack_shortfalls = 0
+        self.submitted: list[str] = []
 
     def alive(self) -> list[Daemon]:
         return [d for d in self.mesh.daemons if d.name not in self.killed]
@@ -101,13 +108,15 @@ class TaskBench:
         members acknowledged it in time) is counted and its task id kept."""
         client = ApiClient(d.client.socket_path, timeout=30.0)
         try:
-            return str(client.post("/v1/tasks", {"command": command, **spec})["id"])
+            tid = str(client.post("/v1/tasks", {"command": command, **spec})["id"])
         except ApiError as exc:
             stored = _STORED.search(str(exc))
             if stored is None:
                 raise
             self.ack_shortfalls += 1
-            return stored.group(1)
+            tid = stored.group(1)
+        self.submitted.append(tid)
+        return tid
 
     def task(self, tid: str) -> dict[str, Any]:
         return self.alive()[0].client.get(f"/v1/tasks/{tid}")  # type: ignore[no-any-return]
@@ -128,6 +137,17 @@ class TaskBench:
         """The first start stamp of `tid` at an epoch above `after_epoch`."""
         stamps = [t for e, t in self.start_files().get(tid, []) if e > after_epoch]
         return stamps[0] if stamps else None
+
+    def logged_starts(self) -> Counter[tuple[str, str]]:
+        """(task, epoch) -> how many daemons logged `task.started` for it: every task,
+        the trivial ones too (they write no start file)."""
+        out: Counter[tuple[str, str]] = Counter()
+        mine = set(self.submitted)
+        for d in self.mesh.daemons:
+            for _, ev, fields in self.mesh.events(d):
+                if ev == "task.started" and fields.get("task") in mine:
+                    out[(fields["task"], fields.get("epoch", ""))] += 1
+        return out
 
     def phases(self, tids: list[str]) -> Counter[str]:
         rows = self.alive()[0].client.get("/v1/tasks")
@@ -200,6 +220,12 @@ class TaskBench:
             n - 1 for v in files.values() for n in Counter(e for e, _ in v).values() if n > 1
         )
         r["tasks_restarted"] = sum(1 for v in files.values() if len(v) > 1) - kills
+        logged = self.logged_starts()
+        r["logged_starts"] = sum(logged.values())
+        r["logged_tasks"] = len(set(self.submitted))
+        # One start per task, one more for each killed owner's task.
+        r["logged_duplicates"] = r["logged_starts"] - r["logged_tasks"] - kills
+        r["logged_same_epoch"] = sum(n - 1 for n in logged.values() if n > 1)
         r["detection_s"] = detection_time(self.preset, self.n)
         r["ack_shortfalls"] = self.ack_shortfalls
         return r
@@ -232,7 +258,10 @@ def report(r: dict[str, Any]) -> None:
         f"       starts {r['starts']}, duplicate starts {r['duplicates']}"
         f" ({r['same_epoch']} within one epoch, the rest at a later epoch;"
         f" {r['tasks_restarted']} tasks not killed started more than once);"
-        f" submits answered 'too few acks in 10 s' (task stored): {r['ack_shortfalls']}"
+        f" submits answered 'too few acks in 10 s' (task stored): {r['ack_shortfalls']}\n"
+        f"       every task, from the daemons' task.started lines: {r['logged_starts']} starts"
+        f" of {r['logged_tasks']} tasks, {r['logged_duplicates']} duplicate starts"
+        f" ({r['logged_same_epoch']} within one epoch)"
     )
     sys.stdout.flush()
 

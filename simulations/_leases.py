@@ -52,6 +52,7 @@ from populi_p2p.leases import (
     LeaseExpired,
     LeaseTable,
     Requirements,
+    TableStalled,
     TaskChanged,
     TaskEntry,
     TaskKind,
@@ -61,6 +62,7 @@ from populi_p2p.leases import (
 )
 from populi_p2p.leases.election import (
     claim_stands,
+    claim_wait,
     must_stop,
     replacement_epoch,
     should_claim,
@@ -73,7 +75,7 @@ from populi_p2p.leases.placement import (
     failed_nodes,
     place,
 )
-from populi_p2p.leases.reliability import earned_reliability, prior_reliability
+from populi_p2p.leases.reliability import Outcome, earned_reliability, prior_reliability
 from swim import (
     Address,
     AppMessage,
@@ -157,6 +159,8 @@ class _Agent:
     starting: dict[str, tuple[int, float]] = attrs.Factory(dict)
     #: task -> (epoch, local end time, local time of the last renewal).
     running: dict[str, tuple[int, float, float]] = attrs.Factory(dict)
+    #: (task, epoch) -> local time first seen unclaimed, while waiting to claim it.
+    unclaimed: dict[tuple[str, int], float] = attrs.Factory(dict)
     wake_at: float = math.inf
     wake_token: int = 0
     last_step: float = -math.inf
@@ -468,7 +472,9 @@ class LeaseSim:
             number += 1
 
     def _submit(self, number: int) -> None:
-        members = [n for n in self.sim.nodes_with(NodeStatus.UP) if n in self._agents]
+        # A slow member (its receive queue lags) still accepts submissions.
+        up = self.sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW)
+        members = [n for n in up if n in self._agents]
         duration = self.spec.draw_duration(self._rng)
         if not members:
             return
@@ -521,13 +527,13 @@ class LeaseSim:
         assert isinstance(core, Membership)
         return {m.name for m in core.members() if m.state in (MemberState.DEAD, MemberState.LEFT)}
 
-    def _candidates(self, agent: _Agent) -> list[Candidate]:
+    def _candidates(self, agent: _Agent, outcomes: list[Outcome]) -> list[Candidate]:
         """This node's view as placement candidates (built only when placing)."""
         core = self.sim.cores[agent.node]
         assert isinstance(core, Membership)
         alive = [m for m in core.members() if m.state in (MemberState.ALIVE, MemberState.SUSPECT)]
         local = self.sim.local_time(agent.node)
-        earned = earned_reliability(agent.table.outcomes(), local, self.config)
+        earned = earned_reliability(outcomes, local, self.config)
         prior = prior_reliability(self.config)
         spec = self.spec
         candidates = [
@@ -550,11 +556,17 @@ class LeaseSim:
     def _step(self, agent: _Agent) -> None:
         table, me = agent.table, agent.name
         now = self.sim.local_time(agent.node)
-        expired = {
-            e.task_id: e for e in table.tick(now, self._gone(agent)) if isinstance(e, LeaseExpired)
-        }
+        expired: dict[str, LeaseExpired] = {}
+        for e in table.tick(now, self._gone(agent)):
+            if isinstance(e, LeaseExpired):
+                expired[e.task_id] = e
+            elif isinstance(e, TableStalled):  # starved: hold every settling claim too
+                agent.starting = {
+                    t: (epoch, max(at, e.until)) for t, (epoch, at) in agent.starting.items()
+                }
         committed: dict[str, Any] | None = None
         candidates: list[Candidate] | None = None
+        waited, agent.unclaimed = agent.unclaimed, {}
         for entry in list(table):
             tid = entry.task_id
             if entry.spec is None or tid in agent.starting or tid in agent.running:
@@ -569,10 +581,10 @@ class LeaseSim:
                 epoch = entry.epoch + 1
             if epoch is None:
                 continue
-            if committed is None:
-                committed = committed_resources(list(table))
-            if candidates is None:
-                candidates = self._candidates(agent)
+            if committed is None or candidates is None:
+                view, outcomes = table.placement_view(now)
+                committed = committed_resources(view)
+                candidates = self._candidates(agent, outcomes)
             placement = place(
                 entry.spec,
                 candidates,
@@ -582,13 +594,34 @@ class LeaseSim:
                 failed_on=failed_nodes(entry),
                 exclude=exclude,
             )
-            if placement.chosen != me:
+            fresh = None
+            if placement.chosen != me and table.hides(now):
+                fresh = place(
+                    entry.spec,
+                    self._candidates(agent, table.outcomes()),
+                    config=self.config,
+                    rng=agent.rng,
+                    committed=committed_resources(list(table)),
+                    failed_on=failed_nodes(entry),
+                    exclude=exclude,
+                )
+            wait = claim_wait(me, placement, fresh, self.config)
+            if wait is None:
                 continue
+            ambiguous = fresh is not None and fresh.chosen == me
+            if ambiguous:
+                assert fresh is not None
+                placement = fresh
             if not exclude and should_claim(entry, me, placement) != epoch:
+                continue
+            since = waited.get((tid, epoch), now)
+            if now - since < wait:
+                agent.unclaimed[(tid, epoch)] = since
                 continue
             delta = table.claim(tid, epoch, placement.rank_of(me), placement.explain(), now)
             self._send(agent, tid, epoch, delta)
-            agent.starting[tid] = (epoch, start_time(now, self.config))
+            delayed = now > since and not ambiguous  # see `LeaseClaims.try_claim`
+            agent.starting[tid] = (epoch, start_time(now, self.config, waited=delayed))
             committed = None
         for tid, (epoch, at) in list(agent.starting.items()):
             held = table.get(tid)
@@ -626,6 +659,9 @@ class LeaseSim:
         offset = self.sim.local_time(agent.node) - self.sim.now
         times = [self.sim.now + STEP_MAX]
         times += [at - offset for _, at in agent.starting.values()]
+        if agent.unclaimed:
+            wait = self.config.self_view_lag  # `claim_wait` of a node first when fresh
+            times += [since + wait - offset for since in agent.unclaimed.values()]
         interval = self.config.lease_renew_interval
         for _, end, renewed in agent.running.values():
             times.append(min(end, renewed + interval) - offset)

@@ -16,6 +16,7 @@ from ._events import LeaseEvent as LeaseEvent
 from ._events import LeaseExpired as LeaseExpired
 from ._events import LeaseStatistics as LeaseStatistics
 from ._events import StaleResultRejected as StaleResultRejected
+from ._events import TableStalled as TableStalled
 from ._events import TaskChanged as TaskChanged
 from ._events import TaskCompacted as TaskCompacted
 from ._spec import Requirements as Requirements
@@ -44,6 +45,7 @@ __all__ = [
     "Signer",
     "StaleResultRejected",
     "StateMerge",
+    "TableStalled",
     "TaskChanged",
     "TaskCompacted",
     "TaskEntry",

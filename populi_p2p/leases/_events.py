@@ -46,7 +46,17 @@ class TaskCompacted:
     task_id: str
 
 
-LeaseEvent = TaskChanged | StaleResultRejected | LeaseExpired | TaskCompacted
+@attrs.frozen
+class TableStalled:
+    """This replica's ticks were `gap` seconds apart, more than `tick_gap_max`: its
+    process was starved, and deltas may still wait unread. Until `until` (its own clock)
+    no lease expires here, and a driver starts none of its settling claims."""
+
+    gap: float
+    until: float
+
+
+LeaseEvent = TaskChanged | StaleResultRejected | LeaseExpired | TaskCompacted | TableStalled
 
 
 @attrs.frozen
@@ -61,3 +71,5 @@ class LeaseStatistics:
     resurrections_blocked: int = 0
     compacted: int = 0
     anti_entropy_entries_sent: int = 0
+    #: Ticks that found the table starved (`TableStalled`).
+    stalls: int = 0

@@ -37,6 +37,7 @@ from ._events import (
     LeaseExpired,
     LeaseStatistics,
     StaleResultRejected,
+    TableStalled,
     TaskChanged,
     TaskCompacted,
 )
@@ -115,6 +116,10 @@ class LeaseTable:
         self._finished_since: dict[str, float] = {}
         self._changed_at: dict[str, float] = {}
         self._tombstones: dict[str, float] = {}
+        # task id -> (hidden until, entry before, its changed-at, entry after): our own
+        # lease endings, not yet in our placement view (`placement_view`).
+        self._ended: dict[str, tuple[float, TaskEntry, float, TaskEntry]] = {}
+        self._last_tick: float | None = None
         self._hash: dict[str, int] = {}
         self._dirty: dict[str, None] = {}
         self._leaves = array("Q", bytes(8 * _LEAVES))
@@ -143,6 +148,39 @@ class LeaseTable:
             and e.current.phase in _LIVE
             and e.cancel is None
         ]
+
+    def hides(self, now: float) -> bool:
+        """True while `placement_view` hides one of our own lease endings."""
+        entries = self._entries
+        return any(
+            until > now and entries.get(tid) is after
+            for tid, (until, _, _, after) in self._ended.items()
+        )
+
+    def placement_view(self, now: float) -> tuple[list[TaskEntry], list[Outcome]]:
+        """The entries and reliability evidence to place with: the table, except that
+        our own lease endings of the last `self_view_lag` are not seen yet.
+
+        Every node ranks over its own view, and news in a node's favour (the capacity
+        its finished task frees, its success) reaches the node itself first. A node that
+        saw itself better than the others see it would rank itself first while they
+        rank someone else first, and both would claim one epoch. Held back, a node sees
+        itself at most as well as the others do (news against it, a new claim, is
+        local and immediate), so two nodes cannot each rank themselves first over the
+        same information.
+        """
+        entries = self._entries
+        changed = self._changed_at
+        hidden = False
+        for tid, (until, before, at, after) in list(self._ended.items()):
+            if until <= now or entries.get(tid) is not after:
+                del self._ended[tid]
+                continue
+            if not hidden:
+                entries, changed, hidden = dict(entries), dict(changed), True
+            entries[tid], changed[tid] = before, at
+        outcomes = [o for tid, e in entries.items() for o in outcomes_of(e, changed[tid])]
+        return list(entries.values()), outcomes
 
     def outcomes(self) -> list[Outcome]:
         """Reliability evidence in the table, stamped with when this replica last saw
@@ -245,7 +283,13 @@ class LeaseTable:
         if "phase" in changes and changes["phase"] < cur.phase:
             raise LeaseError(f"{task_id}: phase {cur.phase.name} cannot go back")
         rec = self._signed(attrs.evolve(cur, **changes), task_id)
-        return self._local(TaskEntry(task_id, claims=(rec,)), now)
+        before, at = self._entries[task_id], self._changed_at[task_id]
+        delta = self._local(TaskEntry(task_id, claims=(rec,)), now)
+        lag = self.config.self_view_lag
+        if cur.phase in _LIVE and rec.phase not in _LIVE and lag > 0:
+            after = self._entries[task_id]
+            self._ended[task_id] = (now + lag, before, at, after)
+        return delta
 
     def _signed(self, rec: ClaimRecord, task_id: str) -> ClaimRecord:
         sig = self._sign(rec.progress_bytes(task_id))
@@ -341,8 +385,27 @@ class LeaseTable:
         return out
 
     def tick(self, now: float, gone: Collection[str] = ()) -> list[LeaseEvent]:
-        """Report expired leases and compact finished entries past their retention."""
-        events: list[LeaseEvent] = list(self.expired_owners(now, gone))
+        """Report expired leases and compact finished entries past their retention.
+
+        A tick more than `tick_gap_max` after the previous one means this replica was
+        starved: renewals may be waiting unread in its socket, and its timers fire
+        before it reads them. It then expires no lease for `settle_time` (silence is
+        counted from `settle_time - lease_ttl` ago at most), and says so with
+        `TableStalled` so its driver holds settling claims as long.
+        """
+        events: list[LeaseEvent] = []
+        last, self._last_tick = self._last_tick, now
+        if last is not None and now - last > self.config.tick_gap_max:
+            until = now + self.config.settle_time
+            floor = until - self.config.lease_ttl
+            for tid, (epoch, owner, renewals, since) in list(self._seen.items()):
+                if since < floor:
+                    self._seen[tid] = (epoch, owner, renewals, floor)
+            self._stats["stalls"] += 1
+            events.append(TableStalled(now - last, until))
+        events += self.expired_owners(now, gone)
+        for tid in [t for t, (until, *_) in self._ended.items() if until <= now]:
+            del self._ended[tid]  # bounded even when nothing is placed meanwhile
         keep = self.config.finished_retention
         for tid, since in list(self._finished_since.items()):
             if now - since >= keep:
@@ -359,6 +422,8 @@ class LeaseTable:
     def next_deadline(self) -> float | None:
         """When `tick` next has something to do (for a discrete-event driver)."""
         times = [s[3] + self.config.lease_ttl for s in self._seen.values()]
+        if self._last_tick is not None:  # see `tick`: starvation shows as a gap
+            times.append(self._last_tick + self.config.tick_gap_max / 2)
         times += [t + self.config.finished_retention for t in self._finished_since.values()]
         return min(times, default=None)
 
@@ -367,6 +432,7 @@ class LeaseTable:
         del self._entries[tid]
         del self._changed_at[tid]
         self._seen.pop(tid, None)
+        self._ended.pop(tid, None)
         self._dirty[tid] = None
         self._tombstones[tid] = now
         self._stats["compacted"] += 1

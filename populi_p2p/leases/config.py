@@ -40,6 +40,18 @@ class LeaseConfig:
     #: so a competing claim for the same epoch can reach it. Shorter starts sooner and
     #: risks more duplicate starts.
     settle_time: float = attrs.field(default=0.6, validator=_non_negative)
+    #: A node sees its own lease endings (the capacity a finished task frees, its new
+    #: reliability evidence) in its placement view only this long after making them.
+    #: The others learn them a gossip spread later; a node that saw itself better than
+    #: the others see it would claim alongside the node they rank first (two claims of
+    #: one epoch). About the spread time of a delta to everyone, with margin.
+    self_view_lag: float = attrs.field(default=1.0, validator=_non_negative)
+    #: Ticks of the table further apart than this mean its driver was starved (its
+    #: process did not run): deltas may be waiting unread in its socket. Such a tick
+    #: expires no lease, and nothing expires or starts before `settle_time` after it
+    #: (`TableStalled`). The driver must tick at least twice as often (`next_deadline`
+    #: asks for it while a lease is live).
+    tick_gap_max: float = attrs.field(default=2.0, validator=_positive)
     #: Finished entries (succeeded, cancelled, out of retries) are kept this long after a
     #: replica first saw them finished, for `explain` and reliability, then compacted.
     finished_retention: float = attrs.field(default=3600.0, validator=_positive)
@@ -58,6 +70,11 @@ class LeaseConfig:
     #: Beta prior (successes, losses): the mean a new node starts at is s/(s+l), low.
     reliability_prior_successes: float = attrs.field(default=1.0, validator=_positive)
     reliability_prior_losses: float = attrs.field(default=3.0, validator=_positive)
+    #: Placement ranks reliability in steps of this size (0: exact). Every node ranks
+    #: over its own view, and an owner learns its own result before anyone else, so an
+    #: exact value ranks a node that just finished first in its own view alone, and two
+    #: nodes claim one epoch. Coarser agrees more often and tells nodes apart less.
+    reliability_step: float = attrs.field(default=0.25, validator=_non_negative)
     #: Anti-entropy sizes its digest at about this many entries per bucket (256..65536
     #: buckets): fewer per bucket is a bigger digest but a smaller summary.
     anti_entropy_entries_per_bucket: int = attrs.field(default=4, validator=_positive)
@@ -83,15 +100,26 @@ class LeaseConfig:
             lease_renew_interval=5.0,  # gossip spreads in seconds, renew less often
             lease_ttl=30.0,  # six missed renewals before re-placement
             settle_time=3.0,  # a WAN gossip round is about 0.5 s x log(n) hops
+            self_view_lag=5.0,  # a spread to everyone, with margin
+            tick_gap_max=5.0,  # ticks come every 2.5 s while leases are live
         )
 
     @classmethod
     def local(cls) -> LeaseConfig:
-        """One machine or the simulator: everything fast."""
+        """One machine or the simulator: everything fast.
+
+        One machine is often a loaded one (tests, benchmarks: tens of daemons sharing two
+        cores), where a daemon can stall for a second or two while others hold the CPU.
+        The ttl is sized for that: SWIM's local detection (4 to 6 s) re-places a killed
+        owner anyway, so a longer ttl costs crash failover little and only replaces an
+        owner that stalled past it.
+        """
         return cls(
             lease_renew_interval=0.5,  # loopback costs nothing
-            lease_ttl=2.5,  # five renewals
+            lease_ttl=4.0,  # eight renewals: rides out a 3 s stall of owner or observer
             settle_time=0.2,  # one local gossip round
+            self_view_lag=2.0,  # 20 starved daemons: ~1 s to spread (leases-starved)
+            tick_gap_max=1.5,  # the lease loop ticks every <= 0.75 s while leases live
             finished_retention=60.0,  # tests want compaction to happen soon
             tombstone_retention=120.0,
         )

@@ -177,12 +177,18 @@ def _suitable_gpus(c: Candidate, r: Requirements, headroom: float) -> list[Gpu]:
     ]
 
 
+#: Suspect members stay placeable: a suspected node never suspects itself, so gating
+#: them out made a node that others suspect (often only slow, as Lifeguard assumes) rank
+#: itself first while the others ranked someone else, and both claimed one epoch.
+_PLACEABLE = ("alive", "suspect")
+
+
 def _gate(
     c: Candidate, spec: TaskSpec, held: Sequence[Requirements], headroom: float
 ) -> str | None:
     """The first gate `c` fails, or None when it is feasible (failed/excluded aside)."""
     r = spec.requirements
-    if c.state != "alive":
+    if c.state not in _PLACEABLE:
         return "not_alive"
     if c.draining:
         return "draining"
@@ -233,11 +239,18 @@ def _fit_and_load(
     return fit, load
 
 
-def _score(c: Candidate, r: Requirements, fit: float, load: float, w: Weights) -> Score:
+def _score(
+    c: Candidate, r: Requirements, fit: float, load: float, w: Weights, rel_step: float
+) -> Score:
     rtt = 0.5 if c.rtt is None else 1.0 / (1.0 + c.rtt / 0.05)
     pref = r.labels_preferred
     preferred = len(pref & c.labels) / len(pref) if pref else 0.0
     rel = min(1.0, max(0.0, c.reliability))
+    if rel_step > 0:
+        # Coarse on purpose: an owner sees its own result before anyone else does, so
+        # a fine reliability ranks it first in its own view only, and two nodes claim
+        # one epoch (the simulator's leases-starved found this).
+        rel = math.floor(rel / rel_step + 1e-9) * rel_step
     total = (
         w.fit * fit + w.reliability * rel + w.load * load + w.rtt * rtt + w.preferred * preferred
     )
@@ -316,7 +329,7 @@ def place(
                 fit, load = parts[c.node_class]
             except KeyError:
                 fit, load = parts[c.node_class] = _fit_and_load(c, req, ())
-        scores[c.node_id] = _score(c, req, fit, load, weights)
+        scores[c.node_id] = _score(c, req, fit, load, weights, config.reliability_step)
     # Totals are compared quantized (SCORE_QUANTUM): every node ranks over its own view,
     # and inputs such as reliability (decayed on each replica's own clock) differ by
     # float noise between views. Compared raw, a near-tie could order A > B on one

@@ -7,11 +7,19 @@ because one broadcast reaches only a few members and the submitter may not be am
 them; the submitter counts distinct, verified ackers. A node also repeats its own ack
 every `interval` for `span` (as the lease deltas are echoed): one broadcast reaches only
 a few members, some of which may be dead and not yet declared so.
+
+Only a few members ack each task (`ackers`: the first by a hash of task and member,
+alike on every node that sees the same members). Every member acking made the acks
+O(n^2) broadcasts per task (n acks, each relayed by n members, and repeated): at 20
+daemons on one loaded machine they were five sixths of the application gossip, the
+broadcast queues backed up, and claims and results took seconds to arrive, so members
+claimed epochs that were already taken or done (the task benchmark, issue 10).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterable
 from typing import Final
 
 import msgpack
@@ -23,12 +31,24 @@ from ..identity import NodeIdentity, verify_signature
 from ..record import NodeRecord
 from .app_channel import AppChannel, AppKind
 
-__all__ = ["ACK_CONTEXT", "SubmitAcks"]
+__all__ = ["ACKERS_MIN", "ACK_CONTEXT", "SubmitAcks", "ackers"]
 
 #: Signature context of an ack.
 ACK_CONTEXT: Final = b"populi/lease-ack/v1"
 #: Acks remembered (each is passed on once), oldest dropped first.
 SEEN_ACKS_MAX: Final = 4096
+#: Members that ack each task, at least (twice the acks a submit waits for, if more).
+ACKERS_MIN: Final = 3
+
+
+def ackers(task_id: str, members: Iterable[str], submitter: str, count: int) -> set[str]:
+    """The `count` members other than `submitter` that ack `task_id`: the first by
+    blake2b(task, member), so every node that sees the same members picks the same."""
+
+    def rank(node: str) -> bytes:
+        return hashlib.blake2b(f"{task_id}/{node}".encode(), digest_size=8).digest()
+
+    return set(sorted((m for m in set(members) if m != submitter), key=rank)[:count])
 
 
 class SubmitAcks:

@@ -19,7 +19,7 @@ from swim import Member
 
 from .._log import event, get_logger
 from ..leases import LeaseConfig, LeaseTable, TaskEntry
-from ..leases.election import claim_stands
+from ..leases.election import claim_stands, claim_wait, start_time
 from ..leases.placement import Placement, committed_resources, failed_nodes, place
 from ..leases.reliability import earned_reliability, prior_reliability
 from ..record import NodeRecord
@@ -62,17 +62,28 @@ class LeaseClaims:
         self.settling: dict[str, tuple[int, float]] = {}  # our claims: epoch, claimed at
         self.why: dict[str, str] = {}  # pending task -> last placement explanation
         self._unclaimed: dict[tuple[str, int], float] = {}  # (task, epoch) -> first seen
-        self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time)
+        # At least `lease_ttl`: a fallback claim is for views that disagree so that
+        # nobody claims, and a shorter step fired while the first claim was still on
+        # its way to us (2 s under load at 20 daemons): one more start of the epoch.
+        self._fallback_step = max(FALLBACK_STEP_MIN, 4 * config.settle_time, config.lease_ttl)
 
-    def placement(self, entry: TaskEntry, now: float, exclude: set[str]) -> Placement:
-        """Where `entry` should run over our view, preferring nodes it has not failed on."""
+    def placement(
+        self, entry: TaskEntry, now: float, exclude: set[str], *, fresh: bool = False
+    ) -> Placement:
+        """Where `entry` should run over our view, preferring nodes it has not failed on.
+        The view hides our own recent lease endings (`LeaseTable.placement_view`) unless
+        `fresh`."""
         assert entry.spec is not None
-        rel = earned_reliability(self.table.outcomes(), now, self.config)
+        if fresh:
+            view, outcomes = list(self.table), self.table.outcomes()
+        else:
+            view, outcomes = self.table.placement_view(now)
+        rel = earned_reliability(outcomes, now, self.config)
         candidates = build_candidates(
             self._members(), self._record_of, rel, prior_reliability(self.config),
             me=self.me, draining=self._draining(), accepting=entry.spec.submitted_by,
         )  # fmt: skip
-        committed = committed_resources(list(self.table))
+        committed = committed_resources(view)
         failed = failed_nodes(entry)
         p = place(entry.spec, candidates, config=self.config, rng=self._rng,
                   committed=committed, failed_on=failed, exclude=exclude)  # fmt: skip
@@ -90,19 +101,40 @@ class LeaseClaims:
         p = self.placement(entry, now, exclude or set())
         tid = entry.task_id
         self.why[tid] = p.explain() if p.chosen is None else f"placed: {p.explain()}"
-        if self.me not in p.ranked or self._draining() or epoch <= entry.epoch:
+        fresh = None
+        if p.chosen != self.me and self.table.hides(now):
+            fresh = self.placement(entry, now, exclude or set(), fresh=True)
+        wait = claim_wait(self.me, p, fresh, self.config, self._fallback_step)
+        if wait is None or self._draining() or epoch <= entry.epoch:
             return
+        ambiguous = fresh is not None and fresh.chosen == self.me
+        if ambiguous:
+            assert fresh is not None
+            p = fresh
         since = self._unclaimed.setdefault((tid, epoch), now)
-        if now - since < p.ranked.index(self.me) * self._fallback_step:
-            self._recheck_at(since + self._fallback_step)
+        if now - since < wait:
+            self._recheck_at(since + wait)
             return
         self._unclaimed.pop((tid, epoch), None)
         delta = self._local(self.table.claim, tid, epoch, p.rank_of(self.me), p.explain(), now)
         if delta is None:
             return
-        self.settling[tid] = (epoch, now)
-        event(_log, 20, "lease.claimed", task=tid, epoch=epoch)
+        # `settled` starts it at `at + settle_time`: a delayed claim settles longer,
+        # unless its wait (`self_view_lag`, first only on our fresh view) was itself the
+        # wait for a competing claim.
+        delayed = now > since and not ambiguous
+        self.settling[tid] = (
+            epoch,
+            start_time(now, self.config, waited=delayed) - self.config.settle_time,
+        )
+        event(_log, 20, "lease.claimed", task=tid, epoch=epoch, waited=round(now - since, 3))
         await self._gossip(f"l/{tid}/{epoch}", delta)
+
+    def hold(self, until: float) -> None:
+        """Our table was starved (`TableStalled`): start no settling claim before
+        `until`, so the deltas that waited unread meanwhile are merged first."""
+        back = until - self.config.settle_time
+        self.settling = {t: (e, max(at, back)) for t, (e, at) in self.settling.items()}
 
     def settled(self, now: float) -> list[tuple[TaskEntry, int]]:
         """Our claims that stood for ``settle_time`` (to start now); lapsed ones dropped."""

@@ -38,6 +38,7 @@ from ..leases import (
     LeaseEvent,
     LeaseExpired,
     LeaseTable,
+    TableStalled,
     TaskChanged,
     TaskCompacted,
     TaskEntry,
@@ -46,7 +47,7 @@ from ..leases.election import replacement_epoch
 from ..leases.store import LeaseStore
 from ..record import NodeRecord
 from .app_channel import AppChannel, AppKind
-from .lease_acks import SubmitAcks
+from .lease_acks import ACKERS_MIN, SubmitAcks, ackers
 from .lease_claims import LeaseClaims
 from .lease_gossip import DeltaGossip
 from .lease_host import LeaseHost
@@ -241,13 +242,25 @@ class LeaseService:
     def _handle(self, events: list[LeaseEvent]) -> None:
         """Events from a remote delta or a sync: queue acks for specs now on disk."""
         for ev in events:
-            spec = ev.entry.spec if isinstance(ev, TaskChanged) else None
-            if spec is not None and spec.submitted_by != self.me:
+            if not isinstance(ev, TaskChanged):
+                continue
+            spec = ev.entry.spec
+            if (
+                spec is not None
+                and spec.submitted_by != self.me
+                and self._acker(ev.task_id, spec.submitted_by)
+            ):
                 self._acks.persisted(ev.task_id)
-            if isinstance(ev, TaskChanged) and ev.entry.needs_owner():
+            if ev.entry.needs_owner():
                 self._place_at = 0.0  # place it now, not at the next interval
         if events:
             self._wake.set()
+
+    def _acker(self, task_id: str, submitter: str) -> bool:
+        """Whether we are one of the few members that ack this task (`lease_acks`)."""
+        live = [m.name for m in self._members() if m.state not in _GONE] + [self.me]
+        count = max(ACKERS_MIN, 2 * self._submit_acks)
+        return self.me in ackers(task_id, live, submitter, count)
 
     async def _on_delta(self, message: AppMessage, body: bytes) -> None:
         events = self.table.apply(body, trio.current_time())
@@ -275,6 +288,9 @@ class LeaseService:
                 epoch = None if entry is None else replacement_epoch(entry, ev)
                 if entry is not None and epoch is not None:
                     await self._claims.try_claim(entry, epoch, now, exclude={ev.owner})
+            elif isinstance(ev, TableStalled):
+                event(_log, 20, "leases.stalled", gap=round(ev.gap, 3))
+                self._claims.hold(ev.until)
             elif isinstance(ev, TaskCompacted):
                 self._acks.forget(ev.task_id)
                 self._claims.why.pop(ev.task_id, None)

@@ -34,7 +34,7 @@ def test_two_claimants_with_different_views_resolve_to_one_owner() -> None:
         nodes[n].apply(d, 0.0)
     # b and c each believe they are the best (different reliability views)
     deltas = []
-    for me, view in (("b", {"b": 0.9, "c": 0.5}), ("c", {"b": 0.5, "c": 0.8})):
+    for me, view in (("b", {"b": 0.9, "c": 0.5}), ("c", {"b": 0.3, "c": 0.6})):
         p = place(nodes[me].get(tid).spec, cands(view), config=CFG, rng=random.Random(0))
         epoch = should_claim(nodes[me].get(tid), me, p)
         assert epoch == 1

@@ -39,7 +39,7 @@ def task(gpus: int = 1, vram: int = 16, **kw) -> TaskSpec:
 def test_each_gate_removes_and_explains() -> None:
     cands = [
         gpu_node("ok"),
-        gpu_node("suspect", state="suspect"),
+        gpu_node("dead", state="dead"),
         gpu_node("drain", draining=True),
         gpu_node("sick", degraded_kinds={TaskKind.INFERENCE}),
         gpu_node("small", vram=16),  # 16 GiB minus 10 % headroom < 16 GiB
@@ -55,7 +55,7 @@ def test_each_gate_removes_and_explains() -> None:
         failed_on={"failed"},
     )
     assert p.chosen == "ok" and p.ranked == ("ok",)
-    assert p.removed["not_alive"] == 1 and p.examples["not_alive"] == ("suspect",)
+    assert p.removed["not_alive"] == 1 and p.examples["not_alive"] == ("dead",)
     assert p.removed["draining"] == 1 and p.removed["degraded"] == 1
     assert p.removed["capacity"] == 1 and p.removed["failed_here"] == 1
     assert p.removed["compute_capability"] == 2  # old arch, and the one unhealthy GPU

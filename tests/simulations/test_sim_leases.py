@@ -35,11 +35,15 @@ SMALL: dict[str, dict[str, Any]] = {
     "leases-owner-crash": {"members": 6, "duration": 60.0},
     "leases-partition": {"members": 8, "duration": 80.0},
     "leases-churn": {"members": 18, "duration": 45.0},
+    # Seed 1 on the code before the fix: 20 duplicate starts in 37 tasks, and a loser of
+    # a tie that finished before it heard of the winner (two accepted results, safety).
+    "leases-starved": {"duration": 45.0, "seed": 1},
 }
 
 
 def _small(name: str, seed: int = 3) -> RunResult:
-    scenario = override(load_scenario(SCENARIOS / f"{name}.toml"), seed=seed, **SMALL[name])
+    params = {"seed": seed, **SMALL[name]}
+    scenario = override(load_scenario(SCENARIOS / f"{name}.toml"), **params)
     return run_once(scenario)
 
 
@@ -69,6 +73,9 @@ def test_small_lease_scenario_loses_nothing_and_accepts_no_stale_result(name: st
     if name == "leases-owner-crash":  # crashed owners' tasks ran elsewhere
         assert leases["failovers"] >= 1
         assert leases["failover_mean"] < 30.0
+    if name == "leases-starved":  # every receive queue lags up to 0.55 s
+        assert leases["duplicate_starts"] <= 1  # 0 now; 20 in 37 tasks before
+        assert leases["outcomes"] == {"succeeded": leases["submitted"]}
     if name == "leases-partition":  # both sides re-place; still one accepted result
         assert leases["duplicate_starts_partitioned"] >= 1
     text = format_report(result)
