@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from swim import (
+    DecodeCache,
     Event,
     Member,
     MemberFailed,
@@ -128,12 +129,19 @@ def swim_config(scenario: Scenario) -> SwimConfig:
 
 
 def swim_factory(config: SwimConfig) -> CoreFactory:
-    """Build each node's core as a `swim.Membership` with `config`."""
+    """Build each node's core as a `swim.Membership` with `config`.
+
+    The cores share one `DecodeCache`: a sync opening goes out as the same bytes to
+    several peers, and in one process it is then decoded once, not once per peer.
+    """
+    cache = DecodeCache()
 
     def make(
         name: str, address: tuple[str, int], rng: random.Random, now: float, incarnation: int
     ) -> Membership:
-        return Membership(config, name, address, rng, now, incarnation=incarnation)
+        return Membership(
+            config, name, address, rng, now, incarnation=incarnation, decode_cache=cache
+        )
 
     return make
 

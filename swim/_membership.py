@@ -64,6 +64,7 @@ from .wire import (
     Alive,
     App,
     Dead,
+    DecodeCache,
     DecodeError,
     DigestEntry,
     IndirectPing,
@@ -359,6 +360,7 @@ class Membership:
         faults: object | None = None,
         check_invariants: bool = False,
         app_state: AppState | None = None,
+        decode_cache: DecodeCache | None = None,
     ) -> None:
         """Args:
         config: protocol settings.
@@ -375,6 +377,9 @@ class Membership:
             `config.check_invariants`).
         app_state: the application's anti-entropy section (see `swim.app.AppState`),
             used only with `config.app_channel_enabled`; None: no section.
+        decode_cache: where large packets (sync digests) are remembered once decoded
+            (`swim.wire.DecodeCache`); None: a cache of our own. A driver running many
+            cores in one process (the simulator) may share one between them.
 
         Raises:
             ValueError: for metadata over the limit, or an incarnation outside
@@ -395,6 +400,7 @@ class Membership:
         self._faults = FaultHooks(faults)
         self._check = check_invariants or config.check_invariants
         self._counters = Counters()
+        self._decode_cache = DecodeCache() if decode_cache is None else decode_cache
         self._awareness = Awareness(config.awareness_max_multiplier)
         self._broadcasts = TransmitLimitedQueue(
             config.retransmit_mult,
@@ -538,7 +544,7 @@ class Membership:
         counters.packets_received += 1
         counters.bytes_received += len(payload)
         try:
-            messages = decode_packet(payload)
+            messages = decode_packet(payload, self._decode_cache)
         except IntegerRangeError:
             counters.dropped_out_of_range += 1
             return []

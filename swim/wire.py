@@ -644,35 +644,67 @@ _DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
 }
 
 
-#: Packets at least this long (anti-entropy: a sync digest, a push-pull) are decoded
-#: once and remembered, by their bytes: a member opens a sync with the same bytes to
-#: each peer it joins through, and a simulator delivers all of them in one process.
+#: Packets at least this long (anti-entropy: a sync digest, a push-pull) are worth
+#: remembering once decoded (`DecodeCache`): a member opens a sync with the same bytes
+#: to each peer it joins through, and a simulator delivers all of them in one process.
 DECODED_SIZE_MIN = 2048
-#: How many such packets are remembered (the oldest is dropped first). Small: the
-#: hits come from copies that arrive close together; a cache this size holds a few
-#: MB at 1,000 members (a 20 kB digest decodes to about 200 kB of tuples).
+#: How many such packets a `DecodeCache` remembers by default (the oldest is dropped
+#: first). Small: the hits come from copies that arrive close together; this many
+#: hold a few MB at 1,000 members (a 20 kB digest decodes to about 200 kB of tuples).
 DECODED_MAX = 16
-_decoded: dict[bytes, tuple[Message, ...]] = {}
 
 
-def decode_packet(packet: bytes) -> list[Message]:
+class DecodeCache:
+    """Decoded large packets, remembered by their bytes, so a copy is decoded once.
+
+    Decoding is a pure function of the bytes and messages are immutable tuples, so a
+    hit is always right. The cache is owned by whoever passes it to `decode_packet`:
+    each `swim.Membership` holds its own unless its driver hands one in (the simulator
+    shares one between all the cores of a run, where one opening reaches many of them).
+    Bounded: at most `max_packets` packets, each at least `size_min` bytes.
+    """
+
+    __slots__ = ("_packets", "max_packets", "size_min")
+
+    def __init__(self, max_packets: int = DECODED_MAX, size_min: int = DECODED_SIZE_MIN) -> None:
+        if max_packets < 1:
+            raise ValueError(f"max_packets must be at least 1, got {max_packets}")
+        self.max_packets = max_packets
+        self.size_min = size_min
+        self._packets: dict[bytes, tuple[Message, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._packets)
+
+    def decode(self, packet: bytes) -> list[Message]:
+        """`decode_packet(packet)`, answered from the cache for a large packet seen
+        recently (the list is a fresh copy each time)."""
+        if len(packet) < self.size_min or type(packet) is not bytes:
+            return _decode(packet)
+        packets = self._packets
+        cached = packets.get(packet)
+        if cached is not None:
+            return list(cached)
+        messages = _decode(packet)
+        if len(packets) >= self.max_packets:
+            del packets[next(iter(packets))]
+        packets[packet] = tuple(messages)
+        return messages
+
+
+def decode_packet(packet: bytes, cache: DecodeCache | None = None) -> list[Message]:
     """The messages in one packet.
 
-    A pure function of the bytes, so a large packet seen recently is answered from
-    `_decoded` (messages are immutable tuples; the list is a fresh copy).
+    Args:
+        packet: the bytes, as received.
+        cache: where large packets seen recently are remembered (see `DecodeCache`);
+            None decodes every time.
 
     Raises:
         DecodeError: for anything but a well-formed packet of this protocol version.
     """
-    if len(packet) >= DECODED_SIZE_MIN and type(packet) is bytes:
-        cached = _decoded.get(packet)
-        if cached is not None:
-            return list(cached)
-        messages = _decode(packet)
-        if len(_decoded) >= DECODED_MAX:
-            del _decoded[next(iter(_decoded))]
-        _decoded[packet] = tuple(messages)
-        return messages
+    if cache is not None:
+        return cache.decode(packet)
     return _decode(packet)
 
 
