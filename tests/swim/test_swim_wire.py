@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import random
 from typing import Any
 
@@ -448,3 +449,51 @@ def test_the_decode_cache_is_per_instance_not_global() -> None:
     assert len(shared) == 1  # b's copy was a hit; c decoded into its own cache
     assert a.statistics().push_pulls_received == b.statistics().push_pulls_received == 1
     assert c.statistics().push_pulls_received == 1
+
+
+def decode_result(packet: bytes, cache: wire.DecodeCache | None) -> object:
+    """What decoding gives: the messages, or the exact exception type."""
+    try:
+        return decode_packet(packet, cache)
+    except DecodeError as exc:
+        return type(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=24), st.data())
+def test_the_cache_decodes_exactly_as_the_plain_path(
+    batch: list[Message], data: st.DataObject
+) -> None:
+    """A compound packet decoded message by message, rumors from the cache, gives the
+    same messages as the plain path, and a truncated, flipped or padded one the same
+    exception type (so the core counts it the same), before and after its rumors are
+    remembered."""
+    cache = wire.DecodeCache(max_rumors=8)
+    packet = encode(*batch)
+    mutated = bytearray(packet)
+    action = data.draw(st.sampled_from(["cut", "flip", "pad", "none"]))
+    if action == "cut":
+        mutated = mutated[: data.draw(st.integers(0, len(packet)))]
+    elif action == "flip":
+        mutated[data.draw(st.integers(0, len(packet) - 1))] ^= data.draw(st.integers(1, 255))
+    elif action == "pad":
+        mutated += data.draw(st.binary(min_size=1, max_size=4))
+    for candidate in (packet, bytes(mutated)):
+        expected = decode_result(candidate, None)
+        assert decode_result(candidate, cache) == expected
+        assert decode_result(candidate, cache) == expected  # rumors now remembered
+    assert cache.rumors <= 8
+
+
+def test_rumors_are_remembered_by_their_bytes_and_bounded() -> None:
+    """Rumors in a compound packet are decoded once, then found by their bytes;
+    pings, acks and other one-off messages are not kept; the oldest go first."""
+    cache = wire.DecodeCache(max_rumors=3)
+    rumors = [Alive(f"m{i}", i, ("h", i), b"") for i in range(4)]
+    first = decode_packet(encode(Ack(1), *rumors[:3]), cache)
+    assert cache.rumors == 3
+    again = decode_packet(encode(Ack(2), *rumors[:3]), cache)
+    assert again[1:] == rumors[:3] and all(map(operator.is_, again[1:], first[1:]))
+    decode_packet(encode(Ack(3), rumors[3], rumors[2], rumors[1]), cache)
+    assert cache.rumors == 3
+    assert decode_packet(encode(Ack(4), rumors[0], rumors[3], rumors[3]), cache)[1] is not first[1]
