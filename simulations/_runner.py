@@ -582,15 +582,16 @@ class _Run:
         member = getattr(event, "member", None)
         if member is None:
             return
-        subject = self.sim.index_of(member.name)
-        if subject is None:
-            return
         if event.__class__ is MemberFailed:
-            self.failed.setdefault(node, {})[subject] = now
+            subject = self.sim.index_of(member.name)
+            if subject is not None:
+                self.failed.setdefault(node, {})[subject] = now
         elif member.state != MemberState.DEAD:
             failed = self.failed.get(node)
-            if failed:
-                failed.pop(subject, None)
+            if failed:  # most events (a cluster forming) find nothing to forget
+                subject = self.sim.index_of(member.name)
+                if subject is not None:
+                    failed.pop(subject, None)
 
     def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
         if old == NodeStatus.DOWN:

@@ -239,7 +239,16 @@ class _ViewCache:
     members; each part is built on first use.
     """
 
-    __slots__ = ("_alive", "_digest", "_nodes", "_position", "_tuples", "me", "openings")
+    __slots__ = (
+        "_alive",
+        "_digest",
+        "_nodes",
+        "_position",
+        "_tuples",
+        "digests_merged",
+        "me",
+        "openings",
+    )
 
     def __init__(self, members: dict[str, _Node], me: _Node) -> None:
         self._nodes = list(members.values())
@@ -252,6 +261,8 @@ class _ViewCache:
         #: object goes to every peer until the view changes, so a receiver's
         #: `swim.wire` decode cache finds it by a hash computed once.
         self.openings: dict[tuple[bool, bytes], bytes] = {}
+        #: Sync digests merged against this view (see `Membership._merge_digest`).
+        self.digests_merged = 0
 
     def digest(self) -> list[bytes]:
         """Every member's encoded digest entry, in member order (sync leg 0)."""
@@ -1540,8 +1551,13 @@ class Membership:
         wanted: list[str] = []
         # An alive entry equal to ours (not our own) proves nothing new: skip it before
         # unpacking. Incarnations only grow, so applying earlier entries cannot make it
-        # news; our own entry always goes through (it may call for a refute).
-        news = filterfalse(self._view_cache().alive().__contains__, digest)
+        # news; our own entry always goes through (it may call for a refute). Only from
+        # the second digest merged against one view: while the view changes between
+        # digests (a cluster forming), building that set each time costs more than the
+        # loop below, which does nothing with such an entry anyway.
+        view = self._view_cache()
+        view.digests_merged += 1
+        news = filterfalse(view.alive().__contains__, digest) if view.digests_merged > 1 else digest
         for name, incarnation, state, entry_hash in news:
             node = members.get(name)
             if state == 0:
