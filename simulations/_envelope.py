@@ -129,7 +129,8 @@ class EnvelopeModel:
         return False
 
     def _introduce(self, src: int, dst: int, now: float) -> None:
-        self._grow(src)
+        if src >= len(self._intro):
+            self._grow(src)
         self._intro[src][dst] = [
             now + self.spec.introduction_seconds,
             float(self.spec.introduction_packets),
