@@ -37,6 +37,8 @@ __all__ = ["EnvelopeModel", "EnvelopeSpec"]
 _SUSPECT = 2
 _DEAD = 3
 _UNKNOWN = 0
+#: Beliefs about a peer under which we send our certificate (it may not hold it).
+_INTRODUCE = frozenset((_UNKNOWN, _SUSPECT, _DEAD))
 
 
 @attrs.frozen
@@ -82,7 +84,19 @@ class EnvelopeModel:
             self._everyone_until.append(-1.0)
 
     def overhead(self, src: int, dst: int | None, reliable: bool, t: float) -> int:
-        """Envelope bytes of one packet from `src` to `dst` (None: no such node) at `t`."""
+        """Envelope bytes of one packet from `src` to `dst` (None: no such node) at `t`.
+
+        Called for every packet of a run, so the common case (an introduced peer we
+        see alive or suspect) is checked first and inline.
+        """
+        # `src` is running, so `on_status` has made room for it.
+        if not reliable and dst is not None and t >= self._everyone_until[src]:
+            entry = self._intro[src].get(dst)
+            if entry is not None and t >= entry[0] and entry[1] <= 0:
+                belief = self._metrics.view_of(src, dst)
+                if belief not in _INTRODUCE and entry[2] == self._sim.life(dst):
+                    self.without_certificate += 1
+                    return self._without
         if self._certificate(src, dst, reliable, t):
             self.with_certificate += 1
             return self._with
@@ -92,11 +106,10 @@ class EnvelopeModel:
     def _certificate(self, src: int, dst: int | None, reliable: bool, t: float) -> bool:
         if reliable or dst is None:
             return True
-        # `src` is running, so `on_status` has made room for it.
         if t < self._everyone_until[src]:
             return True
         belief = self._metrics.view_of(src, dst)
-        if belief in (_UNKNOWN, _SUSPECT, _DEAD):
+        if belief in _INTRODUCE:
             return True
         life = self._sim.life(dst)
         entry = self._intro[src].get(dst)
@@ -116,7 +129,8 @@ class EnvelopeModel:
         return False
 
     def _introduce(self, src: int, dst: int, now: float) -> None:
-        self._grow(src)
+        if src >= len(self._intro):
+            self._grow(src)
         self._intro[src][dst] = [
             now + self.spec.introduction_seconds,
             float(self.spec.introduction_packets),

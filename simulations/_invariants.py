@@ -48,7 +48,9 @@ class IncarnationCheck:
         subject = self._sim.index_of(member.name)
         if subject is None:
             return
-        seen = self._seen.setdefault(node, {})
+        seen = self._seen.get(node)
+        if seen is None:
+            seen = self._seen[node] = {}
         before = seen.get(subject)
         if before is not None and member.incarnation < before:
             self._fail(

@@ -79,6 +79,7 @@ from populi_p2p.leases.reliability import Outcome, earned_reliability, prior_rel
 from swim import (
     Address,
     AppMessage,
+    DecodeCache,
     Event,
     MemberFailed,
     MemberLeft,
@@ -267,7 +268,9 @@ class LeaseSim:
 
     def core_factory(self, config: SwimConfig) -> Callable[..., Membership]:
         """A `CoreFactory` that gives each new node life a lease agent and a core whose
-        `AppState` is that agent's table."""
+        `AppState` is that agent's table (the cores share a `DecodeCache`, as in
+        `swim_factory`)."""
+        cache = DecodeCache()
 
         def make(
             name: str, address: Address, rng: random.Random, now: float, incarnation: int
@@ -283,6 +286,7 @@ class LeaseSim:
                 now,
                 incarnation=incarnation,
                 app_state=_Section(self, node),
+                decode_cache=cache,
             )
 
         return make

@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from swim import (
+    DecodeCache,
     Event,
     Member,
     MemberFailed,
@@ -128,12 +129,19 @@ def swim_config(scenario: Scenario) -> SwimConfig:
 
 
 def swim_factory(config: SwimConfig) -> CoreFactory:
-    """Build each node's core as a `swim.Membership` with `config`."""
+    """Build each node's core as a `swim.Membership` with `config`.
+
+    The cores share one `DecodeCache`: a sync opening goes out as the same bytes to
+    several peers, and in one process it is then decoded once, not once per peer.
+    """
+    cache = DecodeCache()
 
     def make(
         name: str, address: tuple[str, int], rng: random.Random, now: float, incarnation: int
     ) -> Membership:
-        return Membership(config, name, address, rng, now, incarnation=incarnation)
+        return Membership(
+            config, name, address, rng, now, incarnation=incarnation, decode_cache=cache
+        )
 
     return make
 
@@ -574,15 +582,16 @@ class _Run:
         member = getattr(event, "member", None)
         if member is None:
             return
-        subject = self.sim.index_of(member.name)
-        if subject is None:
-            return
         if event.__class__ is MemberFailed:
-            self.failed.setdefault(node, {})[subject] = now
+            subject = self.sim.index_of(member.name)
+            if subject is not None:
+                self.failed.setdefault(node, {})[subject] = now
         elif member.state != MemberState.DEAD:
             failed = self.failed.get(node)
-            if failed:
-                failed.pop(subject, None)
+            if failed:  # most events (a cluster forming) find nothing to forget
+                subject = self.sim.index_of(member.name)
+                if subject is not None:
+                    failed.pop(subject, None)
 
     def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
         if old == NodeStatus.DOWN:

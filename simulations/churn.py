@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from swim import Address, Membership
+from swim import Address, DecodeCache, Membership
 
 from ._engine import Core, CoreFactory
 from ._rng import child_rng
@@ -118,12 +118,22 @@ def swarm_scenario(seed: int, *, duration: float = 120.0) -> tuple[Scenario, dic
 
 def _factory(scenario: Scenario, buggify: dict[str, Any]) -> CoreFactory:
     config = swim_config(scenario)
+    cache = DecodeCache()  # shared by the run's cores, as in `swim_factory`
 
     def make(
         name: str, address: Address, rng: random.Random, now: float, incarnation: int
     ) -> Core:
         hooks = Buggify(child_rng(scenario.seed, "buggify", name, incarnation), **buggify)
-        return Membership(config, name, address, rng, now, incarnation=incarnation, faults=hooks)
+        return Membership(
+            config,
+            name,
+            address,
+            rng,
+            now,
+            incarnation=incarnation,
+            faults=hooks,
+            decode_cache=cache,
+        )
 
     return make
 

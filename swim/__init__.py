@@ -39,6 +39,7 @@ from .suspicion import Suspicion as Suspicion
 from .suspicion import remaining_suspicion_time as remaining_suspicion_time
 from .wire import INCARNATION_MAX as INCARNATION_MAX
 from .wire import PROTOCOL_VERSION as PROTOCOL_VERSION
+from .wire import DecodeCache as DecodeCache
 from .wire import DecodeError as DecodeError
 from .wire import MessageType as MessageType
 
@@ -49,6 +50,7 @@ __all__ = [
     "AppMessage",
     "AppState",
     "Awareness",
+    "DecodeCache",
     "DecodeError",
     "Event",
     "Faults",

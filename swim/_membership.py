@@ -64,6 +64,7 @@ from .wire import (
     Alive,
     App,
     Dead,
+    DecodeCache,
     DecodeError,
     DigestEntry,
     IndirectPing,
@@ -238,7 +239,16 @@ class _ViewCache:
     members; each part is built on first use.
     """
 
-    __slots__ = ("_alive", "_digest", "_nodes", "_position", "_tuples", "me", "openings")
+    __slots__ = (
+        "_alive",
+        "_digest",
+        "_nodes",
+        "_position",
+        "_tuples",
+        "digests_merged",
+        "me",
+        "openings",
+    )
 
     def __init__(self, members: dict[str, _Node], me: _Node) -> None:
         self._nodes = list(members.values())
@@ -251,6 +261,8 @@ class _ViewCache:
         #: object goes to every peer until the view changes, so a receiver's
         #: `swim.wire` decode cache finds it by a hash computed once.
         self.openings: dict[tuple[bool, bytes], bytes] = {}
+        #: Sync digests merged against this view (see `Membership._merge_digest`).
+        self.digests_merged = 0
 
     def digest(self) -> list[bytes]:
         """Every member's encoded digest entry, in member order (sync leg 0)."""
@@ -359,6 +371,7 @@ class Membership:
         faults: object | None = None,
         check_invariants: bool = False,
         app_state: AppState | None = None,
+        decode_cache: DecodeCache | None = None,
     ) -> None:
         """Args:
         config: protocol settings.
@@ -375,6 +388,9 @@ class Membership:
             `config.check_invariants`).
         app_state: the application's anti-entropy section (see `swim.app.AppState`),
             used only with `config.app_channel_enabled`; None: no section.
+        decode_cache: where large packets (sync digests) are remembered once decoded
+            (`swim.wire.DecodeCache`); None: a cache of our own. A driver running many
+            cores in one process (the simulator) may share one between them.
 
         Raises:
             ValueError: for metadata over the limit, or an incarnation outside
@@ -395,6 +411,7 @@ class Membership:
         self._faults = FaultHooks(faults)
         self._check = check_invariants or config.check_invariants
         self._counters = Counters()
+        self._decode_cache = DecodeCache() if decode_cache is None else decode_cache
         self._awareness = Awareness(config.awareness_max_multiplier)
         self._broadcasts = TransmitLimitedQueue(
             config.retransmit_mult,
@@ -538,7 +555,7 @@ class Membership:
         counters.packets_received += 1
         counters.bytes_received += len(payload)
         try:
-            messages = decode_packet(payload)
+            messages = decode_packet(payload, self._decode_cache)
         except IntegerRangeError:
             counters.dropped_out_of_range += 1
             return []
@@ -1534,8 +1551,13 @@ class Membership:
         wanted: list[str] = []
         # An alive entry equal to ours (not our own) proves nothing new: skip it before
         # unpacking. Incarnations only grow, so applying earlier entries cannot make it
-        # news; our own entry always goes through (it may call for a refute).
-        news = filterfalse(self._view_cache().alive().__contains__, digest)
+        # news; our own entry always goes through (it may call for a refute). Only from
+        # the second digest merged against one view: while the view changes between
+        # digests (a cluster forming), building that set each time costs more than the
+        # loop below, which does nothing with such an entry anyway.
+        view = self._view_cache()
+        view.digests_merged += 1
+        news = filterfalse(view.alive().__contains__, digest) if view.digests_merged > 1 else digest
         for name, incarnation, state, entry_hash in news:
             node = members.get(name)
             if state == 0:

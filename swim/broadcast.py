@@ -44,6 +44,7 @@ class TransmitLimitedQueue:
         "_by_name",
         "_count",
         "_evicted",
+        "_limit",
         "_max",
         "_next_id",
         "_oversize",
@@ -67,6 +68,8 @@ class TransmitLimitedQueue:
         self._next_id = 0
         self._count = 0
         self._evicted = 0
+        #: (n, transmit limit at n) of the last call: n rarely changes between calls.
+        self._limit = (-1, 0)
 
     def __len__(self) -> int:
         return self._count
@@ -125,7 +128,10 @@ class TransmitLimitedQueue:
         room = limit - overhead
         if self._count == len(self._oversize) or room < _ROOM_MIN:
             return []
-        transmit_limit = retransmit_limit(self._retransmit_mult, n)
+        last_n, transmit_limit = self._limit
+        if n != last_n:
+            transmit_limit = retransmit_limit(self._retransmit_mult, n)
+            self._limit = (n, transmit_limit)
         tiers = self._tiers
         picked: list[_Item] = []
         for transmits, tier in enumerate(tiers):

@@ -644,35 +644,152 @@ _DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
 }
 
 
-#: Packets at least this long (anti-entropy: a sync digest, a push-pull) are decoded
-#: once and remembered, by their bytes: a member opens a sync with the same bytes to
-#: each peer it joins through, and a simulator delivers all of them in one process.
+#: Packets at least this long (anti-entropy: a sync digest, a push-pull) are worth
+#: remembering once decoded (`DecodeCache`): a member opens a sync with the same bytes
+#: to each peer it joins through, and a simulator delivers all of them in one process.
 DECODED_SIZE_MIN = 2048
-#: How many such packets are remembered (the oldest is dropped first). Small: the
-#: hits come from copies that arrive close together; a cache this size holds a few
-#: MB at 1,000 members (a 20 kB digest decodes to about 200 kB of tuples).
+#: How many such packets a `DecodeCache` remembers by default (the oldest is dropped
+#: first). Small: the hits come from copies that arrive close together; this many
+#: hold a few MB at 1,000 members (a 20 kB digest decodes to about 200 kB of tuples).
 DECODED_MAX = 16
-_decoded: dict[bytes, tuple[Message, ...]] = {}
 
 
-def decode_packet(packet: bytes) -> list[Message]:
+#: How many rumor messages (alive, suspect, dead, left) a `DecodeCache` remembers by
+#: default, by their bytes. A rumor travels as the same bytes to every member, several
+#: times each (piggybacked on `retransmit_limit` packets by every member that holds
+#: it), so a member decodes most rumors it receives more than once; while 1,000
+#: members join, nearly all the messages received are such copies.
+RUMORS_REMEMBERED = 4096
+#: Compound packets of at least this many messages (a fixarray from 3, or an array16
+#: header) have their rumors looked up one by one (splitting costs more than it saves
+#: on a ping with one rumor; measured).
+_SPLIT_MESSAGES_MIN = 3
+_RUMOR_TYPES = frozenset(
+    {
+        MessageType.ALIVE.value,
+        MessageType.SUSPECT.value,
+        MessageType.DEAD.value,
+        MessageType.LEFT.value,
+    }
+)
+
+
+class DecodeCache:
+    """Decoded packets and rumors, remembered by their bytes, so a copy is decoded once.
+
+    Decoding is a pure function of the bytes and messages are immutable tuples, so a
+    hit is always right: a rumor is remembered only once it decoded and validated, and
+    a packet that is malformed anywhere is decoded afresh by `decode_packet`'s own path,
+    so it fails exactly as it would without a cache. The cache is owned by whoever
+    passes it to `decode_packet`: each `swim.Membership` holds its own unless its
+    driver hands one in (the simulator shares one between all the cores of a run, where
+    one opening reaches many of them). Bounded: at most `max_packets` large packets
+    (each at least `size_min` bytes) and `max_rumors` rumors, the oldest dropped first.
+    """
+
+    __slots__ = ("_packets", "_rumors", "max_packets", "max_rumors", "size_min")
+
+    def __init__(
+        self,
+        max_packets: int = DECODED_MAX,
+        size_min: int = DECODED_SIZE_MIN,
+        max_rumors: int = RUMORS_REMEMBERED,
+    ) -> None:
+        if max_packets < 1 or max_rumors < 1:
+            raise ValueError(
+                f"max_packets and max_rumors must be at least 1, got {max_packets}, {max_rumors}"
+            )
+        self.max_packets = max_packets
+        self.max_rumors = max_rumors
+        self.size_min = size_min
+        self._packets: dict[bytes, tuple[Message, ...]] = {}
+        self._rumors: dict[bytes, Message] = {}
+
+    def __len__(self) -> int:
+        """Large packets held (rumors are counted by `rumors`)."""
+        return len(self._packets)
+
+    @property
+    def rumors(self) -> int:
+        """Rumor messages held."""
+        return len(self._rumors)
+
+    def decode(self, packet: bytes) -> list[Message]:
+        """`decode_packet(packet)`, answered from the cache where it can be (the list
+        is a fresh copy each time)."""
+        if type(packet) is not bytes:
+            return _decode(packet)
+        if len(packet) >= self.size_min:
+            packets = self._packets
+            cached = packets.get(packet)
+            if cached is not None:
+                return list(cached)
+            messages = _decode(packet)
+            if len(packets) >= self.max_packets:
+                del packets[next(iter(packets))]
+            packets[packet] = tuple(messages)
+            return messages
+        if (
+            len(packet) > 2
+            and packet[0] == PROTOCOL_VERSION
+            and (0x90 + _SPLIT_MESSAGES_MIN <= packet[1] <= 0x9F or packet[1] == 0xDC)
+        ):
+            try:
+                return self._split(packet)
+            except Exception:  # malformed: the plain path below raises what it should
+                pass
+        return _decode(packet)
+
+    def _split(self, packet: bytes) -> list[Message]:
+        """Decode a compound packet message by message, rumors from the cache.
+
+        Raises on anything but a well-formed packet (any exception: the caller then
+        decodes it the plain way, which raises the right `DecodeError`).
+        """
+        unpacker = msgpack.Unpacker(raw=False, use_list=False, strict_map_key=True)
+        unpacker.feed(packet)
+        unpacker.skip()  # the version byte, checked by the caller
+        count = unpacker.read_array_header()
+        tell = unpacker.tell
+        skip = unpacker.skip
+        rumors = self._rumors
+        remembered = rumors.get
+        start = tell()
+        messages: list[Message] = []
+        for _ in range(count):
+            skip()
+            end = tell()
+            chunk = packet[start:end]
+            start = end
+            message = remembered(chunk)
+            if message is None:
+                item = msgpack.unpackb(chunk, raw=False, use_list=False, strict_map_key=True)
+                if type(item) is not tuple or not item or type(item[0]) is not int:
+                    raise DecodeError("a message is a non-empty array")
+                message = _DECODERS[item[0]](item)
+                if item[0] in _RUMOR_TYPES:
+                    if len(rumors) >= self.max_rumors:
+                        del rumors[next(iter(rumors))]
+                    rumors[chunk] = message
+            messages.append(message)
+        if start != len(packet):
+            raise DecodeError("trailing bytes")
+        return messages
+
+
+def decode_packet(packet: bytes, cache: DecodeCache | None = None) -> list[Message]:
     """The messages in one packet.
 
-    A pure function of the bytes, so a large packet seen recently is answered from
-    `_decoded` (messages are immutable tuples; the list is a fresh copy).
+    Args:
+        packet: the bytes, as received.
+        cache: where large packets seen recently are remembered (see `DecodeCache`);
+            None decodes every time.
 
     Raises:
         DecodeError: for anything but a well-formed packet of this protocol version.
     """
-    if len(packet) >= DECODED_SIZE_MIN and type(packet) is bytes:
-        cached = _decoded.get(packet)
-        if cached is not None:
-            return list(cached)
-        messages = _decode(packet)
-        if len(_decoded) >= DECODED_MAX:
-            del _decoded[next(iter(_decoded))]
-        _decoded[packet] = tuple(messages)
-        return messages
+    if cache is not None:
+        return cache.decode(packet)
     return _decode(packet)
 
 

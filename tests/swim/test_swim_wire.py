@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+import random
 from typing import Any
 
 import msgpack
@@ -9,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swim import PROTOCOL_VERSION, DecodeError, MessageType, wire
+from swim import PROTOCOL_VERSION, DecodeError, Membership, MessageType, SwimConfig, wire
 from swim.wire import (
     INTEGER_MAX,
     NAME_LENGTH_MAX,
@@ -402,19 +404,96 @@ def big_sync(n: int, tag: str = "") -> bytes:
 
 
 def test_large_packets_are_decoded_once_and_stay_bounded() -> None:
-    """A large packet seen again is answered from a bounded cache: the same messages,
-    a fresh list each time, and never more than DECODED_MAX packets held."""
+    """A large packet seen again is answered from its cache: the same messages, a
+    fresh list each time, and never more than `max_packets` packets held."""
+    cache = wire.DecodeCache()
     packet = big_sync(300)
     assert len(packet) >= wire.DECODED_SIZE_MIN
-    first = decode_packet(packet)
+    first = decode_packet(packet, cache)
     first.clear()  # a caller's list is its own
-    second = decode_packet(bytes(packet))  # equal bytes, another object
-    assert len(second) == 1 and second[0] is decode_packet(packet)[0]
+    second = decode_packet(bytes(packet), cache)  # equal bytes, another object
+    assert len(second) == 1 and second[0] is decode_packet(packet, cache)[0]
+    assert second[0] is not decode_packet(packet)[0]  # no cache: decoded afresh
     for i in range(wire.DECODED_MAX + 5):
-        decode_packet(big_sync(200, tag=str(i)))
-    assert len(wire._decoded) <= wire.DECODED_MAX
+        decode_packet(big_sync(200, tag=str(i)), cache)
+    assert len(cache) == wire.DECODED_MAX
+    small = encode(Ack(9))
+    assert decode_packet(small, cache) == [Ack(9)] and len(cache) == wire.DECODED_MAX
     garbled = packet[:-3] + b"\xc1\xc1\xc1"
     for _ in range(2):
         with pytest.raises(DecodeError):
-            decode_packet(garbled)
-    assert decode_packet(bytearray(packet)) == decode_packet(packet)  # type: ignore[arg-type]
+            decode_packet(garbled, cache)
+    assert decode_packet(bytearray(packet), cache) == decode_packet(packet)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_packets"):
+        wire.DecodeCache(0)
+
+
+def test_the_decode_cache_is_per_instance_not_global() -> None:
+    """No module-level cache in the sans-IO core: each `Membership` owns its own
+    unless its driver hands one in, and only what it receives goes into it."""
+    assert not [
+        name
+        for name, value in vars(wire).items()
+        if isinstance(value, dict | list | set) and not (name.isupper() or name.startswith("__"))
+    ], "swim.wire holds module-level mutable state"
+    config = SwimConfig.lan()
+    shared = wire.DecodeCache()
+    a = Membership(config, "a", ("a", 1), random.Random(1), 0.0, decode_cache=shared)
+    b = Membership(config, "b", ("b", 1), random.Random(2), 0.0, decode_cache=shared)
+    c = Membership(config, "c", ("c", 1), random.Random(3), 0.0)
+    packet = big_sync(300)
+    a.receive(("s", 1), packet, 0.0, reliable=True)
+    assert len(shared) == 1
+    b.receive(("s", 1), packet, 0.0, reliable=True)
+    c.receive(("s", 1), packet, 0.0, reliable=True)
+    assert len(shared) == 1  # b's copy was a hit; c decoded into its own cache
+    assert a.statistics().push_pulls_received == b.statistics().push_pulls_received == 1
+    assert c.statistics().push_pulls_received == 1
+
+
+def decode_result(packet: bytes, cache: wire.DecodeCache | None) -> object:
+    """What decoding gives: the messages, or the exact exception type."""
+    try:
+        return decode_packet(packet, cache)
+    except DecodeError as exc:
+        return type(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=24), st.data())
+def test_the_cache_decodes_exactly_as_the_plain_path(
+    batch: list[Message], data: st.DataObject
+) -> None:
+    """A compound packet decoded message by message, rumors from the cache, gives the
+    same messages as the plain path, and a truncated, flipped or padded one the same
+    exception type (so the core counts it the same), before and after its rumors are
+    remembered."""
+    cache = wire.DecodeCache(max_rumors=8)
+    packet = encode(*batch)
+    mutated = bytearray(packet)
+    action = data.draw(st.sampled_from(["cut", "flip", "pad", "none"]))
+    if action == "cut":
+        mutated = mutated[: data.draw(st.integers(0, len(packet)))]
+    elif action == "flip":
+        mutated[data.draw(st.integers(0, len(packet) - 1))] ^= data.draw(st.integers(1, 255))
+    elif action == "pad":
+        mutated += data.draw(st.binary(min_size=1, max_size=4))
+    for candidate in (packet, bytes(mutated)):
+        expected = decode_result(candidate, None)
+        assert decode_result(candidate, cache) == expected
+        assert decode_result(candidate, cache) == expected  # rumors now remembered
+    assert cache.rumors <= 8
+
+
+def test_rumors_are_remembered_by_their_bytes_and_bounded() -> None:
+    """Rumors in a compound packet are decoded once, then found by their bytes;
+    pings, acks and other one-off messages are not kept; the oldest go first."""
+    cache = wire.DecodeCache(max_rumors=3)
+    rumors = [Alive(f"m{i}", i, ("h", i), b"") for i in range(4)]
+    first = decode_packet(encode(Ack(1), *rumors[:3]), cache)
+    assert cache.rumors == 3
+    again = decode_packet(encode(Ack(2), *rumors[:3]), cache)
+    assert again[1:] == rumors[:3] and all(map(operator.is_, again[1:], first[1:]))
+    decode_packet(encode(Ack(3), rumors[3], rumors[2], rumors[1]), cache)
+    assert cache.rumors == 3
+    assert decode_packet(encode(Ack(4), rumors[0], rumors[3], rumors[3]), cache)[1] is not first[1]
