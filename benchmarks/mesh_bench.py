@@ -5,12 +5,15 @@ Printed, not asserted. For each size it reports:
 * converge: from the last daemon answering its API until every member sees every other
   alive;
 * kill -9: from SIGKILL of one daemon until all the others say it is dead;
-* SIGTERM: from SIGTERM of another until all the others say it left;
+* SIGTERM: from SIGTERM of another until all the others say it left (`--leaves K`: K
+  daemons leave one after the other, each polled until every survivor shows it `left`
+  or 120 s pass; the count seen by all is reported);
 * start-up: daemons start in batches of 10, each joining through one random member
   already up; a batch starts once the previous one has joined (`--no-pace`: as soon as
   its APIs answer), and the `member.suspected` lines logged until convergence are
   counted;
-* steady state, measured over a quiet window in which nobody polls the API: CPU per
+* two quiet windows in which nobody polls the API, one right after convergence and one
+  `--settle` seconds later (steady state, introductions over): CPU per
   daemon (utime + stime from /proc/PID/stat, as a percentage of one core), resident
   memory (VmRSS from /proc/PID/status), bytes sent per member per second (sealed bytes
   on the wire, from each daemon's status before and after the window), and how many
@@ -20,7 +23,8 @@ Usage::
 
     python benchmarks/mesh_bench.py                      # 10 and 50 daemons, LAN preset
     python benchmarks/mesh_bench.py --sizes 10 50 100 --preset lan --idle 30
-    python benchmarks/mesh_bench.py --sizes 10 --idle 60 --settle 30    # steady state only
+    python benchmarks/mesh_bench.py --sizes 10 --idle 60 --settle 30    # a later window too
+    python benchmarks/mesh_bench.py --sizes 100 --leaves 20   # 20 leaves in sequence
 
 Waits poll the daemons' control API with deadlines; nothing sleeps for a guessed time
 except the measurement window itself (and `--settle`, before it). Everything lives in a
@@ -30,9 +34,11 @@ temporary directory, removed at the end; every daemon is killed on the way out.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -79,7 +85,7 @@ class Bench(Mesh):
             total += text.count("member.suspected")
         return total
 
-    def run(self, idle: float, settle: float = 0.0) -> dict[str, Any]:
+    def run(self, idle: float, settle: float = 0.0, leaves: int = 1) -> dict[str, Any]:
         result: dict[str, Any] = {"n": self.n, "preset": self.preset}
         t0 = time.monotonic()
         self.start_all()
@@ -90,10 +96,52 @@ class Bench(Mesh):
         result["converge_s"] = self.converge_time_from_logs()
         result["suspicions_start"] = self.suspicions()
         result["load_after_start"] = os.getloadavg()[0]
-        # Start-up traffic (the last joins' gossip, introductions) is not steady state.
+        # The first window starts right after convergence, while start-up traffic (the
+        # last joins' gossip, certificate introductions) is still going; the steady one
+        # after `settle` more seconds.
+        result["first"] = self.window(idle)
         time.sleep(settle)
+        result["steady"] = self.window(idle)
+        result["settle_s"] = settle
+        result.update(result["steady"])
 
-        # Steady state: nobody polls the API during the window.
+        victim, leaver = self.daemons[1], self.daemons[2]
+        others = [d for d in self.daemons if d not in (victim, leaver)]
+        # Times come from the daemons' own log lines (millisecond stamps), so polling
+        # 50 or 100 APIs does not blur them; the polls only say when to look.
+        killed_at = time.time()
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        wait_for(lambda: self.all_see([leaver, *others], victim.node_id, "dead"), "dead", 300, poll)
+        failed = self.last_event_time([leaver, *others], "member.failed", victim.name)
+        result["kill9_dead_s"] = failed - killed_at
+        # Graceful leaves, one after the other: each must be seen as `left` by every
+        # survivor (polled) within 120 s; a miss is counted, not fatal.
+        leavers = [leaver, *others[: max(0, leaves - 1)]]
+        survivors = [d for d in others if d not in leavers]
+        times: list[float] = []
+        codes: list[int | None] = []
+        for i, d in enumerate(leavers):
+            watching = [*survivors, *leavers[i + 1 :]]
+            termed_at = time.time()
+            d.proc.send_signal(signal.SIGTERM)
+            try:
+                seen = functools.partial(self.all_see, watching, d.node_id, "left")
+                wait_for(seen, "left", 120, poll)
+            except TimeoutError:
+                codes.append(d.proc.wait(timeout=30))
+                continue
+            times.append(self.last_event_time(watching, "member.left", d.name) - termed_at)
+            codes.append(d.proc.wait(timeout=30))
+        result["leaves"] = len(leavers)
+        result["leaves_seen"] = len(times)
+        result["sigterm_left_s"] = statistics.median(times) if times else float("nan")
+        result["sigterm_left_max_s"] = max(times, default=float("nan"))
+        result["sigterm_exit_code"] = sorted(set(codes), key=str)
+        return result
+
+    def window(self, idle: float) -> dict[str, Any]:
+        """Steady-state figures over `idle` seconds in which nobody polls the API."""
         suspicions_before = self.suspicions()
         traffic_before = {d.name: d.client.get("/v1/status")["traffic"] for d in self.daemons}
         cpu_before = {d.name: d.cpu_seconds() for d in self.daemons}
@@ -113,55 +161,43 @@ class Bench(Mesh):
         sent = [b / elapsed for b in delta("bytes_out")]
         with_cert = sum(delta("datagrams_with_certificate"))
         without_cert = sum(delta("datagrams_without_certificate"))
-        result.update(
-            cpu_pct_mean=sum(cpu) / len(cpu),
-            cpu_pct_max=max(cpu),
-            rss_mib_mean=sum(rss) / len(rss),
-            rss_mib_max=max(rss),
-            bytes_out_per_s_mean=sum(sent) / len(sent),
-            datagrams_per_s_mean=(with_cert + without_cert) / elapsed / len(self.daemons),
-            datagrams_with_certificate_pct=100 * with_cert / max(1, with_cert + without_cert),
-            suspicions_idle=self.suspicions() - suspicions_before,
-            idle_s=elapsed,
-        )
+        return {
+            "cpu_pct_mean": sum(cpu) / len(cpu),
+            "cpu_pct_max": max(cpu),
+            "rss_mib_mean": sum(rss) / len(rss),
+            "rss_mib_max": max(rss),
+            "bytes_out_per_s_mean": sum(sent) / len(sent),
+            "datagrams_per_s_mean": (with_cert + without_cert) / elapsed / len(self.daemons),
+            "datagrams_with_certificate_pct": 100 * with_cert / max(1, with_cert + without_cert),
+            "suspicions_idle": self.suspicions() - suspicions_before,
+            "idle_s": elapsed,
+            "load": os.getloadavg()[0],
+        }
 
-        victim, leaver = self.daemons[1], self.daemons[2]
-        others = [d for d in self.daemons if d not in (victim, leaver)]
-        # Times come from the daemons' own log lines (millisecond stamps), so polling
-        # 50 or 100 APIs does not blur them; the polls only say when to look.
-        killed_at = time.time()
-        victim.proc.send_signal(signal.SIGKILL)
-        victim.proc.wait()
-        wait_for(lambda: self.all_see([leaver, *others], victim.node_id, "dead"), "dead", 300, poll)
-        failed = self.last_event_time([leaver, *others], "member.failed", victim.name)
-        result["kill9_dead_s"] = failed - killed_at
-        termed_at = time.time()
-        leaver.proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: self.all_see(others, leaver.node_id, "left"), "left", 120, poll)
-        left = self.last_event_time(others, "member.left", leaver.name)
-        result["sigterm_left_s"] = left - termed_at
-        result["sigterm_exit_code"] = leaver.proc.wait(timeout=30)
-        return result
 
 def report(r: dict[str, Any]) -> None:
     print(
         f"n={r['n']:>3} preset={r['preset']}: start {r['start_s']:.1f} s,"
         f" converge {r['converge_s']:.2f} s, kill -9 -> all dead {r['kill9_dead_s']:.2f} s,"
-        f" SIGTERM -> all left {r['sigterm_left_s']:.2f} s (exit {r['sigterm_exit_code']})"
+        f" SIGTERM -> all left {r['sigterm_left_s']:.2f} s median,"
+        f" {r['sigterm_left_max_s']:.2f} s max, {r['leaves_seen']} of {r['leaves']} leaves"
+        f" seen as left by all (exit codes {r['sigterm_exit_code']})"
     )
-    print(
-        f"       idle {r['idle_s']:.0f} s: cpu {r['cpu_pct_mean']:.2f} % of a core"
-        f" (max {r['cpu_pct_max']:.2f} %), rss {r['rss_mib_mean']:.1f} MiB"
-        f" (max {r['rss_mib_max']:.1f}), sent {r['bytes_out_per_s_mean']:.0f} B/s per member,"
-        f" suspicions while idle: {r['suspicions_idle']}"
-    )
+    for name, label in (("first", "right after convergence"), ("steady", "after settling")):
+        w = r[name]
+        if name == "steady":
+            label = f"after {r['settle_s']:.0f} s more"
+        print(
+            f"       {w['idle_s']:.0f} s window {label}: cpu {w['cpu_pct_mean']:.2f} % of a"
+            f" core (max {w['cpu_pct_max']:.2f} %), rss {w['rss_mib_mean']:.1f} MiB"
+            f" (max {w['rss_mib_max']:.1f}), sent {w['bytes_out_per_s_mean']:.0f} B/s per"
+            f" member, {w['datagrams_per_s_mean']:.1f} datagrams/s per member,"
+            f" {w['datagrams_with_certificate_pct']:.1f} % with the certificate,"
+            f" suspicions {w['suspicions_idle']}, load {w['load']:.1f}"
+        )
     print(
         f"       start-up: {r['suspicions_start']} member.suspected lines (all daemons) until"
         f" converged; load average {r['load_after_start']:.1f} then"
-    )
-    print(
-        f"       datagrams {r['datagrams_per_s_mean']:.1f}/s per member,"
-        f" {r['datagrams_with_certificate_pct']:.1f} % of them carrying the certificate"
     )
     sys.stdout.flush()
 
@@ -179,6 +215,10 @@ def main() -> int:
         "--no-pace", action="store_true",
         help="start each batch as soon as the previous one answers its API (the old way)",
     )  # fmt: skip
+    parser.add_argument(
+        "--leaves", type=int, default=1,
+        help="graceful leaves in sequence, each until every survivor sees it as left",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     print(f"mesh_bench: {os.cpu_count()} cpus, python {sys.version.split()[0]}")
@@ -186,7 +226,7 @@ def main() -> int:
         root = Path(tempfile.mkdtemp(prefix=f"populi-bench-{n}-"))
         bench = Bench(root, n, args.preset, pace=not args.no_pace)
         try:
-            report(bench.run(args.idle, args.settle))
+            report(bench.run(args.idle, args.settle, args.leaves))
         except (TimeoutError, RuntimeError) as exc:
             print(f"n={n:>3}: FAILED: {exc} (logs in {root})")
             args.keep = True

@@ -1,13 +1,28 @@
 """N daemons started at once on loopback: how long until every API answers, how long
 until everyone sees everyone alive, and what the logs said meanwhile.
 
-    python benchmarks/start_storm.py --n 20 [--preset lan] [--base-port 27000]
+    python benchmarks/start_storm.py --n 100 [--preset lan] [--base-port 27000] [--hold 15]
 
-Every daemon gets a fixed port (`--base-port` + i) and bootstraps through daemons 0
-and 1, so all can be exec'd in the same instant. Counted in the logs until convergence:
-`member.suspected`, `member.failed`, `self.refuted` and `udp.blocked` lines (none of
-them is true here: nothing fails and nothing blocks UDP). Printed, not asserted; on a
-shared machine the times are noisy.
+Every daemon gets fixed ports (swim on `--base-port` + 2i, its peer API on the next
+one: the default peer port is the swim port + 1, which would race the next daemon's
+bind) and bootstraps through daemons 0 and 1, so all can be exec'd in the same instant.
+
+Times come from the daemons' own log lines (millisecond stamps), not from polling their
+APIs: on 2 cores, polling 100 APIs in a loop costs the starved daemons more CPU than
+their membership does, and blurs what it measures. Reported:
+
+* every API answers: the last `node.ready` line (logged once the API socket serves);
+  one status call per daemon afterwards confirms it;
+* all see N alive: the first moment at which every daemon's log, replayed (joined and
+  recovered: alive; suspected, failed, left: not), has all N-1 others alive;
+* whether that still holds `--hold` seconds later (replayed again, and one status
+  call per daemon);
+* counted over the whole run (to the end of the hold): `member.suspected`,
+  `member.failed`, `self.refuted` and `udp.blocked` lines (none of them is true here:
+  nothing fails and nothing blocks UDP), and those after the first convergence.
+
+A daemon that exits ends the run with its log. Every daemon is SIGKILLed on the way
+out. Printed, not asserted; on a shared machine the times are noisy.
 """
 
 from __future__ import annotations
@@ -19,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +44,44 @@ from populi_p2p.api import ApiClient, ApiError  # noqa: E402
 from tests.node.harness import Mesh  # noqa: E402
 
 COUNTED = ("member.suspected", "member.failed", "self.refuted", "udp.blocked")
+_ALIVE = ("member.joined", "member.recovered")
+_NOT_ALIVE = ("member.suspected", "member.failed", "member.left")
+
+
+def parse(path: Path) -> list[tuple[float, str, dict[str, str]]]:
+    """(unix time, event, fields) for each structured line of a daemon log."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) < 3 or not parts[0].endswith("Z"):
+            continue
+        try:
+            stamp = datetime.strptime(parts[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+        except ValueError:
+            continue
+        fields = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
+        out.append((stamp.replace(tzinfo=UTC).timestamp(), parts[2], fields))
+    return out
+
+
+def first_convergence(logs: list[list[tuple[float, str, dict[str, str]]]], n: int) -> float | None:
+    """The first time at which every daemon sees the n-1 others alive, from the logs."""
+    merged = sorted((t, i, ev, f.get("id", "")) for i, log in enumerate(logs) for t, ev, f in log)
+    alive: list[set[str]] = [set() for _ in logs]
+    full = 0
+    for t, i, ev, node_id in merged:
+        before = len(alive[i]) == n - 1
+        if ev in _ALIVE:
+            alive[i].add(node_id)
+        elif ev in _NOT_ALIVE:
+            alive[i].discard(node_id)
+        else:
+            continue
+        after = len(alive[i]) == n - 1
+        full += after - before
+        if full == len(logs):
+            return t
+    return None
 
 
 def main() -> None:
@@ -35,74 +89,92 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--preset", choices=("lan", "wan", "local"), default="lan")
     parser.add_argument("--base-port", type=int, default=27000)
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--hold", type=float, default=15.0, help="seconds watched after")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    seeds = [f"127.0.0.1:{args.base_port + i}" for i in range(min(2, args.n))]
+    port = [args.base_port + 2 * i for i in range(args.n)]
+    seeds = [f"127.0.0.1:{port[i]}" for i in range(min(2, args.n))]
     with tempfile.TemporaryDirectory() as tmp:
         mesh = Mesh(Path(tmp))
         states = [mesh.prepare(f"n{i:03d}") for i in range(args.n)]
         procs: list[subprocess.Popen[bytes]] = []
         logs = [Path(tmp) / f"n{i:03d}.log" for i in range(args.n)]
-        started = time.monotonic()
+        load_before = os.getloadavg()
+        started = time.time()
         try:
             for i, state in enumerate(states):
                 argv = [
                     sys.executable, "-m", "populi_p2p.cli", "up", "--state-dir", str(state),
                     "--name", f"n{i:03d}", "--bind", "127.0.0.1",
-                    "--port", str(args.base_port + i), "--overlay", "none",
-                    "--preset", args.preset,
-                    *[x for s in seeds if s != f"127.0.0.1:{args.base_port + i}"
+                    "--port", str(port[i]), "--peer-port", str(port[i] + 1),
+                    "--overlay", "none", "--preset", args.preset,
+                    *[x for s in seeds if s != f"127.0.0.1:{port[i]}"
                       for x in ("--bootstrap", s)],
                 ]  # fmt: skip
                 with logs[i].open("wb") as out:
                     procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=out))
-            clients = [ApiClient(s / "api.sock", timeout=5.0) for s in states]
-            answered: set[int] = set()
-            while len(answered) < args.n:
-                for i, client in enumerate(clients):
-                    if i not in answered and client.socket_path.exists():
-                        try:
-                            client.get("/v1/status")
-                            answered.add(i)
-                        except ApiError:
-                            pass
-                if time.monotonic() - started > args.timeout:
-                    raise SystemExit(f"only {len(answered)} of {args.n} APIs answered")
-                time.sleep(0.05)
-            apis = time.monotonic() - started
-            while True:
+            clients = [ApiClient(s / "api.sock", timeout=30.0) for s in states]
+
+            def check_running() -> None:
+                for i, proc in enumerate(procs):
+                    if proc.poll() is not None:
+                        tail = logs[i].read_text(errors="replace")[-2000:]
+                        raise SystemExit(f"n{i:03d} exited ({proc.returncode}):\n{tail}")
+
+            def all_alive_now() -> bool:
                 try:
-                    done = all(
+                    return all(
                         c.get("/v1/status")["cluster"]["members"]["alive"] == args.n
                         for c in clients
                     )
                 except ApiError:
-                    done = False
-                if done:
-                    break
-                if time.monotonic() - started > args.timeout:
-                    raise SystemExit("no convergence within the timeout")
-                time.sleep(0.1)
-            converged = time.monotonic() - started
-            text = "".join(
-                f"{log.stem} {line}\n"
-                for log in logs
-                for line in log.read_text(errors="replace").splitlines()
-            )
+                    return False
+
+            converged: float | None = None
+            ready: list[float] = []
+            while converged is None:
+                time.sleep(1.0)
+                check_running()
+                if time.time() - started > args.timeout:
+                    raise SystemExit(f"no convergence within {args.timeout:.0f} s")
+                parsed = [parse(log) for log in logs]
+                ready = [t for log in parsed for t, ev, _ in log if ev == "node.ready"]
+                if len(ready) == args.n:
+                    converged = first_convergence(parsed, args.n)
+            for client in clients:
+                client.get("/v1/status")  # every API answers (it did since node.ready)
+            end = max(time.time(), converged + args.hold)
+            while time.time() < end:
+                time.sleep(1.0)
+                check_running()
+            parsed = [parse(log) for log in logs]
+            still = all_alive_now()
+            load_after = os.getloadavg()
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGKILL)
             for proc in procs:
                 proc.wait()
+    apis = max(ready) - started
+    after = converged - started
     print(f"daemons                        {args.n} ({args.preset})")
-    print(f"every API answers after        {apis:.2f} s")
-    print(f"all see {args.n} alive after        {converged:.2f} s ({converged - apis:.2f} s more)")
+    print(f"every API answers after        {apis:.2f} s (node.ready lines)")
+    print(f"all see {args.n} alive after        {after:.2f} s ({after - apis:.2f} s more)")
+    print(f"{args.hold:.0f} s later, all see all alive {still}")
+    print(f"load average before, after    {load_before}, {load_after}")
+    print("line                           whole run  after convergence")
     for what in COUNTED:
-        print(f"{what:<30} {text.count(what + ' ')}")
-    for line in text.splitlines():
-        if any(what + " " in line for what in COUNTED[1:]):
-            print("  " + line[:160])
+        total = sum(1 for log in parsed for _, ev, _ in log if ev == what)
+        late = sum(1 for log in parsed for t, ev, _ in log if ev == what and t > converged)
+        print(f"{what:<30} {total:>9}  {late:>17}")
+    failed: dict[str, int] = {}
+    for log in parsed:
+        for _, ev, f in log:
+            if ev == "member.failed":
+                failed[f.get("name", "?")] = failed.get(f.get("name", "?"), 0) + 1
+    worst = sorted(failed.items(), key=lambda kv: -kv[1])[:8]
+    print("declared dead most often       " + ", ".join(f"{k} x{v}" for k, v in worst))
 
 
 if __name__ == "__main__":

@@ -181,7 +181,7 @@ class _Run:
             self.config.probe_interval, failed_memory=scenario.reconnect_timeout
         )
         #: How long the daemon waits for a join to take before calling it failed.
-        self.join_wait = max(1.0, 2.0 * self.config.probe_interval)
+        self.join_wait = max(1.0, 5.0 * self.config.probe_interval)
         self.policies: dict[int, RejoinPolicy] = {}
         self.bootstrap: dict[int, list[int]] = {}
         if scenario.reconnect_interval > 0:

@@ -593,12 +593,22 @@ class Membership:
         probe = self._probe
         if probe is not None:
             if not probe.indirect and now >= probe.timeout_at:
+                late = probe.go_indirect(now)
+                if late > self._config.probe_timeout and self._config.awareness_enabled:
+                    # We got to run a whole probe timeout after our own deadline: this
+                    # node is starved, so a missing ack may be ours to blame (Lifeguard's
+                    # local health; our addition to memberlist's deltas).
+                    self._awareness.apply_delta(1)
+                    self._counters.probes_ended_late += 1
                 self._probe_indirect(probe, now, out)
             if now >= probe.round_end:
                 self._probe = None
                 self._probe_failed(probe, now, out)
         if self._next_probe_at is not None and now >= self._next_probe_at:
-            self._start_probe(now, out)
+            if self._probe is None:
+                self._start_probe(now, out)
+            else:  # a round stretched by a late tick (`ProbeRound.go_indirect`) runs on
+                self._next_probe_at = self._probe.round_end
         if self._gossip_at is not None and now >= self._gossip_at:
             self._gossip(now, out)
         if self._push_pull_at is not None and now >= self._push_pull_at:
@@ -950,7 +960,6 @@ class Membership:
 
     def _probe_indirect(self, probe: ProbeRound[str], now: float, out: list[Output]) -> None:
         """The direct ping timed out: ask k members to try, and try a reliable ping."""
-        probe.indirect = True
         config = self._config
         target = self._members.get(probe.target)
         if target is None:  # reaped meanwhile: nothing left to probe

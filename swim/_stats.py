@@ -38,6 +38,9 @@ class MembershipStatistics:
     #: Probes answered after `probe_timeout`, before the period ended (Lifeguard's
     #: "late ack counts").
     probes_acked_late: int = 0
+    #: Probes whose direct phase this node only got to end more than `probe_timeout`
+    #: after its deadline (it was starved of CPU): each raised awareness by one.
+    probes_ended_late: int = 0
     probes_failed: int = 0
     indirect_probes_sent: int = 0
     reliable_probes_sent: int = 0
@@ -88,6 +91,7 @@ class Counters:
     acks_unexpected: int
     probes_sent: int
     probes_acked_late: int
+    probes_ended_late: int
     probes_failed: int
     indirect_probes_sent: int
     reliable_probes_sent: int

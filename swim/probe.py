@@ -49,6 +49,16 @@ class ProbeRound(Generic[T]):
         self.nacks_expected = 0
         self.nacks_received = 0
 
+    def go_indirect(self, now: float) -> float:
+        """Enter the indirect phase at `now`; returns how late that is (seconds after
+        `timeout_at`). The phase keeps its full length (`round_end - timeout_at`) from
+        `now`, however late the node got to run."""
+        late = now - self.timeout_at
+        self.indirect = True
+        if late > 0:
+            self.round_end += late
+        return late
+
     def deadline(self) -> float:
         """The next time this probe needs the core's attention."""
         return self.round_end if self.indirect else self.timeout_at

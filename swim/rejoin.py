@@ -11,8 +11,10 @@ The policy, memberlist/Serf-flavoured:
 - every `check_interval` the driver asks "do I need to join?" (it is alone, or some
   member it saw fail is still not back) and, if so, asks for `targets`;
 - the targets are the addresses of the members it saw fail (the other side of a
-  partition), then, when alone, every address it knows (remembered members, bootstrap
-  peers): deduplicated, order kept, at most `targets_max`;
+  partition: at most `failed_max` of them when alone, and only `reconnect_max`, one, a
+  random one, while it still has live peers, as Serf's reconnect loop does), then, when
+  alone, every address it knows (remembered members, bootstrap peers): deduplicated,
+  order kept, at most `targets_max`;
 - after a failed attempt it waits `backoff_initial` doubling to `backoff_max`, each
   delay shaved by up to `jitter` at random so a fleet started at once spreads out;
   after a success, or when no join is needed, back to `check_interval`.
@@ -56,6 +58,12 @@ class RejoinConfig:
     #: them (the daemon's JOIN_CANDIDATES_MAX): a node cut off from half of a large
     #: cluster does not send hundreds of joins per check.
     failed_max: int = 8
+    #: Most members seen failing that one attempt tries while the node still has live
+    #: peers, picked at random. One, as Serf's reconnect: a single state exchange
+    #: with the other side heals a partition, and a member falsely declared dead
+    #: (100 daemons starting on 2 cores) is the most overloaded one, which every
+    #: other member would otherwise hit with a push-pull at every check.
+    reconnect_max: int = 1
     #: Most addresses one attempt sends a join to, all sources together.
     targets_max: int = 16
 
@@ -71,6 +79,8 @@ class RejoinConfig:
             raise ValueError(f"RejoinConfig.jitter must be in [0, 1], got {self.jitter!r}")
         if self.failed_max < 1:
             raise ValueError(f"RejoinConfig.failed_max must be >= 1, got {self.failed_max}")
+        if self.reconnect_max < 1:
+            raise ValueError(f"RejoinConfig.reconnect_max must be >= 1, got {self.reconnect_max}")
         if self.targets_max < 1:
             raise ValueError(f"RejoinConfig.targets_max must be >= 1, got {self.targets_max}")
 
@@ -116,8 +126,9 @@ class RejoinPolicy:
 
     def targets(self, failed: Iterable[A], known: Iterable[A] = (), *, alone: bool) -> list[A]:
         """Whom to send the join to, in order: members seen failing (at most
-        `failed_max`, a random choice when there are more), then (when alone) every
-        other known address; deduplicated, at most `targets_max`.
+        `failed_max` when alone, `reconnect_max` otherwise, a random choice when there
+        are more), then (when alone) every other known address; deduplicated, at most
+        `targets_max`.
 
         Args:
             failed: addresses of members this node saw fail and has not seen back.
@@ -126,8 +137,9 @@ class RejoinPolicy:
             alone: the node sees no other live member.
         """
         failed = list(dict.fromkeys(failed))
-        if len(failed) > self._config.failed_max:
-            failed = self._rng.sample(failed, self._config.failed_max)
+        most = self._config.failed_max if alone else self._config.reconnect_max
+        if len(failed) > most:
+            failed = self._rng.sample(failed, most)
         out: dict[A, None] = dict.fromkeys(failed)
         if alone:
             for address in known:

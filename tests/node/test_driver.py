@@ -191,3 +191,28 @@ async def test_a_long_run_of_events_does_not_hold_up_packets(
         nursery.cancel_scope.cancel()
     assert [name for name, _ in delivered] == [f"m{i}" for i in range(100)]  # all, in order
     assert delivered[0][1] == 2  # the ping was handled before the first event's bookkeeping
+
+
+class LateInbox(FakeTransport):
+    """An inbox whose packet lands just as the core's deadline passes: the driver's
+    wait has already timed out (the blocking receive never returns it)."""
+
+    async def receive(self) -> Incoming:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_a_due_timer_waits_for_what_already_arrived(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A starved node finds the ack to its probe queued when the probe's timeout is
+    already due: the core must see the ack before the tick that would time it out."""
+    core, transport = FakeCore(), LateInbox()
+    driver = Driver(core, transport, FakeCodec(), lambda _e: None, max_datagram_size=1400)  # type: ignore[arg-type]
+    transport.send_in.send_nowait(Incoming(PEER, b"Sack", False, URGENT))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    kinds = [c[0] for c in core.calls if c[0] in ("receive", "tick")]
+    assert kinds == ["receive", "tick"]

@@ -7,6 +7,8 @@ import random
 import attrs
 import pytest
 from helpers import TEST_CONFIG, Cluster, Network
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from swim import (
     DecodeError,
@@ -756,3 +758,52 @@ def test_fault_hooks_are_consulted() -> None:
         deadline = core.next_deadline()
     assert faults.fanouts >= 1
     assert len({s.destination for s in gossip if isinstance(decoded(s)[0], Alive)}) <= 1
+
+
+def tick_until_ping(core: Membership) -> tuple[float, Send, Ping]:
+    """Tick on time until the core sends a direct probe; when, to whom, and the ping."""
+    for _ in range(100):
+        now = core.next_deadline()
+        assert now is not None
+        for out in core.tick(now):
+            if isinstance(out, Send) and not out.reliable:
+                message = decoded(out)[0]
+                if isinstance(message, Ping):
+                    return now, out, message
+    raise AssertionError("no ping sent")
+
+
+@given(
+    late=st.floats(min_value=0.0, max_value=30.0),
+    answer=st.booleans(),
+    answer_after=st.floats(0.0, 0.49),
+)
+@settings(max_examples=80, deadline=None)
+def test_a_starved_node_gives_its_indirect_phase_its_full_length(
+    late: float, answer: bool, answer_after: float
+) -> None:
+    """A node that only gets to run long after its probe timeout (starved of CPU) still
+    gives the helpers the whole indirect phase, and a late ack within it counts; it
+    never suspects the target in the tick that sent the indirect pings."""
+    core = lone_core(members=3)
+    config = core.config
+    assume(abs(late - config.probe_timeout) > 1e-6)
+    start, ping_send, ping = tick_until_ping(core)
+    woke = start + config.probe_timeout + late  # the tick we got, `late` past timeout_at
+    outputs = core.tick(woke)
+    assert core.statistics().indirect_probes_sent == 2
+    assert not [o for o in outputs if isinstance(o, MemberSuspected)]
+    starved = late > config.probe_timeout
+    assert core.awareness == (1 if starved else 0)
+    assert core.statistics().probes_ended_late == (1 if starved else 0)
+    phase_end = max(
+        start + config.probe_interval, woke + config.probe_interval - config.probe_timeout
+    )
+    if answer:
+        core.receive(ping_send.destination, encode(Ack(ping.seq)), woke + answer_after)
+        assert core.statistics().probes_acked_late == 1
+    while (deadline := core.next_deadline()) is not None and deadline < phase_end - 1e-6:
+        core.tick(deadline)
+    assert core.statistics().probes_failed == 0
+    core.tick(phase_end + 1e-6)
+    assert core.statistics().probes_failed == (0 if answer else 1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from swim import RejoinConfig, RejoinPolicy
 from swim.rejoin import failed_targets
@@ -62,7 +64,7 @@ def test_jitter_only_shortens_and_is_reproducible() -> None:
     [
         ([], ["b1", "b2"], True, ["b1", "b2"]),  # alone: the bootstrap list
         ([], ["b1"], False, []),  # not alone, nothing failed: nobody
-        (["f1", "f2"], ["b1"], False, ["f1", "f2"]),  # reconnect to the failed only
+        (["f1"], ["b1"], False, ["f1"]),  # reconnect to the failed only
         (["f1", "b1"], ["b1", "b2"], True, ["f1", "b1", "b2"]),  # deduplicated, in order
     ],
 )
@@ -80,6 +82,19 @@ def test_targets_are_bounded() -> None:
     assert len(got) == 5
     assert len([t for t in got if t.startswith("f")]) == 3  # a random 3 of the 20 failed
     assert got[3:] == ["k0", "k1"]
+
+
+@given(st.integers(0, 40), st.integers(1, 4))
+def test_with_live_peers_only_reconnect_max_failed_members_are_tried(
+    n_failed: int, reconnect_max: int
+) -> None:
+    """Not alone: a random `reconnect_max` of the failed members and nothing else, so a
+    member falsely declared dead is not hit by a join from everyone at every check."""
+    config = RejoinConfig(jitter=0.0, reconnect_max=reconnect_max)
+    failed = [f"f{i}" for i in range(n_failed)]
+    got = policy(config).targets(failed, ["k0"], alone=False)
+    assert len(got) == min(n_failed, reconnect_max)
+    assert set(got) <= set(failed)
 
 
 def test_failed_targets_forgets_old_failures() -> None:
@@ -103,6 +118,7 @@ def test_for_probe_interval_is_the_daemons_check_interval() -> None:
         {"jitter": 1.5},
         {"targets_max": 0},
         {"failed_max": 0},
+        {"reconnect_max": 0},
     ],
 )
 def test_bad_config_is_one_line_value_error(kwargs: dict[str, float]) -> None:
