@@ -173,15 +173,11 @@ class _Demo:
         if llama-cpp-python and gguf are installed; its URL, or None."""
         if any(importlib.util.find_spec(m) is None for m in ("llama_cpp", "gguf")):
             return None
-        from .inference.tiny_gguf import MODEL_ALIAS, N_CTX, write_tiny_llama
+        from .inference.tiny_gguf import server_argv, write_tiny_llama
 
         model = write_tiny_llama(self.root / "tiny-llama.gguf")
         log_path = self.root / "engine-llama.log"
-        argv = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-            "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", "0",
-            "--n_ctx", str(N_CTX), "--interrupt_requests", "False",
-        ]  # fmt: skip
+        argv = server_argv(model, "--interrupt_requests", "False")
         with log_path.open("wb") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         self.engines.append(proc)

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from populi_p2p.inference.tiny_gguf import MODEL_ALIAS, N_CTX, write_tiny_llama
+from populi_p2p.inference.tiny_gguf import MODEL_ALIAS, N_CTX, server_argv, write_tiny_llama
 from tests.node.harness import REPO, Mesh, wait_until
 
 pytestmark = pytest.mark.slow
@@ -64,11 +63,7 @@ def llama_server(tiny_gguf: Path, tmp_path: Path) -> Iterator[str]:
     ``/v1/models`` answers (polled with a deadline)."""
     require_llama_cpp()
     log_path = tmp_path / "llama-server.log"
-    argv = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_gguf),
-        "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", "0",
-        "--n_ctx", str(N_CTX), "--n_threads", "2",
-    ]  # fmt: skip
+    argv = server_argv(tiny_gguf, "--n_threads", "2")
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     try:
