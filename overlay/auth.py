@@ -137,12 +137,15 @@ AUTH_REASONS: Final[tuple[AuthReason, ...]] = (
 class AuthError(Exception):
     """A packet failed authentication. Drop it (it is already counted), never crash.
 
-    `reason` is one of `AUTH_REASONS`; `str()` adds a detail for debug logs.
+    `reason` is one of `AUTH_REASONS`; `str()` adds a detail for debug logs. A `stale`
+    refusal carries `skew`: seconds the packet's timestamp is ahead of our clock
+    (negative: behind), for the node's "check its clock" report.
     """
 
-    def __init__(self, reason: AuthReason, detail: str = "") -> None:
+    def __init__(self, reason: AuthReason, detail: str = "", *, skew: float | None = None) -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason: AuthReason = reason
+        self.skew = skew
 
 
 @attrs.frozen
@@ -411,7 +414,8 @@ class PacketAuthenticator:
         if verdict == "stale":
             self._note_skew(envelope, flags, sender, timestamp_us, now_real, source)
         if verdict is not None:
-            raise AuthError(verdict, f"counter {counter}, timestamp {timestamp_us}")
+            skew = timestamp_us / 1_000_000 - now_real if verdict == "stale" else None
+            raise AuthError(verdict, f"counter {counter}, timestamp {timestamp_us}", skew=skew)
 
         cached = self._certs.get(sender)
         known = cached is not None

@@ -11,7 +11,6 @@ run (peers refuse our packets from then on), and how to renew it.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -32,22 +31,13 @@ SKEW_SOURCES_MAX: Final = 64
 CERT_CHECK_MAX: Final = 30.0
 
 _log = get_logger("node")
-_TIMESTAMP = re.compile(r"timestamp (-?\d+)")
 
 
-def stale_skew(exc: Exception, now_real: float) -> float | None:
-    """Seconds a stale packet's timestamp is ahead of `now_real` (negative: behind).
-
-    Reads the authenticator's measured skew when it offers one (a ``skew`` attribute),
-    else the timestamp its stale refusal names. None when neither is there.
-    """
+def stale_skew(exc: Exception) -> float | None:
+    """Seconds a stale packet's timestamp is ahead of our clock (negative: behind), as
+    the authenticator measured it (`AuthError.skew`); None when it offers none."""
     skew = getattr(exc, "skew", None)
-    if isinstance(skew, int | float):
-        return float(skew)
-    match = _TIMESTAMP.search(str(exc))
-    if match is None:
-        return None
-    return int(match.group(1)) / 1_000_000 - now_real
+    return float(skew) if isinstance(skew, int | float) else None
 
 
 def skew_message(source: str, skew: float) -> str:

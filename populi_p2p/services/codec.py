@@ -133,7 +133,7 @@ class AuthCodec:
             )
         except AuthError as exc:
             if exc.reason == "stale":
-                skew = stale_skew(exc, now)
+                skew = stale_skew(exc)
                 if skew is not None:
                     self._on_stale(incoming.source, skew)
             source = format_address(incoming.source)
