@@ -15,9 +15,6 @@ The policy, memberlist/Serf-flavoured:
   random one, while it still has live peers, as Serf's reconnect loop does), then, when
   alone, every address it knows (remembered members, bootstrap peers): deduplicated,
   order kept, at most `targets_max`;
-- the first join of a node's life goes to `first_join_max` (one) of its candidates
-  only, picked at random (`first_targets`), so daemons started at once through the
-  same seeds share them out; a retry tries them all;
 - after a failed attempt it waits `backoff_initial` doubling to `backoff_max`, each
   delay shaved by up to `jitter` at random so a fleet started at once spreads out;
   after a success, or when no join is needed, back to `check_interval`.
@@ -69,13 +66,6 @@ class RejoinConfig:
     reconnect_max: int = 1
     #: Most addresses one attempt sends a join to, all sources together.
     targets_max: int = 16
-    #: Most addresses the first join of a node's life goes to, a random choice among
-    #: its candidates (`first_targets`); later attempts, after no answer, try them
-    #: all. One: 100 daemons started at once through the same two seeds gave each
-    #: seed a state exchange per joiner (160-240 each) while the machine was starved,
-    #: and the seeds were the members falsely declared dead. Costs one join wait
-    #: (max(1, 5 x probe_interval) s) plus one backoff when the one picked is down.
-    first_join_max: int = 1
 
     def __attrs_post_init__(self) -> None:
         if self.backoff_initial > self.backoff_max:
@@ -93,8 +83,6 @@ class RejoinConfig:
             raise ValueError(f"RejoinConfig.reconnect_max must be >= 1, got {self.reconnect_max}")
         if self.targets_max < 1:
             raise ValueError(f"RejoinConfig.targets_max must be >= 1, got {self.targets_max}")
-        if self.first_join_max < 1:
-            raise ValueError(f"RejoinConfig.first_join_max must be >= 1, got {self.first_join_max}")
 
     @classmethod
     def for_probe_interval(cls, probe_interval: float, **changes: Any) -> RejoinConfig:
@@ -157,20 +145,6 @@ class RejoinPolicy:
             for address in known:
                 out.setdefault(address, None)
         return list(out)[: self._config.targets_max]
-
-    def first_targets(self, candidates: Iterable[A]) -> list[A]:
-        """Whom the start's join goes to: at most `first_join_max` of `candidates`
-        (deduplicated), a random choice when there are more, so that a fleet started
-        at once through the same seeds spreads its joins over them.
-
-        The driver uses it for its first attempt only; a retry after no answer takes
-        `targets`, which tries every candidate.
-        """
-        unique = list(dict.fromkeys(candidates))
-        most = self._config.first_join_max
-        if len(unique) > most:
-            unique = self._rng.sample(unique, most)
-        return unique
 
     def on_result(self, now: float, joined: bool) -> float:
         """An attempt ended; returns the delay until the next check.
