@@ -17,6 +17,8 @@ their membership does, and blurs what it measures. Reported:
   recovered: alive; suspected, failed, left: not), has all N-1 others alive;
 * whether that still holds `--hold` seconds later (replayed again, and one status
   call per daemon);
+* at convergence, from one status call per daemon: the state exchanges (push-pulls,
+  joins included) the two seeds and the others answered, and the join attempts made;
 * counted over the whole run (to the end of the hold): `member.suspected`,
   `member.failed`, `self.refuted` and `udp.blocked` lines (none of them is true here:
   nothing fails and nothing blocks UDP), and those after the first convergence.
@@ -142,8 +144,11 @@ def main() -> None:
                 ready = [t for log in parsed for t, ev, _ in log if ev == "node.ready"]
                 if len(ready) == args.n:
                     converged = first_convergence(parsed, args.n)
-            for client in clients:
-                client.get("/v1/status")  # every API answers (it did since node.ready)
+            # Every API answers (it did since node.ready); the state exchanges each
+            # daemon answered and the join attempts each made, up to convergence.
+            statuses = [client.get("/v1/status") for client in clients]
+            exchanges = [st["swim"]["push_pulls_received"] for st in statuses]
+            attempts = [st["bootstrap"]["attempts"] for st in statuses]
             end = max(time.time(), converged + args.hold)
             while time.time() < end:
                 time.sleep(1.0)
@@ -168,6 +173,13 @@ def main() -> None:
         total = sum(1 for log in parsed for _, ev, _ in log if ev == what)
         late = sum(1 for log in parsed for t, ev, _ in log if ev == what and t > converged)
         print(f"{what:<30} {total:>9}  {late:>17}")
+    rest = sorted(exchanges[2:]) or [0]
+    print(
+        "state exchanges answered       seeds "
+        + ", ".join(f"n{i:03d} {exchanges[i]}" for i in range(min(2, args.n)))
+        + f"; others median {rest[len(rest) // 2]}, max {rest[-1]}"
+    )
+    print(f"join attempts                  {sum(attempts)} in all, at most {max(attempts)} by one")
     failed: dict[str, int] = {}
     for log in parsed:
         for _, ev, f in log:

@@ -645,8 +645,11 @@ class Membership:
     def leave(self, now: float) -> list[Output]:
         """Leave gracefully: gossip that we left (not failed), and stop probing.
 
-        The driver should keep receiving and calling `tick` until `leave_announced`
-        is True (a few gossip intervals) so the news spreads, then shut down.
+        Besides the rumor, the returned outputs hold one datagram carrying only our
+        `left` for every member we hold as alive or suspect (see `_tell_left_directly`).
+        The driver should send them, then keep receiving and calling `tick` until
+        `leave_announced` is True (a few gossip intervals) so the news spreads, then
+        shut down.
         """
         if self._left:
             return []
@@ -655,12 +658,32 @@ class Membership:
         self._probe = None
         self._next_probe_at = None
         self._push_pull_at = None
-        self._broadcast(self._name, encode_message(Left(self._name, self._self.incarnation)), now)
+        left = encode_message(Left(self._name, self._self.incarnation))
+        self._broadcast(self._name, left, now)
         out: list[Output] = []
         self._gossip(now, out)
+        self._tell_left_directly(left, out)
         if self._check:
             self._check_invariants()
         return out
+
+    def _tell_left_directly(self, left: bytes, out: list[Output]) -> None:
+        """Send our `left` once, alone in its datagram, to every live member we hold.
+
+        The rumor is gossiped a bounded number of times, so at N = 100 a survivor can
+        miss every copy; it then learns only when its own probe round reaches us (the
+        `left_reminders` path) or at a push-pull, which can take minutes. One datagram
+        per member (the cost of one probe round, bounded by the members we hold) makes
+        the epidemic a second chance rather than the only one. Dead members are
+        skipped: they are not waiting on us. Nothing is piggybacked, so each datagram
+        is the same few dozen bytes.
+        """
+        packet = encode_packet([left])
+        me = self._self
+        for node in self._members.values():
+            if node is not me and (node.state is _ALIVE or node.state is _SUSPECT):
+                self._counters.leaves_sent_direct += 1
+                self._emit(node.address, packet, False, out)
 
     def set_meta(self, meta: bytes, now: float) -> list[Output]:
         """Publish new metadata: a new incarnation carries it, so it wins everywhere.

@@ -53,6 +53,9 @@ class MembershipStatistics:
     stale_rumors_ignored: int = 0
     #: Suspicions or deaths heard about a member we hold as left, answered with its left.
     left_reminders: int = 0
+    #: Datagrams carrying only our own `left`, sent by `leave` straight to each member
+    #: we held as alive or suspect (one each).
+    leaves_sent_direct: int = 0
     refutes: int = 0
     #: Times we were accused at `swim.wire.INCARNATION_MAX`, which no refute can outbid,
     #: and started a new incarnation session at 0 (see `IncarnationExhausted`).
@@ -102,6 +105,7 @@ class Counters:
     members_reaped: int
     stale_rumors_ignored: int
     left_reminders: int
+    leaves_sent_direct: int
     refutes: int
     incarnation_sessions: int
     push_pulls_sent: int

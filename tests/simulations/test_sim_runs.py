@@ -250,3 +250,14 @@ def test_restart_comes_back_with_a_higher_incarnation() -> None:
 def test_tiny_clusters_run(members: int) -> None:
     result = run_once(scenario(members=members, duration=5.0))
     assert result.ok, result.failure
+
+
+def test_a_graceful_leave_reaches_every_member_directly() -> None:
+    """The leaver sends its `left` straight to every member, so all 48 record it within
+    one network delay, before a single gossip round (0.2 s) could have relayed it."""
+    result = run_once(scenario(members=48, fault=[{"kind": "leave", "at": 5.0, "members": [7]}]))
+    assert result.ok, result.failure
+    (leave,) = detections(result, "leave")
+    assert leave["outcome"] == "detected"
+    assert leave["all_detected_after"] < 0.2
+    assert result.measures["true_declarations"] == 0

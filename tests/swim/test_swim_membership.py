@@ -289,9 +289,11 @@ def test_leave_announced_once_the_left_rumor_was_sent_its_transmit_limit() -> No
     while not leaver.leave_announced:
         assert cluster.step(cluster.now + 10.0), "the leave must complete by itself"
     announced_at = cluster.now
-    # Sent exactly as often as the limit for the 4 live members it left behind.
+    # Sent exactly as often as the limit for the 4 live members it left behind, plus
+    # one direct datagram to each of them (not to the dead node-6) when it left.
     sent = left_rumors_sent(cluster, "node-3")
-    assert len(sent) == retransmit_limit(config.retransmit_mult, 4)
+    assert len(sent) == retransmit_limit(config.retransmit_mult, 4) + 4
+    assert leaver.statistics().leaves_sent_direct == 4
     assert max(sent) == announced_at
     assert announced_at - min(sent) < 2.0  # a few gossip rounds, not a timeout
     # next_deadline() cannot say so: the reap timer of node-6 is still pending.
@@ -299,6 +301,75 @@ def test_leave_announced_once_the_left_rumor_was_sent_its_transmit_limit() -> No
     cluster.run(5.0)
     assert len(left_rumors_sent(cluster, "node-3")) == len(sent)  # nothing more about us
     assert cluster.everyone_sees("node-3", LEFT)
+
+
+@given(
+    n=st.integers(min_value=2, max_value=9),
+    crashed=st.integers(min_value=0, max_value=7),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+@settings(max_examples=25, deadline=None)
+def test_leave_sends_its_left_once_to_every_live_member(n: int, crashed: int, seed: int) -> None:
+    """Every member the leaver holds as alive or suspect gets exactly one datagram that
+    carries only the leaver's `left`; members it holds as dead get none."""
+    cluster = joined(n, seed=seed)
+    leaver_name = "node-1"
+    for index in range(2, 2 + min(crashed, n - 1)):
+        cluster.crash(f"node-{index}")
+    cluster.run(2.0)  # some crashed members suspected, maybe some dead, by node-1
+    leaver = cluster.nodes[leaver_name]
+    live = {
+        m.address for m in leaver.members() if m.name != leaver_name and m.state in (ALIVE, SUSPECT)
+    }
+    outputs = leaver.leave(cluster.now)
+    sends = [o for o in outputs if isinstance(o, Send)]
+    direct = sends[len(sends) - len(live) :]  # after the first gossip round, in leave()
+    assert sorted(send.destination for send in direct) == sorted(live)
+    left = Left(leaver_name, leaver.incarnation)
+    assert all(decoded(send) == [left] and not send.reliable for send in direct)
+    assert leaver.statistics().leaves_sent_direct == len(live)
+    # The gossip round before them went to at most `gossip_nodes` members.
+    assert len(sends) - len(direct) <= leaver.config.gossip_nodes
+
+
+def test_a_member_that_missed_every_left_rumor_records_the_direct_left() -> None:
+    """node-1 gets none of the gossip about node-3's leave, only its direct datagram:
+    it records `left` at once, and never suspects or declares node-3 dead."""
+    cluster = joined(5)
+    blocked = cluster.network.datagram_blocked
+    blocked.update({(other, "node-1") for other in ("node-2", "node-4", "node-5")})
+    leaver = cluster.nodes["node-3"]
+    outputs = leaver.leave(cluster.now)
+    # The direct datagrams close the outputs, one per live member: drop every other
+    # send to node-1 (the first gossip round may have picked it).
+    first_direct = len(outputs) - leaver.statistics().leaves_sent_direct
+    node_1 = cluster.nodes["node-1"].address
+    cluster.apply(
+        "node-3",
+        [
+            o
+            for i, o in enumerate(outputs)
+            if i >= first_direct or not (isinstance(o, Send) and o.destination == node_1)
+        ],
+    )
+    blocked.add(("node-3", "node-1"))  # and none of the later gossip rounds either
+    cluster.run(0.1)
+    assert cluster.states("node-1", "node-3") == LEFT
+    while not leaver.leave_announced:
+        assert cluster.step(cluster.now + 10.0)
+    cluster.crash("node-3")
+    blocked.clear()
+    cluster.run(60.0)
+    # Left, or already reaped after `dead_retention`; never dead.
+    assert all(cluster.states(o, "node-3") in (LEFT, None) for o in cluster.live())
+    assert not cluster.events_of(MemberFailed, "node-3")
+    assert not cluster.events_of(MemberSuspected, "node-3")
+    assert {o for _, o in cluster.events_of(MemberLeft, "node-3")} == {
+        "node-1",
+        "node-2",
+        "node-4",
+        "node-5",
+    }
 
 
 def test_leave_with_nobody_to_tell_is_announced_at_once() -> None:
