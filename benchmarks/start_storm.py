@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +44,9 @@ sys.path.insert(0, str(REPO))
 from populi_p2p.api import ApiClient, ApiError  # noqa: E402
 from tests.node.harness import Mesh  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from _mesh import log_events  # noqa: E402
+
 COUNTED = ("member.suspected", "member.failed", "self.refuted", "udp.blocked")
 _ALIVE = ("member.joined", "member.recovered")
 _NOT_ALIVE = ("member.suspected", "member.failed", "member.left")
@@ -52,18 +54,7 @@ _NOT_ALIVE = ("member.suspected", "member.failed", "member.left")
 
 def parse(path: Path) -> list[tuple[float, str, dict[str, str]]]:
     """(unix time, event, fields) for each structured line of a daemon log."""
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        parts = line.split()
-        if len(parts) < 3 or not parts[0].endswith("Z"):
-            continue
-        try:
-            stamp = datetime.strptime(parts[0], "%Y-%m-%dT%H:%M:%S.%fZ")
-        except ValueError:
-            continue
-        fields = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
-        out.append((stamp.replace(tzinfo=UTC).timestamp(), parts[2], fields))
-    return out
+    return log_events(path.read_text(errors="replace"))
 
 
 def first_convergence(logs: list[list[tuple[float, str, dict[str, str]]]], n: int) -> float | None:
