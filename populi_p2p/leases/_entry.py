@@ -149,9 +149,13 @@ class ClaimRecord:
     renewals: int = 0
     result: TaskResult | None = None
     progress_signature: bytes = b""
+    #: Failed attempts the claimant counted when it claimed (signed with the claim), so
+    #: the count travels with every record: a replica that hears epoch e's failure but
+    #: missed epoch e-1's still knows how many came before (`TaskEntry.failures`).
+    failures_before: int = 0
 
-    def identity(self) -> tuple[int, str, bytes, str]:
-        return (self.rank, self.owner, self.signature, self.explanation)
+    def identity(self) -> tuple[int, str, bytes, str, int]:
+        return (self.rank, self.owner, self.signature, self.explanation, self.failures_before)
 
     def progress_key(self) -> tuple[int, bytes, int, bytes]:
         result = b"" if self.result is None else self.result.sort_key()
@@ -172,7 +176,9 @@ class ClaimRecord:
         return PROGRESS_CONTEXT + _pack(body)
 
     def signed_bytes(self, task_id: str) -> bytes:
-        return claim_bytes(task_id, self.epoch, self.rank, self.owner, self.explanation)
+        return claim_bytes(
+            task_id, self.epoch, self.rank, self.owner, self.explanation, self.failures_before
+        )
 
     def to_wire(self) -> list[Any]:
         return [
@@ -185,12 +191,19 @@ class ClaimRecord:
             self.renewals,
             None if self.result is None else self.result.to_wire(),
             self.progress_signature,
+            self.failures_before,
         ]
 
 
-def claim_bytes(task_id: str, epoch: int, rank: int, owner: str, explanation: str) -> bytes:
-    """What a claimant signs: the claim's identity, bound to the task and epoch."""
-    return CLAIM_CONTEXT + _pack([task_id, epoch, rank, owner, explanation])
+def claim_bytes(
+    task_id: str, epoch: int, rank: int, owner: str, explanation: str, failures_before: int = 0
+) -> bytes:
+    """What a claimant signs: the claim's identity, bound to the task and epoch. A zero
+    `failures_before` is left out, so claims signed before the field existed verify."""
+    body: list[Any] = [task_id, epoch, rank, owner, explanation]
+    if failures_before:
+        body.append(failures_before)
+    return CLAIM_CONTEXT + _pack(body)
 
 
 @attrs.frozen
@@ -246,8 +259,14 @@ class TaskEntry:
         return None if cur is None else cur.result
 
     def failures(self) -> int:
-        """Failed attempts in the retained history."""
-        return sum(1 for c in self.claims if c.phase is Phase.FAILED)
+        """Failed attempts: the most that any claim vouches for (its `failures_before`,
+        plus one if it failed), and never fewer than the failed epochs retained. A replica
+        that missed an earlier epoch's failure still counts it, and so does one whose
+        history has dropped old epochs."""
+        chained = max(
+            (c.failures_before + (c.phase is Phase.FAILED) for c in self.claims), default=0
+        )
+        return max(chained, sum(1 for c in self.claims if c.phase is Phase.FAILED))
 
     def finished(self) -> bool:
         """True when nothing more will happen: cancelled, succeeded, or out of retries."""

@@ -235,8 +235,10 @@ class LeaseTable:
         if epoch <= entry.epoch:
             raise LeaseError(f"epoch {epoch} of {task_id} is not above {entry.epoch}")
         explanation = explanation[:EXPLANATION_CHARS_MAX]
-        sig = self._sign(claim_bytes(task_id, epoch, rank, self.me, explanation))
-        rec = self._signed(ClaimRecord(epoch, rank, self.me, sig, explanation), task_id)
+        before = entry.failures()
+        sig = self._sign(claim_bytes(task_id, epoch, rank, self.me, explanation, before))
+        rec = ClaimRecord(epoch, rank, self.me, sig, explanation, failures_before=before)
+        rec = self._signed(rec, task_id)
         return self._local(TaskEntry(task_id, claims=(rec,)), now)
 
     def mark_running(self, task_id: str, now: float) -> bytes:

@@ -116,8 +116,10 @@ def _result(raw: Any) -> TaskResult:
 
 
 def _claim(raw: Any) -> ClaimRecord:
-    _need(isinstance(raw, list) and len(raw) == 9, "bad claim layout")
-    epoch, rank, owner, sig, expl, phase, renewals, result, progress_sig = raw
+    _need(isinstance(raw, list) and len(raw) in (9, 10), "bad claim layout")
+    # 9 fields: written before `failures_before` existed (a store on disk); it was 0.
+    epoch, rank, owner, sig, expl, phase, renewals, result, progress_sig = raw[:9]
+    failures_before = raw[9] if len(raw) == 10 else 0
     _need(isinstance(expl, str) and len(expl) <= EXPLANATION_CHARS_MAX, "bad explanation")
     _need(type(phase) is int and phase in Phase._value2member_map_, "bad phase")
     ph = Phase(phase)
@@ -133,6 +135,7 @@ def _claim(raw: Any) -> ClaimRecord:
         _int(renewals, RENEWALS_MAX),
         res,
         _sig(progress_sig),
+        _int(failures_before, EPOCH_MAX),
     )
 
 

@@ -74,6 +74,7 @@ def claim_records(draw: st.DrawFn, epoch: int | None = None) -> ClaimRecord:
         renewals=draw(st.integers(0, 3)),
         result=result,
         progress_signature=draw(st.sampled_from([b"", b"p1", b"p2"])),
+        failures_before=draw(st.integers(0, 2)),
     )
 
 

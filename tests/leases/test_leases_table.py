@@ -57,6 +57,53 @@ def test_local_misuse_raises() -> None:
         a.submit(spec(1, by="someone-else"), 0.0)
 
 
+def test_a_replica_that_missed_an_earlier_failure_still_counts_it() -> None:
+    """Deltas carry one claim each: a replica can hear epoch 2's claim and failure and
+    miss epoch 1's result. Retries allowed: 1. It must see the task as finished (two
+    failures), not claim a third epoch (CI once ran a `--retries 1` task three times)."""
+    a, b, c = table("a"), table("b"), table("c")
+    tid, sub = a.submit(spec(0, by="a", retry_limit=1), now=0.0)
+    for t in (b, c):
+        t.apply(sub, now=0.0)
+    for delta in (a.claim(tid, 1, 0, "", 1.0), a.mark_running(tid, 1.0)):
+        b.apply(delta, now=1.0)
+        c.apply(delta, now=1.0)
+    b.apply(a.post_result(tid, TaskResult(3), 2.0), now=2.0)  # c misses this one
+    assert b.get(tid).needs_owner()
+    claim2 = b.claim(tid, 2, 0, "", 3.0)
+    assert b.get(tid).current.failures_before == 1
+    failed2 = b.post_result(tid, TaskResult(3), 3.5)
+    c.apply(claim2, now=4.0)
+    c.apply(failed2, now=4.0)
+    seen = c.get(tid)
+    assert [rec.phase for rec in seen.claims] == [Phase.RUNNING, Phase.FAILED]
+    assert seen.failures() == 2 and seen.finished() and not seen.needs_owner()
+    assert b.get(tid).finished()
+
+
+def test_claims_signed_before_failures_before_existed_still_verify() -> None:
+    """A claim with no failures before it is signed over the old 5-field body, and a
+    9-field claim (a store written by an older version) decodes with `failures_before`
+    0 and verifies."""
+    import msgpack
+
+    from populi_p2p.leases._entry import CLAIM_CONTEXT
+
+    a, _, tid = _submitted()
+    a.claim(tid, 1, 7, "fit", 1.0)
+    rec = a.get(tid).current
+    legacy = CLAIM_CONTEXT + msgpack.packb([tid, 1, 7, "a", "fit"], use_bin_type=True)
+    assert rec.failures_before == 0 and rec.signature == fake_sign("a")(legacy)
+    raw = msgpack.unpackb(encode_entries([a.get(tid)]), raw=False)
+    claim = raw[2][0][3][0]
+    assert len(claim) == 10 and claim[9] == 0
+    raw[2][0][3][0] = claim[:9]
+    c = table("c")
+    c.apply(msgpack.packb(raw, use_bin_type=True), now=1.0)
+    assert c.get(tid) is not None and c.get(tid).current == rec
+    assert c.statistics().forged_parts_dropped == 0
+
+
 def test_stale_result_is_rejected_and_counted_in_either_order() -> None:
     for stale_first in (True, False):
         a, b, tid = _submitted()
