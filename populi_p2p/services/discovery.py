@@ -71,6 +71,7 @@ class Discovery:
             known_members=self._known_addresses,
             needs_join=self._needs_join,
             alone=lambda: self._membership.num_alive() <= 1,
+            holds=self._holds,
             backoff=Backoff(jitter=0.2, rng=random.Random()),
             check_interval=max(1.0, 5 * probe_interval),
         )
@@ -141,6 +142,13 @@ class Discovery:
             (m := membership.member(node_id)) is None or m.state in (MemberState.DEAD,)
             for node_id in self._failed_at
         )
+
+    def _holds(self, address: Address) -> bool:
+        """We are at `address`, or hold a live member there (a bootstrap peer that needs
+        no join)."""
+        if address == self._advertise:
+            return True
+        return any(m.address == address and m.state in _LIVE for m in self._membership.members())
 
     def _known_addresses(self) -> list[Address]:
         now = self._clock()

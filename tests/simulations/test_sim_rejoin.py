@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from simulations import parse_scenario, run_once
+from simulations._runner import _Run
 from swim import RejoinConfig, SwimConfig
 
 
@@ -36,3 +39,47 @@ def test_without_reconnects_a_partition_longer_than_retention_never_heals() -> N
         scenario(partition=[{"at": 5.0, "heal": 65.0}], driver={"reconnect_interval": 0})
     )
     assert healed_after(result) is None
+
+
+class DisjointSeeds(_Run):
+    """Seeds 0 and 1 start together and each one's join to the other is lost (neither
+    listens yet); then even members join through seed 0 only, odd ones through seed 1:
+    the 100-daemon start storm's split, made certain."""
+
+    def _start(self, node: int) -> None:
+        if node >= 2:
+            self._join(node, [node % 2])
+            self.started.append(node)
+            return
+        for seed in (0, 1):  # both at node 0's start (time 0), before any joiner
+            if seed not in self.started:
+                self.sim.start(seed)
+                self._start_policy(seed, [1 - seed], attempted=True)
+                self.started.append(seed)
+
+
+def disjoint_run(retries: int) -> _Run:
+    run = DisjointSeeds(
+        scenario(members=20, duration=1.0, formation={"window": 1.0, "timeout": 60.0}), None
+    )
+    run.rejoin_config = attrs.evolve(run.rejoin_config, bootstrap_retry_max=retries)
+    return run
+
+
+def test_two_seeds_with_disjoint_joiners_end_as_one_mesh() -> None:
+    """A joined member that does not hold a bootstrap peer joins it once more
+    (`RejoinPolicy.bootstrap_targets`): one exchange bridges the halves."""
+    run = disjoint_run(RejoinConfig().bootstrap_retry_max)
+    result = run.run()
+    assert result.ok, result.failure
+    assert result.formation_seconds is not None and result.formation_seconds < 15.0
+    retries = sum(p.bootstrap_retries for p in run.policies.values())
+    assert 1 <= retries <= 20  # a few members asked, not one per member per check
+
+
+def test_without_bootstrap_retries_the_disjoint_halves_never_meet() -> None:
+    """The control: the same start with the retries off forms two meshes."""
+    run = disjoint_run(0)
+    result = run.run()
+    assert not result.ok and result.failure is not None and "formation" in result.failure
+    assert not run.metrics.holds(0, 1) and not run.metrics.holds(1, 0)
