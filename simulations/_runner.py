@@ -319,18 +319,27 @@ class _Run:
 
     def _join(self, node: int, seeds: list[int]) -> None:
         """Start `node` through `seeds` (its bootstrap list), then run the daemon's
-        join and reconnect policy for it: the start is its first attempt."""
-        self.sim.start(node, seeds)
-        self._start_policy(node, seeds, attempted=bool(seeds))
+        join and reconnect policy for it: the start is its first attempt, sent (as the
+        daemon does) to `first_targets(seeds)`, one of them; a retry tries them all."""
+        policy = self._new_policy(node)
+        self.sim.start(node, policy.first_targets(seeds))
+        self._start_policy(node, seeds, attempted=bool(seeds), policy=policy)
 
-    def _start_policy(self, node: int, seeds: list[int], *, attempted: bool) -> None:
-        """A fresh `RejoinPolicy` for the node's new life; `attempted`: the start sent
-        a join, whose verdict comes after the daemon's join wait."""
+    def _new_policy(self, node: int) -> RejoinPolicy:
+        return RejoinPolicy(
+            self.rejoin_config, child_rng(self.scenario.seed, f"rejoin-{node}"), self.sim.now
+        )
+
+    def _start_policy(
+        self, node: int, seeds: list[int], *, attempted: bool, policy: RejoinPolicy | None = None
+    ) -> None:
+        """A fresh `RejoinPolicy` for the node's new life (or `policy`, made for it just
+        before its start); `attempted`: the start sent a join, whose verdict comes after
+        the daemon's join wait."""
         sim = self.sim
         self.bootstrap[node] = list(seeds)
-        policy = RejoinPolicy(
-            self.rejoin_config, child_rng(self.scenario.seed, f"rejoin-{node}"), sim.now
-        )
+        if policy is None:
+            policy = self._new_policy(node)
         self.policies[node] = policy
         arg = (node, sim.life(node))
         if attempted:

@@ -23,6 +23,9 @@ The policy, memberlist/Serf-flavoured:
   a joined node does not send joins to its bootstrap peers (that would be O(n^2) state
   exchanges per check across the mesh), and nobody on either side has heard of the
   other to probe it;
+- the first join of a node's life goes to `first_join_max` (one) of its candidates
+  only, picked at random (`first_targets`), so daemons started at once through the
+  same seeds share them out; a retry tries them all;
 - after a failed attempt it waits `backoff_initial` doubling to `backoff_max`, each
   delay shaved by up to `jitter` at random so a fleet started at once spreads out;
   after a success, or when no join is needed, back to `check_interval`.
@@ -82,6 +85,13 @@ class RejoinConfig:
     #: Bounded so that a bootstrap peer that is really down costs each node a few
     #: connection attempts, not one per check for ever. 0 switches this off.
     bootstrap_retry_max: int = 4
+    #: Most addresses the first join of a node's life goes to, a random choice among
+    #: its candidates (`first_targets`); later attempts, after no answer, try them
+    #: all. One: 100 daemons started at once through the same two seeds gave each
+    #: seed a state exchange per joiner (160-240 each) while the machine was starved,
+    #: and the seeds were the members falsely declared dead. Costs one join wait
+    #: (max(1, 5 x probe_interval) s) plus one backoff when the one picked is down.
+    first_join_max: int = 1
 
     def __attrs_post_init__(self) -> None:
         if self.backoff_initial > self.backoff_max:
@@ -103,6 +113,8 @@ class RejoinConfig:
             raise ValueError(
                 f"RejoinConfig.bootstrap_retry_max must be >= 0, got {self.bootstrap_retry_max}"
             )
+        if self.first_join_max < 1:
+            raise ValueError(f"RejoinConfig.first_join_max must be >= 1, got {self.first_join_max}")
 
     @classmethod
     def for_probe_interval(cls, probe_interval: float, **changes: Any) -> RejoinConfig:
@@ -200,6 +212,20 @@ class RejoinPolicy:
             out.append(address)
         self.bootstrap_retries += len(out)
         return out
+
+    def first_targets(self, candidates: Iterable[A]) -> list[A]:
+        """Whom the start's join goes to: at most `first_join_max` of `candidates`
+        (deduplicated), a random choice when there are more, so that a fleet started
+        at once through the same seeds spreads its joins over them.
+
+        The driver uses it for its first attempt only; a retry after no answer takes
+        `targets`, which tries every candidate.
+        """
+        unique = list(dict.fromkeys(candidates))
+        most = self._config.first_join_max
+        if len(unique) > most:
+            unique = self._rng.sample(unique, most)
+        return unique
 
     def on_result(self, now: float, joined: bool) -> float:
         """An attempt ended; returns the delay until the next check.

@@ -60,7 +60,8 @@ async def test_a_joined_daemon_joins_its_missing_bootstrap_peer_a_few_times(
         await trio.sleep(300)
         nursery.cancel_scope.cancel()
     first, *again = [(t - start, seeds) for t, seeds in mesh.joins]
-    assert first == (0.0, [SEED_A, SEED_B])  # alone: every bootstrap peer but ourselves
+    # The start's join: one bootstrap peer, a random one, never ourselves.
+    assert first[0] == 0.0 and first[1] in ([SEED_A], [SEED_B])
     # Joined through A: B (never held) is asked again, backed off, a bounded number of
     # times; A (held) and our own address never.
     assert [seeds for _, seeds in again] == [[SEED_B]] * 4

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 
-from simulations import parse_scenario, run_once
+from simulations import RunResult, parse_scenario, run_once
 from simulations._runner import _Run
-from swim import RejoinConfig, SwimConfig
+from swim import Membership, RejoinConfig, SwimConfig
 
 
 def scenario(**fields: Any) -> Any:
@@ -41,14 +42,17 @@ def test_without_reconnects_a_partition_longer_than_retention_never_heals() -> N
     assert healed_after(result) is None
 
 
-class DisjointSeeds(_Run):
-    """Seeds 0 and 1 start together and each one's join to the other is lost (neither
-    listens yet); then even members join through seed 0 only, odd ones through seed 1:
-    the 100-daemon start storm's split, made certain."""
+class TwoSeeds(_Run):
+    """The start storm: seeds 0 and 1 start together and each one's join to the other
+    is lost (neither listens yet); every other member joins through both seeds'
+    addresses, its `--bootstrap` list (the start's join goes to one of them)."""
+
+    def bootstrap_of(self, node: int) -> list[int]:
+        return [0, 1]
 
     def _start(self, node: int) -> None:
         if node >= 2:
-            self._join(node, [node % 2])
+            self._join(node, self.bootstrap_of(node))
             self.started.append(node)
             return
         for seed in (0, 1):  # both at node 0's start (time 0), before any joiner
@@ -56,6 +60,14 @@ class DisjointSeeds(_Run):
                 self.sim.start(seed)
                 self._start_policy(seed, [1 - seed], attempted=True)
                 self.started.append(seed)
+
+
+class DisjointSeeds(TwoSeeds):
+    """Even members join through seed 0 only, odd ones through seed 1: the start
+    storm's split, made certain."""
+
+    def bootstrap_of(self, node: int) -> list[int]:
+        return [node % 2]
 
 
 def disjoint_run(retries: int) -> _Run:
@@ -83,3 +95,39 @@ def test_without_bootstrap_retries_the_disjoint_halves_never_meet() -> None:
     result = run.run()
     assert not result.ok and result.failure is not None and "formation" in result.failure
     assert not run.metrics.holds(0, 1) and not run.metrics.holds(1, 0)
+
+
+def storm(first_join_max: int, seed: int, retries: int = 4) -> tuple[RunResult, int]:
+    """100 members started within 30 s through the same two seeds; returns the run and
+    the state exchanges the two seeds received."""
+    run = TwoSeeds(
+        scenario(
+            members=100, duration=1.0, seed=seed, formation={"window": 30.0, "timeout": 120.0}
+        ),
+        None,
+    )
+    run.rejoin_config = attrs.evolve(
+        run.rejoin_config, first_join_max=first_join_max, bootstrap_retry_max=retries
+    )
+    result = run.run()
+    cores = [run.sim.cores[seed_node] for seed_node in (0, 1)]
+    exchanges = sum(c.statistics().push_pulls_received for c in cores if isinstance(c, Membership))
+    return result, exchanges
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_storm_of_100_through_two_seeds_joining_one_each_forms_one_mesh(seed: int) -> None:
+    """The start's join to one seed, a random one (`first_join_max` = 1), halves what
+    the seeds carry, and the bootstrap retries keep the two halves one mesh."""
+    spread, at_seeds = storm(1, seed)
+    assert spread.ok, spread.failure
+    assert spread.formation_seconds is not None and spread.formation_seconds < 40.0
+    both, at_seeds_both = storm(2, seed)
+    assert both.ok, both.failure
+    assert at_seeds < 0.75 * at_seeds_both, (at_seeds, at_seeds_both)
+
+
+def test_a_storm_joining_one_seed_each_without_bootstrap_retries_splits() -> None:
+    """The control, as measured with 100 daemons (52 + 46): the halves never meet."""
+    split, _ = storm(1, seed=1, retries=0)
+    assert not split.ok and split.failure is not None and "formation" in split.failure

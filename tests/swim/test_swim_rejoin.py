@@ -184,3 +184,32 @@ def test_bootstrap_retries_are_bounded_backed_off_and_only_for_missing_peers(
             if address in last:
                 assert now - last[address] >= config.check_interval * 0.8 - 1e-9
             last[address] = now
+
+
+@given(
+    candidates=st.lists(st.sampled_from("abcdefgh"), max_size=12),
+    most=st.integers(min_value=1, max_value=4),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_first_targets_are_at_most_first_join_max_distinct_candidates(
+    candidates: list[str], most: int, seed: int
+) -> None:
+    p = policy(RejoinConfig(jitter=0.0, first_join_max=most), seed=seed)
+    got = p.first_targets(candidates)
+    assert len(got) == min(most, len(set(candidates)))
+    assert len(set(got)) == len(got) and set(got) <= set(candidates)
+
+
+def test_first_joins_of_a_fleet_are_spread_over_the_seeds() -> None:
+    """100 daemons started at once through the same two seeds: each seed gets about
+    half of the start's joins, not every one."""
+    counts = {"s0": 0, "s1": 0}
+    for seed in range(100):
+        (target,) = policy(seed=seed).first_targets(["s0", "s1"])
+        counts[target] += 1
+    assert 30 <= counts["s0"] <= 70 and counts["s0"] + counts["s1"] == 100
+
+
+def test_first_join_max_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="first_join_max"):
+        RejoinConfig(first_join_max=0)
