@@ -61,10 +61,17 @@ def parse(path: Path) -> list[tuple[float, str, dict[str, str]]]:
 
 def first_convergence(logs: list[list[tuple[float, str, dict[str, str]]]], n: int) -> float | None:
     """The first time at which every daemon sees the n-1 others alive, from the logs."""
-    merged = sorted((t, i, ev, f.get("id", "")) for i, log in enumerate(logs) for t, ev, f in log)
+    # Ties (one millisecond) keep each log's own order: sorting them by event name put
+    # a "recovered" before the "suspected" logged just ahead of it, and missed the
+    # convergence of a run whose every daemon ended seeing all alive.
+    merged = sorted(
+        (t, i, k, ev, f.get("id", ""))
+        for i, log in enumerate(logs)
+        for k, (t, ev, f) in enumerate(log)
+    )
     alive: list[set[str]] = [set() for _ in logs]
     full = 0
-    for t, i, ev, node_id in merged:
+    for t, i, _, ev, node_id in merged:
         before = len(alive[i]) == n - 1
         if ev in _ALIVE:
             alive[i].add(node_id)
