@@ -2,6 +2,7 @@
 until everyone sees everyone alive, and what the logs said meanwhile.
 
     python benchmarks/start_storm.py --n 100 [--preset lan] [--base-port 27000] [--hold 15]
+        [--keep DIR]
 
 Every daemon gets fixed ports (swim on `--base-port` + 2i, its peer API on the next
 one: the default peer port is the swim port + 1, which would race the next daemon's
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,10 +61,17 @@ def parse(path: Path) -> list[tuple[float, str, dict[str, str]]]:
 
 def first_convergence(logs: list[list[tuple[float, str, dict[str, str]]]], n: int) -> float | None:
     """The first time at which every daemon sees the n-1 others alive, from the logs."""
-    merged = sorted((t, i, ev, f.get("id", "")) for i, log in enumerate(logs) for t, ev, f in log)
+    # Ties (one millisecond) keep each log's own order: sorting them by event name put
+    # a "recovered" before the "suspected" logged just ahead of it, and missed the
+    # convergence of a run whose every daemon ended seeing all alive.
+    merged = sorted(
+        (t, i, k, ev, f.get("id", ""))
+        for i, log in enumerate(logs)
+        for k, (t, ev, f) in enumerate(log)
+    )
     alive: list[set[str]] = [set() for _ in logs]
     full = 0
-    for t, i, ev, node_id in merged:
+    for t, i, _, ev, node_id in merged:
         before = len(alive[i]) == n - 1
         if ev in _ALIVE:
             alive[i].add(node_id)
@@ -77,6 +86,35 @@ def first_convergence(logs: list[list[tuple[float, str, dict[str, str]]]], n: in
     return None
 
 
+def meshes(logs: list[list[tuple[float, str, dict[str, str]]]]) -> list[int]:
+    """Sizes of the meshes the daemons form, from the logs (largest first): two daemons
+    are in one mesh when either sees the other alive. One entry: one mesh."""
+    own = [next((f.get("id", "") for _, ev, f in log if ev == "node.ready"), "") for log in logs]
+    index = {node_id: i for i, node_id in enumerate(own) if node_id}
+    parent = list(range(len(logs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, log in enumerate(logs):
+        alive: set[str] = set()
+        for _, ev, f in log:
+            if ev in _ALIVE:
+                alive.add(f.get("id", ""))
+            elif ev in _NOT_ALIVE:
+                alive.discard(f.get("id", ""))
+        for node_id in alive:
+            if node_id in index:
+                parent[root(i)] = root(index[node_id])
+    sizes: dict[int, int] = {}
+    for i in range(len(logs)):
+        sizes[root(i)] = sizes.get(root(i), 0) + 1
+    return sorted(sizes.values(), reverse=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20)
@@ -84,6 +122,9 @@ def main() -> None:
     parser.add_argument("--base-port", type=int, default=27000)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--hold", type=float, default=15.0, help="seconds watched after")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="copy the daemons' logs into this directory"
+    )
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     port = [args.base_port + 2 * i for i in range(args.n)]
@@ -130,7 +171,15 @@ def main() -> None:
                 time.sleep(1.0)
                 check_running()
                 if time.time() - started > args.timeout:
-                    raise SystemExit(f"no convergence within {args.timeout:.0f} s")
+                    parsed = [parse(log) for log in logs]
+                    counts = ", ".join(
+                        f"{what} {sum(1 for log in parsed for _, ev, _ in log if ev == what)}"
+                        for what in COUNTED
+                    )
+                    raise SystemExit(
+                        f"no convergence within {args.timeout:.0f} s; meshes (sizes) "
+                        f"{meshes(parsed)}; {counts}; load {os.getloadavg()}"
+                    )
                 parsed = [parse(log) for log in logs]
                 ready = [t for log in parsed for t, ev, _ in log if ev == "node.ready"]
                 if len(ready) == args.n:
@@ -152,12 +201,17 @@ def main() -> None:
                 proc.send_signal(signal.SIGKILL)
             for proc in procs:
                 proc.wait()
+            if args.keep is not None:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for path in logs:
+                    shutil.copy(path, args.keep / path.name)
     apis = max(ready) - started
     after = converged - started
     print(f"daemons                        {args.n} ({args.preset})")
     print(f"every API answers after        {apis:.2f} s (node.ready lines)")
     print(f"all see {args.n} alive after        {after:.2f} s ({after - apis:.2f} s more)")
     print(f"{args.hold:.0f} s later, all see all alive {still}")
+    print(f"meshes (sizes) at the end       {meshes(parsed)}")
     print(f"load average before, after    {load_before}, {load_after}")
     print("line                           whole run  after convergence")
     for what in COUNTED:

@@ -270,6 +270,12 @@ class Bootstrapper:
             it saw fail rejoins through those (a healed partition); sending its whole
             digest to live bootstrap peers every check would cost O(n^2) bytes in the
             mesh. None: always alone (the bootstrap peers are always tried).
+        holds: True when the node holds the member at this address as alive or
+            suspect. With it, a node that is not alone still joins a bootstrap peer it
+            does not hold, a few times, backed off (`RejoinPolicy.bootstrap_targets`):
+            two seeds each joined by their own joiners before they reached each other
+            would otherwise stay two meshes. The addresses are those the bootstrap peers
+            resolved to when the node was last alone (no DNS query while joined).
     """
 
     def __init__(
@@ -284,6 +290,7 @@ class Bootstrapper:
         resolve_timeout: float = DEFAULT_RESOLVE_TIMEOUT,
         policy: RejoinPolicy | None = None,
         alone: Callable[[], bool] | None = None,
+        holds: Callable[[Address], bool] | None = None,
     ) -> None:
         if check_interval <= 0:
             raise ValueError(f"check_interval must be positive, got {check_interval}")
@@ -300,6 +307,9 @@ class Bootstrapper:
         )
         self._resolve_timeout = resolve_timeout
         self._alone = alone
+        self._holds = holds
+        #: What the bootstrap peers resolved to when last resolved (while alone).
+        self._resolved: list[Address] = []
         self._wake = trio.Event()
         self._attempts = 0
         self._successes = 0
@@ -331,15 +341,28 @@ class Bootstrapper:
                 self._last_error = str(exc)
                 continue
             out.extend(resolved)
+        if alone and out:
+            self._resolved = list(dict.fromkeys(out))
         # `known` is what the daemon chose: members seen failing, plus remembered ones
         # when alone (see populi_p2p); bootstrap peers only when alone.
         return self._policy.targets(known, out, alone=alone)
 
-    async def attempt(self) -> bool:
-        """One join attempt through the current candidates; True when joined."""
+    def missing_bootstrap(self, now: float) -> list[Address]:
+        """Bootstrap peers a node that is not alone should join again now: those it
+        does not hold, as `RejoinPolicy.bootstrap_targets` paces them (`now` on the
+        policy's clock). Empty without `holds`, or while alone (then every attempt
+        tries all of them anyway)."""
+        if self._holds is None or self._alone is None or self._alone():
+            return []
+        holds = self._holds
+        return self._policy.bootstrap_targets(now, [a for a in self._resolved if not holds(a)])
+
+    async def attempt(self, extra: Sequence[Address] = ()) -> bool:
+        """One join attempt through the current candidates (and `extra`, bootstrap
+        peers missing from the view); True when joined."""
         self._attempts += 1
         self._last_error = None
-        candidates = await self.candidates()
+        candidates = list(dict.fromkeys([*await self.candidates(), *extra]))
         if not candidates:
             self._failures += 1
             self._last_error = self._last_error or "no known members and no bootstrap peers"
@@ -364,8 +387,9 @@ class Bootstrapper:
         policy = self._policy
         offset = trio.current_time()  # the policy's clock starts at 0
         while True:
-            if self._needs_join():
-                joined = await self.attempt()
+            missing = self.missing_bootstrap(trio.current_time() - offset)
+            if missing or self._needs_join():
+                joined = await self.attempt(missing)
                 delay = policy.on_result(trio.current_time() - offset, joined)
                 self._next_delay = None if joined else delay
             else:

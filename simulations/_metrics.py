@@ -230,6 +230,10 @@ class Metrics:
         view = self._views[observer]
         return view[node] if node < len(view) else _UNKNOWN
 
+    def holds(self, observer: int, node: int) -> bool:
+        """Whether `observer` holds `node` as a live member (alive or suspect)."""
+        return self.view_of(observer, node) in (_ALIVE, _SUSPECT)
+
     def alive_count(self, node: int) -> int:
         """How many members `node` currently sees alive (itself not included)."""
         return self._views[node].count(_ALIVE)

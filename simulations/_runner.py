@@ -319,18 +319,27 @@ class _Run:
 
     def _join(self, node: int, seeds: list[int]) -> None:
         """Start `node` through `seeds` (its bootstrap list), then run the daemon's
-        join and reconnect policy for it: the start is its first attempt."""
-        self.sim.start(node, seeds)
-        self._start_policy(node, seeds, attempted=bool(seeds))
+        join and reconnect policy for it: the start is its first attempt, sent (as the
+        daemon does) to `first_targets(seeds)`, one of them; a retry tries them all."""
+        policy = self._new_policy(node)
+        self.sim.start(node, policy.first_targets(seeds))
+        self._start_policy(node, seeds, attempted=bool(seeds), policy=policy)
 
-    def _start_policy(self, node: int, seeds: list[int], *, attempted: bool) -> None:
-        """A fresh `RejoinPolicy` for the node's new life; `attempted`: the start sent
-        a join, whose verdict comes after the daemon's join wait."""
+    def _new_policy(self, node: int) -> RejoinPolicy:
+        return RejoinPolicy(
+            self.rejoin_config, child_rng(self.scenario.seed, f"rejoin-{node}"), self.sim.now
+        )
+
+    def _start_policy(
+        self, node: int, seeds: list[int], *, attempted: bool, policy: RejoinPolicy | None = None
+    ) -> None:
+        """A fresh `RejoinPolicy` for the node's new life (or `policy`, made for it just
+        before its start); `attempted`: the start sent a join, whose verdict comes after
+        the daemon's join wait."""
         sim = self.sim
         self.bootstrap[node] = list(seeds)
-        policy = RejoinPolicy(
-            self.rejoin_config, child_rng(self.scenario.seed, f"rejoin-{node}"), sim.now
-        )
+        if policy is None:
+            policy = self._new_policy(node)
         self.policies[node] = policy
         arg = (node, sim.life(node))
         if attempted:
@@ -351,8 +360,9 @@ class _Run:
 
     def _rejoin_check(self, arg: tuple[int, int]) -> None:
         """`RejoinPolicy`'s check, as the daemon's Bootstrapper runs it: join when alone
-        (through the bootstrap list) or when members seen failing are still not back
-        (through them, as Serf's reconnect does, and the bootstrap list)."""
+        (through the bootstrap list), when members seen failing are still not back
+        (through them, as Serf's reconnect does, and the bootstrap list), or when a
+        bootstrap peer is not held (through it, `RejoinPolicy.bootstrap_targets`)."""
         node, life = arg
         sim = self.sim
         if sim.life(node) != life or not sim.status(node).is_member:
@@ -362,7 +372,16 @@ class _Run:
         failed: list[int] = []
         if self.scenario.reconnect_interval > 0 and node in self.failed:
             failed = failed_targets(self.failed[node], sim.now, policy.config.failed_memory)
-        if not alone and not failed:
+        missing: list[int] = []
+        if not alone and self.scenario.reconnect_interval > 0:
+            # Bootstrap peers it does not hold: a few more joins, backed off, as the
+            # daemon's Bootstrapper does (two seeds joined by disjoint joiners would
+            # otherwise stay two meshes).
+            holds = self.metrics.holds
+            missing = policy.bootstrap_targets(
+                sim.now, [b for b in self.bootstrap[node] if b != node and not holds(node, b)]
+            )
+        if not alone and not failed and not missing:
             policy.on_not_needed(sim.now)
             sim.call_at(policy.next_deadline(), self._rejoin_check, arg)
             return
@@ -372,7 +391,10 @@ class _Run:
             members = sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW)
             k = min(self.scenario.formation.seeds, len(members))
             known = known + self.reconnect_rng.sample(members, k)
-        targets = [t for t in policy.targets(failed, known, alone=alone) if t != node]
+        targets = [
+            t for t in dict.fromkeys([*policy.targets(failed, known, alone=alone), *missing])
+            if t != node
+        ]
         if not targets:
             policy.on_result(sim.now, False)
             sim.call_at(policy.next_deadline(), self._rejoin_check, arg)

@@ -1301,9 +1301,7 @@ class Membership:
         self._broadcast(node.name, encode_message(Suspect(node.name, incarnation, source)), now)
 
     def _confirm(self, node: _Node, incarnation: int, source: str, now: float) -> None:
-        if incarnation > node.incarnation:
-            node.incarnation = incarnation
-            self._changed(node)
+        # Same incarnation only: a newer suspect starts a new suspicion (`_state`).
         suspicion = node.suspicion
         assert suspicion is not None
         if suspicion.confirm(source, now):

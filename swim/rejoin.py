@@ -15,6 +15,17 @@ The policy, memberlist/Serf-flavoured:
   random one, while it still has live peers, as Serf's reconnect loop does), then, when
   alone, every address it knows (remembered members, bootstrap peers): deduplicated,
   order kept, at most `targets_max`;
+- a node that is joined but does not hold one of its bootstrap peers as a live member
+  contacts that peer again (`bootstrap_targets`): at the first check that finds it
+  missing, then `check_interval` doubling to `backoff_max`, at most `bootstrap_retry_max`
+  times while it stays missing. Two seeds started at once, each joined by its own
+  joiners before it could reach the other, otherwise form two meshes that never meet:
+  a joined node does not send joins to its bootstrap peers (that would be O(n^2) state
+  exchanges per check across the mesh), and nobody on either side has heard of the
+  other to probe it;
+- the first join of a node's life goes to `first_join_max` (one) of its candidates
+  only, picked at random (`first_targets`), so daemons started at once through the
+  same seeds share them out; a retry tries them all;
 - after a failed attempt it waits `backoff_initial` doubling to `backoff_max`, each
   delay shaved by up to `jitter` at random so a fleet started at once spreads out;
   after a success, or when no join is needed, back to `check_interval`.
@@ -66,6 +77,21 @@ class RejoinConfig:
     reconnect_max: int = 1
     #: Most addresses one attempt sends a join to, all sources together.
     targets_max: int = 16
+    #: Most joins a joined node sends to one bootstrap peer it does not hold as a live
+    #: member, while it stays so (`bootstrap_targets`): the first at the first check
+    #: that finds it missing, the next `check_interval` later, each gap doubling up to
+    #: `backoff_max` (5, 10, 20 s on a LAN). Usually one is enough: gossip brings the
+    #: peer in as soon as any member of either side exchanges state with the other.
+    #: Bounded so that a bootstrap peer that is really down costs each node a few
+    #: connection attempts, not one per check for ever. 0 switches this off.
+    bootstrap_retry_max: int = 4
+    #: Most addresses the first join of a node's life goes to, a random choice among
+    #: its candidates (`first_targets`); later attempts, after no answer, try them
+    #: all. One: 100 daemons started at once through the same two seeds gave each
+    #: seed a state exchange per joiner (160-240 each) while the machine was starved,
+    #: and the seeds were the members falsely declared dead. Costs one join wait
+    #: (max(1, 5 x probe_interval) s) plus one backoff when the one picked is down.
+    first_join_max: int = 1
 
     def __attrs_post_init__(self) -> None:
         if self.backoff_initial > self.backoff_max:
@@ -83,6 +109,12 @@ class RejoinConfig:
             raise ValueError(f"RejoinConfig.reconnect_max must be >= 1, got {self.reconnect_max}")
         if self.targets_max < 1:
             raise ValueError(f"RejoinConfig.targets_max must be >= 1, got {self.targets_max}")
+        if self.bootstrap_retry_max < 0:
+            raise ValueError(
+                f"RejoinConfig.bootstrap_retry_max must be >= 0, got {self.bootstrap_retry_max}"
+            )
+        if self.first_join_max < 1:
+            raise ValueError(f"RejoinConfig.first_join_max must be >= 1, got {self.first_join_max}")
 
     @classmethod
     def for_probe_interval(cls, probe_interval: float, **changes: Any) -> RejoinConfig:
@@ -110,8 +142,12 @@ class RejoinPolicy:
         self._rng = rng
         self._deadline = now
         self._delay = config.backoff_initial
+        #: Bootstrap peers found missing while joined: (joins sent, next one due at).
+        self._missing: dict[Any, tuple[int, float]] = {}
         self.attempts = 0
         self.failures = 0
+        #: Joins sent to bootstrap peers missing from a joined node's view.
+        self.bootstrap_retries = 0
 
     @property
     def config(self) -> RejoinConfig:
@@ -145,6 +181,51 @@ class RejoinPolicy:
             for address in known:
                 out.setdefault(address, None)
         return list(out)[: self._config.targets_max]
+
+    def bootstrap_targets(self, now: float, missing: Iterable[A]) -> list[A]:
+        """Bootstrap peers to contact again now, while the node is joined.
+
+        `missing` is every bootstrap peer the node does not hold as a live (alive or
+        suspect) member right now. A peer seen missing for the first time is due at
+        once; each one returned counts one try, and its next is due `check_interval`
+        later, the gap doubling (`backoff_factor`) up to `backoff_max` with `jitter`;
+        after `bootstrap_retry_max` tries it is not returned again until the node has
+        held it (it left `missing`) and lost it again. The driver sends the join and
+        reports it through `on_result` with the rest of the attempt.
+        """
+        config = self._config
+        missing = list(dict.fromkeys(missing))
+        current = set(missing)
+        for address in [a for a in self._missing if a not in current]:
+            del self._missing[address]  # held again: a later loss starts a fresh budget
+        out: list[A] = []
+        for address in missing:
+            if len(out) == config.targets_max:
+                break
+            tries, due_at = self._missing.setdefault(address, (0, now))
+            if tries >= config.bootstrap_retry_max or now < due_at:
+                continue
+            gap = min(config.check_interval * config.backoff_factor**tries, config.backoff_max)
+            if config.jitter:
+                gap *= 1.0 - config.jitter * self._rng.random()
+            self._missing[address] = (tries + 1, now + gap)
+            out.append(address)
+        self.bootstrap_retries += len(out)
+        return out
+
+    def first_targets(self, candidates: Iterable[A]) -> list[A]:
+        """Whom the start's join goes to: at most `first_join_max` of `candidates`
+        (deduplicated), a random choice when there are more, so that a fleet started
+        at once through the same seeds spreads its joins over them.
+
+        The driver uses it for its first attempt only; a retry after no answer takes
+        `targets`, which tries every candidate.
+        """
+        unique = list(dict.fromkeys(candidates))
+        most = self._config.first_join_max
+        if len(unique) > most:
+            unique = self._rng.sample(unique, most)
+        return unique
 
     def on_result(self, now: float, joined: bool) -> float:
         """An attempt ended; returns the delay until the next check.

@@ -65,14 +65,18 @@ class Discovery:
         self._failed_at: dict[str, tuple[Address, float]] = {}
         self._mdns_peers: dict[str, tuple[Address, ...]] = {}
         self._joined = trio.Event()
+        #: The shared join policy; kept for `first_targets` on the start's join.
+        self._policy = Backoff(jitter=0.2, rng=random.Random()).policy(max(1.0, 5 * probe_interval))
+        #: No join sent yet in this run: the next goes to one candidate only.
+        self._first_join = True
         self.bootstrapper = Bootstrapper(
             self._try_join,
             bootstrap=bootstrap,
             known_members=self._known_addresses,
             needs_join=self._needs_join,
             alone=lambda: self._membership.num_alive() <= 1,
-            backoff=Backoff(jitter=0.2, rng=random.Random()),
-            check_interval=max(1.0, 5 * probe_interval),
+            holds=self._holds,
+            policy=self._policy,
         )
 
     def on_event(self, ev: Event) -> None:
@@ -142,6 +146,13 @@ class Discovery:
             for node_id in self._failed_at
         )
 
+    def _holds(self, address: Address) -> bool:
+        """We are at `address`, or hold a live member there (a bootstrap peer that needs
+        no join)."""
+        if address == self._advertise:
+            return True
+        return any(m.address == address and m.state in _LIVE for m in self._membership.members())
+
     def _known_addresses(self) -> list[Address]:
         now = self._clock()
         for node_id, (_, at) in list(self._failed_at.items()):
@@ -164,6 +175,12 @@ class Discovery:
         seeds = [c for c in candidates if c != self._advertise][: JOIN_CANDIDATES_MAX * 2]
         if not seeds:
             return membership.num_alive() > 1
+        if self._first_join:
+            # The start's join goes to one candidate, a random one: 100 daemons started
+            # at once through the same two seeds otherwise give each seed a state
+            # exchange per joiner. A retry (no answer within the wait) tries them all.
+            self._first_join = False
+            seeds = self._policy.first_targets(seeds)
         event(_log, 10, "join.attempt", seeds=",".join(format_address(s) for s in seeds))
         self._joined = trio.Event()
         await membership.join(seeds)

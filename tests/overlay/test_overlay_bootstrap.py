@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from overlay.base import TransportError
 from overlay.bootstrap import Backoff, Bootstrapper, parse_host_port, resolve
+from swim.rejoin import RejoinConfig
 
 
 class FakeResolver(trio.abc.HostnameResolver):
@@ -328,3 +329,69 @@ async def test_bootstrap_peers_are_tried_only_when_alone() -> None:
     assert await boot.candidates() == [("10.77.0.9", 7950)]
     alone = True
     assert await boot.candidates() == [("10.77.0.9", 7950), ("10.77.0.2", 7950)]
+
+
+async def test_a_joined_node_joins_a_bootstrap_peer_it_does_not_hold_a_few_times(
+    autojump_clock,
+) -> None:
+    """Joined through seed A while seed B was not yet up: B is asked again at the next
+    check, then backed off, and never again once the node holds it (two seeds each
+    joined by their own joiners otherwise stay two meshes)."""
+    a, b = ("10.77.0.2", 7950), ("10.77.0.3", 7950)
+    held: set[tuple[str, int]] = set()
+    attempts: list[tuple[float, list[tuple[str, int]]]] = []
+
+    async def try_join(candidates):
+        attempts.append((trio.current_time(), list(candidates)))
+        held.add(a)  # A answers; B does not (yet)
+        return True
+
+    boot = Bootstrapper(
+        try_join,
+        bootstrap=[a, b],
+        needs_join=lambda: not held,
+        alone=lambda: not held,
+        holds=lambda address: address in held,
+        check_interval=5,
+        backoff=Backoff(1, 60),
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(boot.run)
+        start = trio.current_time()
+        await trio.sleep(21)
+        assert [(round(t - start), c) for t, c in attempts] == [
+            (0, [a, b]),  # alone: every bootstrap peer
+            (5, [b]),  # joined, B missing: once more at the next check
+            (10, [b]),  # then check_interval later,
+            (20, [b]),  # then twice that: not at every check
+        ]
+        held.add(b)  # B came in (gossip, or that join)
+        await trio.sleep(200)
+        assert len(attempts) == 4
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_bootstrap_peer_that_stays_down_gets_a_bounded_number_of_joins(
+    autojump_clock,
+) -> None:
+    a, b = ("10.77.0.2", 7950), ("10.77.0.3", 7950)
+    held: set[tuple[str, int]] = set()
+    attempts: list[list[tuple[str, int]]] = []
+
+    async def try_join(candidates):
+        attempts.append(list(candidates))
+        held.add(a)
+        return True
+
+    boot = Bootstrapper(
+        try_join,
+        bootstrap=[a, b],
+        needs_join=lambda: not held,
+        alone=lambda: not held,
+        holds=lambda address: address in held,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(boot.run)
+        await trio.sleep(3600)
+        nursery.cancel_scope.cancel()
+    assert attempts[1:] == [[b]] * RejoinConfig().bootstrap_retry_max

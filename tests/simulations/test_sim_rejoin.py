@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulations import parse_scenario, run_once
-from swim import RejoinConfig, SwimConfig
+import attrs
+import pytest
+
+from simulations import RunResult, parse_scenario, run_once
+from simulations._runner import _Run
+from swim import Membership, RejoinConfig, SwimConfig
 
 
 def scenario(**fields: Any) -> Any:
@@ -36,3 +40,94 @@ def test_without_reconnects_a_partition_longer_than_retention_never_heals() -> N
         scenario(partition=[{"at": 5.0, "heal": 65.0}], driver={"reconnect_interval": 0})
     )
     assert healed_after(result) is None
+
+
+class TwoSeeds(_Run):
+    """The start storm: seeds 0 and 1 start together and each one's join to the other
+    is lost (neither listens yet); every other member joins through both seeds'
+    addresses, its `--bootstrap` list (the start's join goes to one of them)."""
+
+    def bootstrap_of(self, node: int) -> list[int]:
+        return [0, 1]
+
+    def _start(self, node: int) -> None:
+        if node >= 2:
+            self._join(node, self.bootstrap_of(node))
+            self.started.append(node)
+            return
+        for seed in (0, 1):  # both at node 0's start (time 0), before any joiner
+            if seed not in self.started:
+                self.sim.start(seed)
+                self._start_policy(seed, [1 - seed], attempted=True)
+                self.started.append(seed)
+
+
+class DisjointSeeds(TwoSeeds):
+    """Even members join through seed 0 only, odd ones through seed 1: the start
+    storm's split, made certain."""
+
+    def bootstrap_of(self, node: int) -> list[int]:
+        return [node % 2]
+
+
+def disjoint_run(retries: int) -> _Run:
+    run = DisjointSeeds(
+        scenario(members=20, duration=1.0, formation={"window": 1.0, "timeout": 60.0}), None
+    )
+    run.rejoin_config = attrs.evolve(run.rejoin_config, bootstrap_retry_max=retries)
+    return run
+
+
+def test_two_seeds_with_disjoint_joiners_end_as_one_mesh() -> None:
+    """A joined member that does not hold a bootstrap peer joins it once more
+    (`RejoinPolicy.bootstrap_targets`): one exchange bridges the halves."""
+    run = disjoint_run(RejoinConfig().bootstrap_retry_max)
+    result = run.run()
+    assert result.ok, result.failure
+    assert result.formation_seconds is not None and result.formation_seconds < 15.0
+    retries = sum(p.bootstrap_retries for p in run.policies.values())
+    assert 1 <= retries <= 20  # a few members asked, not one per member per check
+
+
+def test_without_bootstrap_retries_the_disjoint_halves_never_meet() -> None:
+    """The control: the same start with the retries off forms two meshes."""
+    run = disjoint_run(0)
+    result = run.run()
+    assert not result.ok and result.failure is not None and "formation" in result.failure
+    assert not run.metrics.holds(0, 1) and not run.metrics.holds(1, 0)
+
+
+def storm(first_join_max: int, seed: int, retries: int = 4) -> tuple[RunResult, int]:
+    """100 members started within 30 s through the same two seeds; returns the run and
+    the state exchanges the two seeds received."""
+    run = TwoSeeds(
+        scenario(
+            members=100, duration=1.0, seed=seed, formation={"window": 30.0, "timeout": 120.0}
+        ),
+        None,
+    )
+    run.rejoin_config = attrs.evolve(
+        run.rejoin_config, first_join_max=first_join_max, bootstrap_retry_max=retries
+    )
+    result = run.run()
+    cores = [run.sim.cores[seed_node] for seed_node in (0, 1)]
+    exchanges = sum(c.statistics().push_pulls_received for c in cores if isinstance(c, Membership))
+    return result, exchanges
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_storm_of_100_through_two_seeds_joining_one_each_forms_one_mesh(seed: int) -> None:
+    """The start's join to one seed, a random one (`first_join_max` = 1), halves what
+    the seeds carry, and the bootstrap retries keep the two halves one mesh."""
+    spread, at_seeds = storm(1, seed)
+    assert spread.ok, spread.failure
+    assert spread.formation_seconds is not None and spread.formation_seconds < 40.0
+    both, at_seeds_both = storm(2, seed)
+    assert both.ok, both.failure
+    assert at_seeds < 0.75 * at_seeds_both, (at_seeds, at_seeds_both)
+
+
+def test_a_storm_joining_one_seed_each_without_bootstrap_retries_splits() -> None:
+    """The control, as measured with 100 daemons (52 + 46): the halves never meet."""
+    split, _ = storm(1, seed=1, retries=0)
+    assert not split.ok and split.failure is not None and "formation" in split.failure

@@ -261,3 +261,20 @@ def test_a_graceful_leave_reaches_every_member_directly() -> None:
     assert leave["outcome"] == "detected"
     assert leave["all_detected_after"] < 0.2
     assert result.measures["true_declarations"] == 0
+
+
+def test_a_starting_member_joins_through_one_of_its_seeds() -> None:
+    """As the daemon does (`RejoinPolicy.first_targets`): each start sends one join,
+    not one per bootstrap seed, so the members started first do not take every join."""
+    run = _Run(scenario(members=16, duration=1.0, formation={"seeds": 3, "settle": 0.0}), None)
+    result = run.run()
+    assert result.ok, result.failure
+    exchanges = sum(
+        core.statistics().push_pulls_received
+        for core in run.sim.cores
+        if isinstance(core, Membership)
+    )
+    # Each exchange is received twice (the seed gets the join, the joiner the reply):
+    # 15 joins give 30, plus the few periodic push-pulls due meanwhile. A join to each
+    # of up to 3 seeds would be 42 joins, 84 on their own (measured: 88).
+    assert 30 <= exchanges < 50

@@ -119,9 +119,97 @@ def test_for_probe_interval_is_the_daemons_check_interval() -> None:
         {"targets_max": 0},
         {"failed_max": 0},
         {"reconnect_max": 0},
+        {"bootstrap_retry_max": -1},
     ],
 )
 def test_bad_config_is_one_line_value_error(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="RejoinConfig") as info:
         RejoinConfig(**kwargs)  # type: ignore[arg-type]
     assert "\n" not in str(info.value)
+
+
+####################################################################################
+# Bootstrap peers missing from a joined node's view
+
+
+def test_a_missing_bootstrap_peer_is_tried_at_once_then_backed_off_then_given_up() -> None:
+    """5, 10, 20 s apart on a LAN (check_interval doubling), four tries in all."""
+    p = policy()
+    tried = [t for t in range(100, 200) if p.bootstrap_targets(float(t), ["b"])]
+    assert tried == [100, 105, 115, 135]
+    assert p.bootstrap_retries == 4
+
+
+def test_a_held_bootstrap_peer_is_not_tried_and_a_new_loss_gets_a_fresh_budget() -> None:
+    p = policy(RejoinConfig(jitter=0.0, bootstrap_retry_max=1))
+    assert p.bootstrap_targets(100.0, ["a", "b"]) == ["a", "b"]
+    assert p.bootstrap_targets(200.0, ["a", "b"]) == []  # budget spent
+    assert p.bootstrap_targets(201.0, ["b"]) == []  # "a" is held now
+    assert p.bootstrap_targets(202.0, ["a", "b"]) == ["a"]  # lost again: one more try
+
+
+def test_bootstrap_retry_max_zero_switches_it_off() -> None:
+    p = policy(RejoinConfig(bootstrap_retry_max=0))
+    assert p.bootstrap_targets(100.0, ["a"]) == []
+
+
+@given(
+    seen=st.lists(
+        st.tuples(st.floats(0.0, 5.0), st.lists(st.sampled_from("abcd"), max_size=6)),
+        max_size=60,
+    ),
+    most=st.integers(0, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_bootstrap_retries_are_bounded_backed_off_and_only_for_missing_peers(
+    seen: list[tuple[float, list[str]]], most: int, seed: int
+) -> None:
+    """Whatever the sequence of views: only missing peers are returned, no peer more
+    than `bootstrap_retry_max` times per absence, two tries of one peer at least
+    check_interval x (1 - jitter) apart."""
+    config = RejoinConfig(jitter=0.2, bootstrap_retry_max=most)
+    p = policy(config, seed=seed)
+    now = 100.0
+    last: dict[str, float] = {}
+    tries: dict[str, int] = {}
+    for step, missing in seen:
+        now += step
+        for gone in [a for a in tries if a not in missing]:
+            del tries[gone], last[gone]
+        got = p.bootstrap_targets(now, missing)
+        assert set(got) <= set(missing) and len(got) == len(set(got))
+        for address in got:
+            tries[address] = tries.get(address, 0) + 1
+            assert tries[address] <= most
+            if address in last:
+                assert now - last[address] >= config.check_interval * 0.8 - 1e-9
+            last[address] = now
+
+
+@given(
+    candidates=st.lists(st.sampled_from("abcdefgh"), max_size=12),
+    most=st.integers(min_value=1, max_value=4),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_first_targets_are_at_most_first_join_max_distinct_candidates(
+    candidates: list[str], most: int, seed: int
+) -> None:
+    p = policy(RejoinConfig(jitter=0.0, first_join_max=most), seed=seed)
+    got = p.first_targets(candidates)
+    assert len(got) == min(most, len(set(candidates)))
+    assert len(set(got)) == len(got) and set(got) <= set(candidates)
+
+
+def test_first_joins_of_a_fleet_are_spread_over_the_seeds() -> None:
+    """100 daemons started at once through the same two seeds: each seed gets about
+    half of the start's joins, not every one."""
+    counts = {"s0": 0, "s1": 0}
+    for seed in range(100):
+        (target,) = policy(seed=seed).first_targets(["s0", "s1"])
+        counts[target] += 1
+    assert 30 <= counts["s0"] <= 70 and counts["s0"] + counts["s1"] == 100
+
+
+def test_first_join_max_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="first_join_max"):
+        RejoinConfig(first_join_max=0)

@@ -45,7 +45,9 @@ def expected_action(subject: Subject, rumor: Rumor, order: Order) -> Action:
     if subject in (Subject.DEAD, Subject.LEFT):
         return Action.IGNORE
     if rumor is Rumor.SUSPECT:
-        return Action.CONFIRM if subject is Subject.SUSPECT else Action.BECOME_SUSPECT
+        if subject is Subject.SUSPECT and order is Order.SAME:
+            return Action.CONFIRM
+        return Action.BECOME_SUSPECT
     return Action.BECOME_DEAD if rumor is Rumor.DEAD else Action.BECOME_LEFT
 
 
@@ -151,3 +153,80 @@ def test_alive_with_newer_incarnation_and_new_meta_is_an_update() -> None:
     outputs = core.receive(OTHER, encode(Alive("m", HELD + 1, OTHER, b"v2")), 1.0)
     updated = [o for o in outputs if isinstance(o, MemberUpdated)]
     assert len(updated) == 1 and updated[0].member.meta == b"v2"
+
+
+####################################################################################
+# A newer suspicion is a new suspicion
+####################################################################################
+
+
+def run_until(core: Membership, until: float) -> list[object]:
+    """Tick the core at each of its deadlines up to `until`; the events it emitted."""
+    events: list[object] = []
+    while (deadline := core.next_deadline()) is not None and deadline <= until:
+        events += [o for o in core.tick(deadline) if not hasattr(o, "payload")]
+    events += [o for o in core.tick(until) if not hasattr(o, "payload")]
+    return events
+
+
+def test_a_suspect_at_a_newer_incarnation_gets_its_own_full_timer() -> None:
+    """The start storm's false death: we suspect m at 4; m refutes (alive at 5, which we
+    miss) and is accused again at 5. The old timer must not declare m dead at 5, which
+    would beat m's own alive at 5 in every other view: the new accusation gets its own
+    window, in which m's refutation (alive at 6) still saves it."""
+    length = first_suspicion_length(CONFIG)
+    core = Membership(CONFIG, "me", ME, random.Random(1), 0.0)
+    core.receive(OTHER, encode(Alive("m", 4, OTHER, b"")), 0.0)
+    core.receive(OTHER, encode(Suspect("m", 4, "x")), 0.0)
+    assert not any(isinstance(e, MemberFailed) for e in run_until(core, length / 2))
+    outputs = core.receive(OTHER, encode(Suspect("m", 5, "y")), length / 2)
+    assert [type(o) for o in outputs if not hasattr(o, "payload")] == [MemberSuspected]
+    # Past the old suspicion's end: still suspect, at 5.
+    events = run_until(core, length + (length / 4))
+    member = core.member("m")
+    assert member is not None and member.state is MemberState.SUSPECT
+    assert member.incarnation == 5 and not any(isinstance(e, MemberFailed) for e in events)
+    core.receive(OTHER, encode(Alive("m", 6, OTHER, b"")), length + (length / 4))
+    member = core.member("m")
+    assert member is not None and member.state is MemberState.ALIVE
+
+
+def test_the_old_timer_no_longer_fires_after_a_newer_suspicion() -> None:
+    """Without the new accusation's refutation, m is declared dead when the new
+    suspicion runs out, not when the old one would have."""
+    core = Membership(CONFIG, "me", ME, random.Random(1), 0.0)
+    core.receive(OTHER, encode(Alive("m", 4, OTHER, b"")), 0.0)
+    length = first_suspicion_length(CONFIG)
+    core.receive(OTHER, encode(Suspect("m", 4, "x")), 0.0)
+    run_until(core, length / 2)
+    core.receive(OTHER, encode(Suspect("m", 5, "y")), length / 2)
+    member = core.member("m")
+    assert member is not None and member.state is MemberState.SUSPECT
+    dead_at = None
+    now = length / 2
+    while dead_at is None and now < 600.0:
+        deadline = core.next_deadline()
+        assert deadline is not None
+        now = deadline
+        if any(isinstance(o, MemberFailed) for o in core.tick(now)):
+            dead_at = now
+    assert dead_at is not None
+    # The new suspicion started halfway through the old one and, with one accuser,
+    # lasts as long: it ends half a suspicion later than the old timer would have.
+    assert dead_at >= length / 2 + length - 1e-6
+    dead = core.member("m")
+    assert dead is not None and dead.incarnation == 5
+
+
+def first_suspicion_length(config: SwimConfig) -> float:
+    """How long a lone accusation about m lasts in a core that holds m only."""
+    core = Membership(config, "me", ME, random.Random(1), 0.0)
+    core.receive(OTHER, encode(Alive("m", 4, OTHER, b"")), 0.0)
+    core.receive(OTHER, encode(Suspect("m", 4, "x")), 0.0)
+    now = 0.0
+    while True:
+        deadline = core.next_deadline()
+        assert deadline is not None
+        now = deadline
+        if any(isinstance(o, MemberFailed) for o in core.tick(now)):
+            return now
