@@ -49,10 +49,11 @@ class AuthCodec:
     """Seals outgoing payloads and opens incoming packets (the driver's `PacketCodec`).
 
     Which packets earn a signature check is the authenticator's `AdmissionGate`: junk
-    forged from a member's address never costs that member its packets; every drop is counted
-    by reason in the authenticator's `drops`. Our certificate rides only in packets to
-    peers that may not know us (`introductions`, fed by the node's membership events
-    and by senders that start a new session).
+    forged from a member's address never costs that member its packets; every drop is
+    counted by reason in the authenticator's `drops`. Our certificate rides only in
+    packets to peers that may not know us (`introductions`, fed by the node's membership
+    events and by senders that start a new session), and only until the peer shows that
+    it holds it (`open`).
     """
 
     def __init__(
@@ -88,6 +89,14 @@ class AuthCodec:
         `PathHealth.record_tcp_received`, the evidence behind "UDP blocked, TCP works".
         """
         self._on_tcp_answer = on_tcp_answer
+
+    def learn_certificate(self, public_key: bytes, certificate: bytes) -> bool:
+        """Hold a member's certificate from its verified record (the roster's hook).
+
+        Its packets then open without the certificate from the first one on, and our
+        packets addressed to it are evidence, at its end, that we hold it (see `open`).
+        """
+        return self.auth.learn(public_key, certificate, self._realtime())
 
     def set_stale_handler(self, on_stale: Callable[[Address, float], None]) -> None:
         """Where the skew of packets refused as stale goes (source, seconds ahead)."""
@@ -152,7 +161,9 @@ class AuthCodec:
         if opened.new_session:
             # New to us, or restarted: it may not hold our certificate (any more).
             self.introductions.introduce(opened.sender_node_id, self._clock())
-        if answers_a_probe(opened.payload):
-            # It read a probe of ours, so it holds our certificate already.
+        if opened.addressed or answers_a_probe(opened.payload):
+            # It holds our certificate: it read a probe of ours, or it bound this packet
+            # to our node id, which it does only for a member whose verified record (and
+            # so certificate) it holds, or for a sender whose packet it just verified.
             self.introductions.acknowledged(opened.sender_node_id)
         return opened.payload
