@@ -78,6 +78,8 @@ class AuthCodec:
         self._on_stale = on_stale
         self._on_tcp_answer: Callable[[Address], None] = lambda _address: None
         self.bytes_out = 0
+        #: Of `bytes_out`, those sealed as stream frames (push-pull, TCP fallback probes).
+        self.frame_bytes_out = 0
         self.bytes_in = 0
 
     def set_tcp_answer_handler(self, on_tcp_answer: Callable[[Address], None]) -> None:
@@ -127,6 +129,8 @@ class AuthCodec:
             payload, self._realtime(), recipient=addressee, include_certificate=include
         )
         self.bytes_out += len(sealed)
+        if reliable:
+            self.frame_bytes_out += len(sealed)
         return sealed
 
     def open(self, incoming: Incoming) -> bytes | None:
