@@ -159,6 +159,7 @@ class Bench(Mesh):
             ]
 
         sent = [b / elapsed for b in delta("bytes_out")]
+        frames = [b / elapsed for b in delta("frame_bytes_out")]
         with_cert = sum(delta("datagrams_with_certificate"))
         without_cert = sum(delta("datagrams_without_certificate"))
         return {
@@ -167,6 +168,7 @@ class Bench(Mesh):
             "rss_mib_mean": sum(rss) / len(rss),
             "rss_mib_max": max(rss),
             "bytes_out_per_s_mean": sum(sent) / len(sent),
+            "frame_bytes_out_per_s_mean": sum(frames) / len(frames),
             "datagrams_per_s_mean": (with_cert + without_cert) / elapsed / len(self.daemons),
             "datagrams_with_certificate_pct": 100 * with_cert / max(1, with_cert + without_cert),
             "suspicions_idle": self.suspicions() - suspicions_before,
@@ -191,7 +193,8 @@ def report(r: dict[str, Any]) -> None:
             f"       {w['idle_s']:.0f} s window {label}: cpu {w['cpu_pct_mean']:.2f} % of a"
             f" core (max {w['cpu_pct_max']:.2f} %), rss {w['rss_mib_mean']:.1f} MiB"
             f" (max {w['rss_mib_max']:.1f}), sent {w['bytes_out_per_s_mean']:.0f} B/s per"
-            f" member, {w['datagrams_per_s_mean']:.1f} datagrams/s per member,"
+            f" member ({w['frame_bytes_out_per_s_mean']:.0f} in TCP frames),"
+            f" {w['datagrams_per_s_mean']:.1f} datagrams/s per member,"
             f" {w['datagrams_with_certificate_pct']:.1f} % with the certificate,"
             f" suspicions {w['suspicions_idle']}, load {w['load']:.1f}"
         )

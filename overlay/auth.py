@@ -5,7 +5,9 @@ or one replayed "X left" could take a healthy node out of the mesh. The envelope
 who sent a packet (an Ed25519 signature by a key the cluster authority enrolled), that
 it was not changed, and that it is new (a timestamp and a per-sender counter). A
 receiver that has never heard of the sender can still verify the packet, because the
-envelope can carry the sender's enrollment certificate.
+envelope can carry the sender's enrollment certificate; one that holds it already (from
+an earlier packet, or handed in with `learn` from the sender's verified record) does not
+need it, and the sender may leave it out (`overlay.introductions` decides when).
 
 Layout (all integers big-endian; byte by byte in docs/security.md)::
 
@@ -266,6 +268,9 @@ class PacketAuthenticator:
             max_senders=max_senders,
         )
         self._certs: OrderedDict[bytes, PeerCredential] = OrderedDict()
+        #: Keys whose cached credential came from `learn` only: no packet of theirs
+        #: has authenticated yet, so the gate still treats them as unknown senders.
+        self._learned: set[bytes] = set()
         #: Per sender key: the highest counter and its timestamp (see `_session`).
         self._sessions: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._max_certs = max_certificates
@@ -417,8 +422,7 @@ class PacketAuthenticator:
             skew = timestamp_us / 1_000_000 - now_real if verdict == "stale" else None
             raise AuthError(verdict, f"counter {counter}, timestamp {timestamp_us}", skew=skew)
 
-        cached = self._certs.get(sender)
-        known = cached is not None
+        known = self._known(sender)
         continues = known and self._replay.continues(sender, counter, now_us, CONTINUATION_REACH)
         if not self.gate.admit(source, sender, known=known, continues=continues, now=now_real):
             raise AuthError("rate_limited", f"claims {sender.hex()}")
@@ -460,7 +464,7 @@ class PacketAuthenticator:
         blame a member's clock. Each check spends the gate's budget even when it passes
         (a stale packet is refused anyway), so replayed old packets cost little.
         """
-        known = sender in self._certs
+        known = self._known(sender)
         if not self.gate.admit(source, sender, known=known, continues=False, now=now_real):
             return
         self.gate.failed(source, sender, known=known, now=now_real)
@@ -551,8 +555,49 @@ class PacketAuthenticator:
             sessions.popitem(last=False)
         return new
 
+    def _known(self, sender: bytes) -> bool:
+        """Whether the gate judges `sender` by its name: a packet of its verified here.
+
+        A credential that only `learn` put in the cache does not count: until the
+        sender's first packet authenticates, packets naming it are judged by their
+        source address, exactly as before its credential was learned, so forgeries in
+        its name cannot drain a budget its own first packets need (docs/security.md).
+        """
+        return sender in self._certs and sender not in self._learned
+
+    def learn(self, public_key: bytes, credential: bytes, now_real: float) -> bool:
+        """Cache a sender's credential that reached us some other way than a packet.
+
+        populi hands in the certificate of every member whose signed record verified
+        (a record carries its node's certificate), so that member's packets open
+        without CERT from the first one on: a peer that holds our record needs no
+        introduction (see `overlay.introductions`). The credential is checked here as
+        if it came in a packet (`verifier.load`, then `verifier.admit` for
+        `public_key`); each packet is still admitted and its signature checked. A
+        credential already cached with the same bytes costs nothing.
+
+        Returns:
+            Whether it is cached now (False: refused, nothing changed).
+        """
+        cached = self._certs.get(public_key)
+        if cached is None or cached.raw != credential:
+            try:
+                cached = self.verifier.load(credential)
+                self.verifier.admit(cached, public_key, now_real)
+            except CredentialError:
+                return False
+            if public_key not in self._certs:
+                self._learned.add(public_key)
+        self._store(public_key, cached)
+        return True
+
     def _remember(self, sender: bytes, cert: PeerCredential) -> None:
+        self._learned.discard(sender)
+        self._store(sender, cert)
+
+    def _store(self, sender: bytes, cert: PeerCredential) -> None:
         self._certs[sender] = cert
         self._certs.move_to_end(sender)
         while len(self._certs) > self._max_certs:
-            self._certs.popitem(last=False)
+            evicted, _ = self._certs.popitem(last=False)
+            self._learned.discard(evicted)

@@ -49,10 +49,11 @@ class AuthCodec:
     """Seals outgoing payloads and opens incoming packets (the driver's `PacketCodec`).
 
     Which packets earn a signature check is the authenticator's `AdmissionGate`: junk
-    forged from a member's address never costs that member its packets; every drop is counted
-    by reason in the authenticator's `drops`. Our certificate rides only in packets to
-    peers that may not know us (`introductions`, fed by the node's membership events
-    and by senders that start a new session).
+    forged from a member's address never costs that member its packets; every drop is
+    counted by reason in the authenticator's `drops`. Our certificate rides only in
+    packets to peers that may not know us (`introductions`, fed by the node's membership
+    events and by senders that start a new session), and only until the peer shows that
+    it holds it (`open`).
     """
 
     def __init__(
@@ -77,6 +78,8 @@ class AuthCodec:
         self._on_stale = on_stale
         self._on_tcp_answer: Callable[[Address], None] = lambda _address: None
         self.bytes_out = 0
+        #: Of `bytes_out`, those sealed as stream frames (push-pull, TCP fallback probes).
+        self.frame_bytes_out = 0
         self.bytes_in = 0
 
     def set_tcp_answer_handler(self, on_tcp_answer: Callable[[Address], None]) -> None:
@@ -88,6 +91,14 @@ class AuthCodec:
         `PathHealth.record_tcp_received`, the evidence behind "UDP blocked, TCP works".
         """
         self._on_tcp_answer = on_tcp_answer
+
+    def learn_certificate(self, public_key: bytes, certificate: bytes) -> bool:
+        """Hold a member's certificate from its verified record (the roster's hook).
+
+        Its packets then open without the certificate from the first one on, and our
+        packets addressed to it are evidence, at its end, that we hold it (see `open`).
+        """
+        return self.auth.learn(public_key, certificate, self._realtime())
 
     def set_stale_handler(self, on_stale: Callable[[Address, float], None]) -> None:
         """Where the skew of packets refused as stale goes (source, seconds ahead)."""
@@ -118,6 +129,8 @@ class AuthCodec:
             payload, self._realtime(), recipient=addressee, include_certificate=include
         )
         self.bytes_out += len(sealed)
+        if reliable:
+            self.frame_bytes_out += len(sealed)
         return sealed
 
     def open(self, incoming: Incoming) -> bytes | None:
@@ -152,7 +165,9 @@ class AuthCodec:
         if opened.new_session:
             # New to us, or restarted: it may not hold our certificate (any more).
             self.introductions.introduce(opened.sender_node_id, self._clock())
-        if answers_a_probe(opened.payload):
-            # It read a probe of ours, so it holds our certificate already.
+        if opened.addressed or answers_a_probe(opened.payload):
+            # It holds our certificate: it read a probe of ours, or it bound this packet
+            # to our node id, which it does only for a member whose verified record (and
+            # so certificate) it holds, or for a sender whose packet it just verified.
             self.introductions.acknowledged(opened.sender_node_id)
         return opened.payload

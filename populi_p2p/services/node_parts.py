@@ -73,7 +73,7 @@ class NodeParts:
             max_record_bytes=self.swim_config.meta_size_max,
         )
         node_id = creds.identity.node_id
-        self.roster = Roster(node_id, records)
+        self.roster = Roster(node_id, records, on_certificate=self.codec.learn_certificate)
         self.revocations = RevocationService(creds.files, creds.revocations, creds.authority_key)
         self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
         self.skew = SkewWatch()

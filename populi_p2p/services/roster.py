@@ -54,6 +54,9 @@ class Roster:
             own record through `accept_own`).
         membership: read-only queries on the core.
         on_known, on_gone: store commands.
+        on_certificate: (public key, certificate) of each member whose record verified,
+            for the packet codec (`AuthCodec.learn_certificate`): a member whose record
+            we hold can send us packets without its certificate.
         clock: realtime, for record expiry and `KnownMember.last_seen`.
     """
 
@@ -65,6 +68,7 @@ class Roster:
         *,
         on_known: Callable[[KnownMember], None] = lambda _m: None,
         on_gone: Callable[[str], None] = lambda _n: None,
+        on_certificate: Callable[[bytes, bytes], object] = lambda _key, _cert: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.node_id = node_id
@@ -72,6 +76,7 @@ class Roster:
         self._membership = membership
         self._on_known = on_known
         self._on_gone = on_gone
+        self._on_certificate = on_certificate
         self._clock = clock
         self._clashes_logged: set[tuple[str, tuple[str, ...]]] = set()
         self._names: dict[str, str] = {}
@@ -171,7 +176,10 @@ class Roster:
         reason = self.unverified_reason(member.name)
         if reason is None:
             self._unverified.pop(member.name, None)
-            return self.records.get(member.name)
+            record = self.records.get(member.name)
+            if record is not None:
+                self._on_certificate(record.public_key, record.certificate)
+            return record
         if self._unverified.get(member.name) != reason:
             self._unverified[member.name] = reason
             event(_log, 30, "record.refused", id=member.name, reason=reason,

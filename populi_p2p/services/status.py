@@ -123,6 +123,7 @@ class StatusView:
             },
             "traffic": {
                 "bytes_out": codec.bytes_out,
+                "frame_bytes_out": codec.frame_bytes_out,
                 "bytes_in": codec.bytes_in,
                 "datagrams_with_certificate": codec.datagrams_with_certificate,
                 "datagrams_without_certificate": codec.datagrams_without_certificate,

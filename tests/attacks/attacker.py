@@ -125,6 +125,19 @@ class Attacker:
         body += struct.pack(">QQ", int(time.time() * 1_000_000), self.rng.getrandbits(63))
         return body + self.rng.randbytes(20) + self.rng.randbytes(64)
 
+    def lean_in_name_of(self, public_key: bytes, recipient: str, *messages: wire.Message) -> bytes:
+        """A well-formed envelope naming `public_key` as sender, without its certificate
+        (the receiver holds it from the member's record), addressed to `recipient` and
+        properly signed, but by our key: what a member would send, forged."""
+        from overlay.auth import FLAG_ADDRESSED, KIND_PLAIN_V1, PACKET_CONTEXT
+
+        counter = self.rng.getrandbits(62)
+        header = struct.pack(
+            ">BB32sQQ", KIND_PLAIN_V1, FLAG_ADDRESSED, public_key, int(time.time() * 1e6), counter
+        )
+        body = header + wire.encode(*messages)
+        return body + self.identity.sign(PACKET_CONTEXT + recipient.encode("ascii"), body)
+
     def junk(self, size: int) -> bytes:
         return self.rng.randbytes(size)
 

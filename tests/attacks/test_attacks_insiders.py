@@ -197,3 +197,40 @@ def test_an_insiders_forged_suspicion_is_refuted(attack_mesh: AttackMesh) -> Non
         assert changes == []
     finally:
         attacker.close()
+
+
+def test_a_lean_packet_in_a_members_name_signed_by_another_key_is_refused(
+    attack_mesh: AttackMesh,
+) -> None:
+    """Every member holds every other's certificate (from its record, or its packets), so
+    a member's packets may come without it. An enrolled insider sends, in a member's
+    name and without a certificate, a properly signed envelope, signed by its own key,
+    carrying a "dead" rumor about a third member. It must open nowhere."""
+    watch = attack_mesh.watch()
+    daemons = attack_mesh.daemons
+    victim, target, *_ = daemons
+    victim_key = bytes.fromhex(victim.status()["node"]["public_key"])
+    rumor = wire.Dead(target.node_id, 10, victim.node_id)
+    attacker = Attacker("127.0.0.67", attack_mesh.mesh.authority, seed=67)
+    try:
+        before = {d.node_id: auth_drops(d) for d in daemons}
+        for d in daemons:
+            if d is victim:
+                continue
+            for _ in range(5):
+                forged = attacker.lean_in_name_of(victim_key, d.node_id, rumor)
+                attacker.send(attack_mesh.address(d), forged)
+        for d in daemons:
+            if d is victim:
+                continue
+            wait_until(
+                lambda d=d: sum(auth_drops(d)[r] - before[d.node_id][r]
+                                for r in ("bad_signature", "rate_limited")) >= 5,
+                15, f"{d.name} to refuse the forgeries",
+            )  # fmt: skip
+        assert attacker.receive(timeout=0.3) is None
+        changes = watch.settled()
+        TALLY.add("lean packet in a member's name, another key", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()

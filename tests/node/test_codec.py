@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from overlay.inbox import URGENT, Incoming
-from overlay.introductions import INTRODUCTION_PACKETS, INTRODUCTION_SECONDS
+from overlay.introductions import INTRODUCTION_PACKETS
 from populi_p2p.authority import ClusterAuthority
 from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
@@ -33,10 +33,21 @@ class Clock:
         return START + self.now
 
 
+def certificate(identity: NodeIdentity) -> bytes:
+    return AUTHORITY.enroll(identity.public_key, now=START - 60, serial=1).raw
+
+
 def codec(identity: NodeIdentity, clock: Clock) -> _AuthCodec:
-    cert = AUTHORITY.enroll(identity.public_key, now=START - 60, serial=1).raw
-    auth = packet_authenticator(identity, cert, AUTHORITY.public_key)
+    auth = packet_authenticator(identity, certificate(identity), AUTHORITY.public_key)
     return _AuthCodec(auth, 1 << 20, clock=clock.monotonic, realtime=clock.real)
+
+
+def meet(me: _AuthCodec, peer: NodeIdentity, at: tuple[str, int], clock: Clock) -> None:
+    """What the node does when `peer` joins with a verified record: it addresses the
+    member (links), holds its certificate from the record (roster), and introduces us."""
+    me.recipients[at] = peer.node_id
+    assert me.learn_certificate(peer.public_key, certificate(peer))
+    me.introductions.introduce(peer.node_id, clock.now)
 
 
 def send(sender: _AuthCodec, to: tuple[str, int], receiver: _AuthCodec, source: tuple[str, int]):
@@ -52,70 +63,85 @@ def lean(sender: _AuthCodec, to: tuple[str, int], receiver: _AuthCodec, source: 
     return opened == b"\x01payload" and sender.datagrams_without_certificate == without + 1
 
 
-def drain(alice: _AuthCodec, bob: _AuthCodec) -> None:
-    """Use up the packets of any open introduction, both ways."""
-    for _ in range(2 * INTRODUCTION_PACKETS):
-        assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
-        assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
-
-
 def test_certificate_only_while_a_peer_may_not_know_us() -> None:
     clock = Clock()
     alice, bob = codec(ALICE, clock), codec(BOB, clock)
-    alice.recipients[BOB_AT] = BOB.node_id
-    bob.recipients[ALICE_AT] = ALICE.node_id
-    # They just met (the node introduces on MemberJoined): both carry the certificate.
-    alice.introductions.introduce(BOB.node_id, clock.now)
-    bob.introductions.introduce(ALICE.node_id, clock.now)
+    # They just met: each holds the other's record, and introduces itself.
+    meet(alice, BOB, BOB_AT, clock)
+    meet(bob, ALICE, ALICE_AT, clock)
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
+    assert alice.datagrams_with_certificate == 1
+    # Her packet was addressed to bob: he holds her record, so she holds his. His
+    # introduction ends before his first packet, hers at it; from then on both are lean.
+    assert lean(bob, ALICE_AT, alice, BOB_AT)
+    clock.now += 3600  # an hour later (so that a restart shows in her counter)
     for _ in range(INTRODUCTION_PACKETS):
-        assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
-        assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
-    assert alice.datagrams_with_certificate == INTRODUCTION_PACKETS
-    assert alice.datagrams_without_certificate == 0
-    # Later, once the introductions ran out (time, and packets: the first packet each
-    # heard from the other opened one too), the envelopes go without it, and open.
-    clock.now += 3600
-    drain(alice, bob)
-    assert lean(alice, BOB_AT, bob, ALICE_AT) and lean(bob, ALICE_AT, alice, BOB_AT)
+        assert lean(alice, BOB_AT, bob, ALICE_AT) and lean(bob, ALICE_AT, alice, BOB_AT)
+    assert (alice.datagrams_with_certificate, bob.datagrams_with_certificate) == (1, 0)
 
-    # Alice restarts: she forgot Bob's certificate. Bob cannot know until he hears from
-    # her; a packet of his sent without it now would be refused ...
+    # Alice restarts: she forgot Bob's certificate and does not know him as a member
+    # yet. Bob cannot know until he hears from her; a lean packet of his now is refused.
     clock.now += 2
     alice = codec(ALICE, clock)
-    alice.recipients[BOB_AT] = BOB.node_id
     assert send(bob, ALICE_AT, alice, BOB_AT) is None
     assert alice.auth.drops.as_dict()["unknown_sender"] == 1
-    # ... but her first packet (without her certificate: he still has it cached) starts
-    # a new session, so his next packets carry his certificate again, and open.
-    assert lean(alice, BOB_AT, bob, ALICE_AT)
+    # Her first packet, to his bare address (a bootstrap ping), starts a new session,
+    # and is not addressed: his next packets carry his certificate again, and open.
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
     with_before = bob.datagrams_with_certificate
     assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
-    assert bob.datagrams_with_certificate == with_before + 1
-    # Once the introduction is over, back to lean envelopes.
-    clock.now += INTRODUCTION_SECONDS
-    drain(alice, bob)
+    assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
+    assert bob.datagrams_with_certificate == with_before + 2
+    # She learns the members (a push-pull brings his record) and addresses him: his
+    # introduction ends at her next packet.
+    meet(alice, BOB, BOB_AT, clock)
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
     assert lean(bob, ALICE_AT, alice, BOB_AT)
 
 
+def test_an_addressed_packet_ends_the_introduction_at_once() -> None:
+    """A peer that binds a packet to our node id holds our record, so our certificate."""
+    clock = Clock()
+    alice, bob = codec(ALICE, clock), codec(BOB, clock)
+    meet(alice, BOB, BOB_AT, clock)
+    # Bob does not know alice as a member: he answers her bare address, unaddressed
+    # once her reply binding is over. That is no evidence; her introduction goes on.
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
+    clock.now += 60
+    assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
+    assert alice.datagrams_with_certificate == 2
+    # Now he knows her (her record reached him) and addresses her: hers ends.
+    meet(bob, ALICE, ALICE_AT, clock)
+    assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"  # his introduction
+    assert lean(alice, BOB_AT, bob, ALICE_AT)  # well inside her 3 packets
+    assert lean(bob, ALICE_AT, alice, BOB_AT)  # and hers to him ended his
+
+
 def test_an_ack_ends_the_introduction_at_once() -> None:
-    """A peer that acks our probe read it, so it holds our certificate: stop sending it."""
+    """A peer that acks our probe read it, so it holds our certificate: stop sending it,
+    even when the ack is not addressed (bob does not know alice as a member)."""
+    from overlay.auth import FLAG_ADDRESSED
+    from populi_p2p.services.codec import REPLY_BINDING_SECONDS
     from swim import wire
 
     clock = Clock()
     alice, bob = codec(ALICE, clock), codec(BOB, clock)
-    alice.recipients[BOB_AT] = BOB.node_id
-    bob.recipients[ALICE_AT] = ALICE.node_id
-    alice.introductions.introduce(BOB.node_id, clock.now)
+    meet(alice, BOB, BOB_AT, clock)
     ping = wire.encode(wire.Ping(1, BOB.node_id, ALICE.node_id, ALICE_AT))
     assert bob.open(Incoming(ALICE_AT, alice.seal(BOB_AT, ping, False), False, URGENT)) == ping
     assert alice.datagrams_with_certificate == 1
-    # Not an ack (gossip only): the introduction goes on.
+    # Not an ack, and not addressed (his reply binding to her is over): it goes on.
+    clock.now += REPLY_BINDING_SECONDS
     assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
     assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
     assert alice.datagrams_with_certificate == 2
+    clock.now += REPLY_BINDING_SECONDS
     ack = wire.encode(wire.Ack(1), wire.Left("x" * 16, 1))
-    assert alice.open(Incoming(BOB_AT, bob.seal(ALICE_AT, ack, False), False, URGENT)) == ack
-    assert lean(alice, BOB_AT, bob, ALICE_AT)  # well inside the 5 s and 3 packets
+    sealed = bob.seal(ALICE_AT, ack, False)
+    assert not sealed[1] & FLAG_ADDRESSED
+    assert alice.open(Incoming(BOB_AT, sealed, False, URGENT)) == ack
+    assert lean(alice, BOB_AT, bob, ALICE_AT)  # one of her 3 packets still to go
 
 
 def test_unknown_addresses_and_streams_always_get_the_certificate() -> None:
