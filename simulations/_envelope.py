@@ -69,6 +69,8 @@ class EnvelopeModel:
         self.spec = spec
         self._sim = sim
         self._metrics = metrics
+        self._beliefs = metrics.beliefs
+        self._lives = sim.lives
         self._with = spec.base + spec.certificate
         self._without = spec.base
         # Per sender: peer -> [until, packets left, the peer's life it was for].
@@ -89,12 +91,14 @@ class EnvelopeModel:
         Called for every packet of a run, so the common case (an introduced peer we
         see alive or suspect) is checked first and inline.
         """
-        # `src` is running, so `on_status` has made room for it.
+        # `src` is running, so `on_status` has made room for it. `view_of` and `life`
+        # inline: this runs for every packet.
         if not reliable and dst is not None and t >= self._everyone_until[src]:
             entry = self._intro[src].get(dst)
             if entry is not None and t >= entry[0] and entry[1] <= 0:
-                belief = self._metrics.view_of(src, dst)
-                if belief not in _INTRODUCE and entry[2] == self._sim.life(dst):
+                view = self._beliefs[src]
+                belief = view[dst] if dst < len(view) else _UNKNOWN
+                if belief not in _INTRODUCE and entry[2] == self._lives[dst]:
                     self.without_certificate += 1
                     return self._without
         if self._certificate(src, dst, reliable, t):

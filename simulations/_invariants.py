@@ -82,7 +82,8 @@ class IncarnationCheck:
         self.checks += 1
         incarnation = core.incarnation
         own = self._own.get(node, -1)
-        if incarnation < own:
-            name = self._sim.names[node]
-            self._fail(now, f"{name}'s own incarnation went down from {own} to {incarnation}")
-        self._own[node] = incarnation
+        if incarnation != own:
+            if incarnation < own:
+                name = self._sim.names[node]
+                self._fail(now, f"{name}'s own incarnation went down from {own} to {incarnation}")
+            self._own[node] = incarnation

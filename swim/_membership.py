@@ -268,14 +268,26 @@ class _ViewCache:
         """Every member's encoded digest entry, in member order (sync leg 0)."""
         digest = self._digest
         if digest is None:
-            digest = self._digest = [node.encoded_digest() for node in self._nodes]
+            # `_Node.encoded_digest` inline where its cache holds (most members, most
+            # times): the reconnect loop rebuilds this after every change of the view.
+            digest = self._digest = [
+                cached[2]
+                if (cached := node.digest) is not None and cached[0] is node.entry
+                else node.encoded_digest()
+                for node in self._nodes
+            ]
         return digest
 
     def tuples(self) -> set[DigestEntry]:
         """Every member's digest entry: a peer's entry equal to one needs nothing."""
         tuples = self._tuples
         if tuples is None:
-            tuples = self._tuples = {node.digest_entry() for node in self._nodes}
+            tuples = self._tuples = {
+                cached[1]
+                if (cached := node.digest) is not None and cached[0] is node.entry
+                else node.digest_entry()
+                for node in self._nodes
+            }
         return tuples
 
     def alive(self) -> set[DigestEntry]:
@@ -627,19 +639,29 @@ class Membership:
 
         May be earlier than necessary (never later); O(log n) amortized.
         """
+        # Called after every call the driver makes (every packet): written out flat.
         timers = self._timers
-        while timers and not self._timer_valid(timers[0]):
-            heapq.heappop(timers)
-        best = timers[0][0] if timers else None
+        best: float | None = None
+        if timers:
+            valid = self._timer_valid
+            while timers and not valid(timers[0]):
+                heapq.heappop(timers)
+            if timers:
+                best = timers[0][0]
+        deadline = self._next_probe_at
+        if deadline is not None and (best is None or deadline < best):
+            best = deadline
         probe = self._probe
-        for deadline in (
-            self._next_probe_at,
-            None if probe is None else probe.deadline(),
-            self._gossip_at,
-            self._push_pull_at,
-        ):
-            if deadline is not None and (best is None or deadline < best):
+        if probe is not None:
+            deadline = probe.round_end if probe.indirect else probe.timeout_at
+            if best is None or deadline < best:
                 best = deadline
+        deadline = self._gossip_at
+        if deadline is not None and (best is None or deadline < best):
+            best = deadline
+        deadline = self._push_pull_at
+        if deadline is not None and (best is None or deadline < best):
+            best = deadline
         return best
 
     def leave(self, now: float) -> list[Output]:
