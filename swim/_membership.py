@@ -242,6 +242,7 @@ class _ViewCache:
     __slots__ = (
         "_alive",
         "_digest",
+        "_dirty",
         "_nodes",
         "_position",
         "_tuples",
@@ -257,6 +258,8 @@ class _ViewCache:
         self._tuples: set[DigestEntry] | None = None
         self._alive: set[DigestEntry] | None = None
         self._position: dict[str, int] | None = None
+        #: Members whose record changed since `_digest` was built or patched.
+        self._dirty: list[_Node] = []
         #: Encoded opening packets, by (join, application digest): the same bytes
         #: object goes to every peer until the view changes, so a receiver's
         #: `swim.wire` decode cache finds it by a hash computed once.
@@ -264,9 +267,40 @@ class _ViewCache:
         #: Sync digests merged against this view (see `Membership._merge_digest`).
         self.digests_merged = 0
 
+    def changed(self, node: _Node) -> None:
+        """`node`'s record changed (the set of members did not: for that, the view is
+        dropped whole). Its digest entry is redone on the next `digest()`, the sets
+        are rebuilt when next asked for, and the openings go."""
+        if self._digest is not None:
+            dirty = self._dirty
+            dirty.append(node)
+            if len(dirty) > 64 + len(self._nodes) // 8:  # cheaper to rebuild, and bounded
+                self._digest = None
+                dirty.clear()
+        self._tuples = None
+        self._alive = None
+        self.openings.clear()
+        self.digests_merged = 0
+
     def digest(self) -> list[bytes]:
-        """Every member's encoded digest entry, in member order (sync leg 0)."""
+        """Every member's encoded digest entry, in member order (sync leg 0).
+
+        Patched in place where records changed since the last call: the reconnect
+        loop opens a sync after nearly every change of the view (a suspicion, a
+        refute), and most of the n entries are the same as last time.
+        """
         digest = self._digest
+        dirty = self._dirty
+        if digest is not None and dirty:
+            position = self.position()
+            nodes = self._nodes
+            for node in dirty:
+                at = position.get(node.name)
+                if at is None or nodes[at] is not node:  # never: a new member drops the view
+                    digest = self._digest = None
+                    break
+                digest[at] = node.encoded_digest()
+        dirty.clear()
         if digest is None:
             # `_Node.encoded_digest` inline where its cache holds (most members, most
             # times): the reconnect loop rebuilds this after every change of the view.
@@ -1236,13 +1270,16 @@ class Membership:
         return copy
 
     def _changed(self, node: _Node) -> None:
-        """`node`'s record changed: drop its encoded entry and the view's digests.
+        """`node`'s record changed: drop its encoded entry, and its part of the view's
+        digests (`_ViewCache.changed`).
 
         The one way to invalidate them; every change of a member's incarnation,
         state, address or metadata goes through here.
         """
         node.entry = None
-        self._view = None
+        view = self._view
+        if view is not None:
+            view.changed(node)
 
     def _view_cache(self) -> _ViewCache:
         view = self._view
