@@ -969,15 +969,15 @@ class Membership:
         names = self._names
         members = self._members
         me = self._name
-
-        def eligible(node: _Node | None) -> bool:
-            if node is None or node.name == me or node.name == exclude:
-                return False
-            state = node.state
-            return state is _ALIVE or (gossip and (state is _SUSPECT or state is _DEAD))
-
         size = len(names)
         if size <= _SAMPLE_FILTER_MAX:
+
+            def eligible(node: _Node | None) -> bool:
+                if node is None or node.name == me or node.name == exclude:
+                    return False
+                state = node.state
+                return state is _ALIVE or (gossip and (state is _SUSPECT or state is _DEAD))
+
             candidates = []
             for name in dict.fromkeys(names):
                 node = members.get(name)
@@ -990,10 +990,20 @@ class Membership:
             return self._rng.sample(candidates, k)
         picked: list[_Node] = []
         rng_random = self._rng.random
+        # A plain list when nothing is shared with a `SharedView` (no call per index);
+        # the eligibility test written out: this runs for every gossip round.
+        lookup = names if names.base_len else names.extra
         for _ in range(3 * k + 16):
-            node = members.get(names[int(rng_random() * size)])
-            if eligible(node) and node not in picked:
-                assert node is not None
+            node = members.get(lookup[int(rng_random() * size)])
+            if node is None:
+                continue
+            name = node.name
+            if name in (me, exclude):
+                continue
+            state = node.state
+            if (
+                state is _ALIVE or (gossip and (state is _SUSPECT or state is _DEAD))
+            ) and node not in picked:
                 picked.append(node)
                 if len(picked) == k:
                     break
@@ -1007,7 +1017,8 @@ class Membership:
         return len(self._names)
 
     def _probe_usable(self, index: int) -> bool:
-        node = self._members.get(self._names[index])
+        names = self._names
+        node = self._members.get(names.extra[index] if not names.base_len else names[index])
         return (
             node is not None
             and (node.state is _ALIVE or node.state is _SUSPECT)
