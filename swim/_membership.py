@@ -75,7 +75,6 @@ from .wire import (
     PushPull,
     Suspect,
     Sync,
-    decode_packet,
     encode_digest_entry,
     encode_member_entry,
     encode_message,
@@ -601,7 +600,7 @@ class Membership:
         counters.packets_received += 1
         counters.bytes_received += len(payload)
         try:
-            messages = decode_packet(payload, self._decode_cache)
+            messages = self._decode_cache.decode(payload)  # `decode_packet` with our cache
         except IntegerRangeError:
             counters.dropped_out_of_range += 1
             return []
