@@ -73,6 +73,7 @@ class EnvelopeModel:
         self._metrics = metrics
         self._beliefs = metrics.beliefs
         self._lives = sim.lives
+        self._index_of = sim.name_index.get  # `index_of` without a call per event
         self._with = spec.base + spec.certificate
         self._without = spec.base
         # Per sender, indexed by peer: when the introduction to it ends, how many
@@ -172,7 +173,7 @@ class EnvelopeModel:
             self._grow(node)
             self._everyone_until[node] = now + self.spec.introduction_seconds
         elif cls is MemberJoined or cls is MemberRecovered:
-            subject = self._sim.index_of(event.member.name)  # type: ignore[union-attr]
+            subject = self._index_of(event.member.name)  # type: ignore[union-attr]
             if subject is not None and subject != node:
                 self._introduce(node, subject, now)
 

@@ -169,6 +169,7 @@ class _Run:
                 return self.leases.core_factory(self.config)(*args)
 
         self.sim = Simulator(seed=seed, network=network, core_factory=factory)
+        self._index_of = self.sim.name_index.get  # `index_of` without a call per event
         if scenario.tasks is not None and core_factory is None:
             self.leases = LeaseSim(self.sim, scenario.tasks, seed, safety=scenario.safety)
         self.metrics = Metrics(self.sim, capacity=scenario.members)
@@ -604,13 +605,13 @@ class _Run:
         if member is None:
             return
         if event.__class__ is MemberFailed:
-            subject = self.sim.index_of(member.name)
+            subject = self._index_of(member.name)
             if subject is not None:
                 self.failed.setdefault(node, {})[subject] = now
         elif member.state != MemberState.DEAD:
             failed = self.failed.get(node)
             if failed:  # most events (a cluster forming) find nothing to forget
-                subject = self.sim.index_of(member.name)
+                subject = self._index_of(member.name)
                 if subject is not None:
                     failed.pop(subject, None)
 
