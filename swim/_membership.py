@@ -234,8 +234,9 @@ class _ViewCache:
     it with its own; in a steady cluster the view changes far less often than syncs
     arrive (the driver's reconnect loop alone opens one per member every few seconds
     after a crash), so rebuilding the lists per sync was most of the core's time.
-    `Membership._changed` drops the cache on any change to any member or to the set of
-    members; each part is built on first use.
+    A change to the set of members drops the cache whole; a change to one member's
+    record (`Membership._changed`) reaches `changed`, which has the digest patched at
+    that member's place and drops the rest. Each part is built on first use.
     """
 
     __slots__ = (
@@ -302,7 +303,7 @@ class _ViewCache:
         dirty.clear()
         if digest is None:
             # `_Node.encoded_digest` inline where its cache holds (most members, most
-            # times): the reconnect loop rebuilds this after every change of the view.
+            # times): a full build comes after every new or reaped member.
             digest = self._digest = [
                 cached[2]
                 if (cached := node.digest) is not None and cached[0] is node.entry
@@ -686,7 +687,7 @@ class Membership:
             best = deadline
         probe = self._probe
         if probe is not None:
-            deadline = probe.round_end if probe.indirect else probe.timeout_at
+            deadline = probe.round_end if probe.indirect else probe.timeout_at  # .deadline()
             if best is None or deadline < best:
                 best = deadline
         deadline = self._gossip_at
