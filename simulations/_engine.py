@@ -348,6 +348,11 @@ class Simulator:
         """What `node`'s monotonic clock reads now."""
         return self.now + self._offset[node]
 
+    @property
+    def lives(self) -> Sequence[int]:
+        """`life(node)` of every node, indexable (read-only; for per-packet callers)."""
+        return self._life
+
     def life(self, node: int) -> int:
         """How many times `node` has been started (1 after the first start)."""
         return self._life[node]

@@ -25,6 +25,7 @@ class IncarnationCheck:
 
     def __init__(self, sim: Simulator) -> None:
         self._sim = sim
+        self._index_of = sim.name_index.get  # `index_of` without a call per event
         self._seen: dict[int, dict[int, int]] = {}
         self._own: dict[int, int] = {}
         self._previous_life: dict[int, int] = {}
@@ -35,7 +36,7 @@ class IncarnationCheck:
 
     def on_event(self, now: float, node: int, event: Event) -> None:
         self.checks += 1
-        if isinstance(event, SelfRefuted):
+        if event.__class__ is SelfRefuted:
             own = self._own.get(node, -1)
             if event.incarnation <= own:
                 name = self._sim.names[node]
@@ -45,7 +46,7 @@ class IncarnationCheck:
         member = getattr(event, "member", None)
         if member is None:
             return
-        subject = self._sim.index_of(member.name)
+        subject = self._index_of(member.name)
         if subject is None:
             return
         seen = self._seen.get(node)
@@ -82,7 +83,8 @@ class IncarnationCheck:
         self.checks += 1
         incarnation = core.incarnation
         own = self._own.get(node, -1)
-        if incarnation < own:
-            name = self._sim.names[node]
-            self._fail(now, f"{name}'s own incarnation went down from {own} to {incarnation}")
-        self._own[node] = incarnation
+        if incarnation != own:
+            if incarnation < own:
+                name = self._sim.names[node]
+                self._fail(now, f"{name}'s own incarnation went down from {own} to {incarnation}")
+            self._own[node] = incarnation

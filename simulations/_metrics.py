@@ -225,6 +225,12 @@ class Metrics:
     def converged(self) -> bool:
         return self.wrong == 0
 
+    @property
+    def beliefs(self) -> list[bytearray]:
+        """Each observer's view, as `view_of` reads it (a per-packet caller's shortcut;
+        read-only, and a view may be shorter than the number of nodes)."""
+        return self._views
+
     def view_of(self, observer: int, node: int) -> int:
         """What `observer` believes of `node`: 0 unknown, or `MemberState` + 1."""
         view = self._views[observer]

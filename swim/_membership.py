@@ -75,7 +75,6 @@ from .wire import (
     PushPull,
     Suspect,
     Sync,
-    decode_packet,
     encode_digest_entry,
     encode_member_entry,
     encode_message,
@@ -235,13 +234,15 @@ class _ViewCache:
     it with its own; in a steady cluster the view changes far less often than syncs
     arrive (the driver's reconnect loop alone opens one per member every few seconds
     after a crash), so rebuilding the lists per sync was most of the core's time.
-    `Membership._changed` drops the cache on any change to any member or to the set of
-    members; each part is built on first use.
+    A change to the set of members drops the cache whole; a change to one member's
+    record (`Membership._changed`) reaches `changed`, which has the digest patched at
+    that member's place and drops the rest. Each part is built on first use.
     """
 
     __slots__ = (
         "_alive",
         "_digest",
+        "_dirty",
         "_nodes",
         "_position",
         "_tuples",
@@ -257,6 +258,8 @@ class _ViewCache:
         self._tuples: set[DigestEntry] | None = None
         self._alive: set[DigestEntry] | None = None
         self._position: dict[str, int] | None = None
+        #: Members whose record changed since `_digest` was built or patched.
+        self._dirty: list[_Node] = []
         #: Encoded opening packets, by (join, application digest): the same bytes
         #: object goes to every peer until the view changes, so a receiver's
         #: `swim.wire` decode cache finds it by a hash computed once.
@@ -264,18 +267,61 @@ class _ViewCache:
         #: Sync digests merged against this view (see `Membership._merge_digest`).
         self.digests_merged = 0
 
+    def changed(self, node: _Node) -> None:
+        """`node`'s record changed (the set of members did not: for that, the view is
+        dropped whole). Its digest entry is redone on the next `digest()`, the sets
+        are rebuilt when next asked for, and the openings go."""
+        if self._digest is not None:
+            dirty = self._dirty
+            dirty.append(node)
+            if len(dirty) > 64 + len(self._nodes) // 8:  # cheaper to rebuild, and bounded
+                self._digest = None
+                dirty.clear()
+        self._tuples = None
+        self._alive = None
+        self.openings.clear()
+        self.digests_merged = 0
+
     def digest(self) -> list[bytes]:
-        """Every member's encoded digest entry, in member order (sync leg 0)."""
+        """Every member's encoded digest entry, in member order (sync leg 0).
+
+        Patched in place where records changed since the last call: the reconnect
+        loop opens a sync after nearly every change of the view (a suspicion, a
+        refute), and most of the n entries are the same as last time.
+        """
         digest = self._digest
+        dirty = self._dirty
+        if digest is not None and dirty:
+            position = self.position()
+            nodes = self._nodes
+            for node in dirty:
+                at = position.get(node.name)
+                if at is None or nodes[at] is not node:  # never: a new member drops the view
+                    digest = self._digest = None
+                    break
+                digest[at] = node.encoded_digest()
+        dirty.clear()
         if digest is None:
-            digest = self._digest = [node.encoded_digest() for node in self._nodes]
+            # `_Node.encoded_digest` inline where its cache holds (most members, most
+            # times): a full build comes after every new or reaped member.
+            digest = self._digest = [
+                cached[2]
+                if (cached := node.digest) is not None and cached[0] is node.entry
+                else node.encoded_digest()
+                for node in self._nodes
+            ]
         return digest
 
     def tuples(self) -> set[DigestEntry]:
         """Every member's digest entry: a peer's entry equal to one needs nothing."""
         tuples = self._tuples
         if tuples is None:
-            tuples = self._tuples = {node.digest_entry() for node in self._nodes}
+            tuples = self._tuples = {
+                cached[1]
+                if (cached := node.digest) is not None and cached[0] is node.entry
+                else node.digest_entry()
+                for node in self._nodes
+            }
         return tuples
 
     def alive(self) -> set[DigestEntry]:
@@ -555,7 +601,7 @@ class Membership:
         counters.packets_received += 1
         counters.bytes_received += len(payload)
         try:
-            messages = decode_packet(payload, self._decode_cache)
+            messages = self._decode_cache.decode(payload)  # `decode_packet` with our cache
         except IntegerRangeError:
             counters.dropped_out_of_range += 1
             return []
@@ -627,19 +673,29 @@ class Membership:
 
         May be earlier than necessary (never later); O(log n) amortized.
         """
+        # Called after every call the driver makes (every packet): written out flat.
         timers = self._timers
-        while timers and not self._timer_valid(timers[0]):
-            heapq.heappop(timers)
-        best = timers[0][0] if timers else None
+        best: float | None = None
+        if timers:
+            valid = self._timer_valid
+            while timers and not valid(timers[0]):
+                heapq.heappop(timers)
+            if timers:
+                best = timers[0][0]
+        deadline = self._next_probe_at
+        if deadline is not None and (best is None or deadline < best):
+            best = deadline
         probe = self._probe
-        for deadline in (
-            self._next_probe_at,
-            None if probe is None else probe.deadline(),
-            self._gossip_at,
-            self._push_pull_at,
-        ):
-            if deadline is not None and (best is None or deadline < best):
+        if probe is not None:
+            deadline = probe.round_end if probe.indirect else probe.timeout_at  # .deadline()
+            if best is None or deadline < best:
                 best = deadline
+        deadline = self._gossip_at
+        if deadline is not None and (best is None or deadline < best):
+            best = deadline
+        deadline = self._push_pull_at
+        if deadline is not None and (best is None or deadline < best):
+            best = deadline
         return best
 
     def leave(self, now: float) -> list[Output]:
@@ -913,15 +969,15 @@ class Membership:
         names = self._names
         members = self._members
         me = self._name
-
-        def eligible(node: _Node | None) -> bool:
-            if node is None or node.name == me or node.name == exclude:
-                return False
-            state = node.state
-            return state is _ALIVE or (gossip and (state is _SUSPECT or state is _DEAD))
-
         size = len(names)
         if size <= _SAMPLE_FILTER_MAX:
+
+            def eligible(node: _Node | None) -> bool:
+                if node is None or node.name == me or node.name == exclude:
+                    return False
+                state = node.state
+                return state is _ALIVE or (gossip and (state is _SUSPECT or state is _DEAD))
+
             candidates = []
             for name in dict.fromkeys(names):
                 node = members.get(name)
@@ -934,10 +990,20 @@ class Membership:
             return self._rng.sample(candidates, k)
         picked: list[_Node] = []
         rng_random = self._rng.random
+        # A plain list when nothing is shared with a `SharedView` (no call per index);
+        # the eligibility test written out: this runs for every gossip round.
+        lookup = names if names.base_len else names.extra
         for _ in range(3 * k + 16):
-            node = members.get(names[int(rng_random() * size)])
-            if eligible(node) and node not in picked:
-                assert node is not None
+            node = members.get(lookup[int(rng_random() * size)])
+            if node is None:
+                continue
+            name = node.name
+            if name in (me, exclude):
+                continue
+            state = node.state
+            if (
+                state is _ALIVE or (gossip and (state is _SUSPECT or state is _DEAD))
+            ) and node not in picked:
                 picked.append(node)
                 if len(picked) == k:
                     break
@@ -951,7 +1017,8 @@ class Membership:
         return len(self._names)
 
     def _probe_usable(self, index: int) -> bool:
-        node = self._members.get(self._names[index])
+        names = self._names
+        node = self._members.get(names.extra[index] if not names.base_len else names[index])
         return (
             node is not None
             and (node.state is _ALIVE or node.state is _SUSPECT)
@@ -1214,13 +1281,16 @@ class Membership:
         return copy
 
     def _changed(self, node: _Node) -> None:
-        """`node`'s record changed: drop its encoded entry and the view's digests.
+        """`node`'s record changed: drop its encoded entry, and its part of the view's
+        digests (`_ViewCache.changed`).
 
         The one way to invalidate them; every change of a member's incarnation,
         state, address or metadata goes through here.
         """
         node.entry = None
-        self._view = None
+        view = self._view
+        if view is not None:
+            view.changed(node)
 
     def _view_cache(self) -> _ViewCache:
         view = self._view

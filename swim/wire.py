@@ -687,7 +687,7 @@ class DecodeCache:
     (each at least `size_min` bytes) and `max_rumors` rumors, the oldest dropped first.
     """
 
-    __slots__ = ("_packets", "_rumors", "max_packets", "max_rumors", "size_min")
+    __slots__ = ("_packets", "_rumors", "_unpacker", "max_packets", "max_rumors", "size_min")
 
     def __init__(
         self,
@@ -704,6 +704,9 @@ class DecodeCache:
         self.size_min = size_min
         self._packets: dict[bytes, tuple[Message, ...]] = {}
         self._rumors: dict[bytes, Message] = {}
+        #: One unpacker reused from packet to packet (making one costs about as much as
+        #: splitting a short packet); dropped after any packet it failed on.
+        self._unpacker: msgpack.Unpacker | None = None
 
     def __len__(self) -> int:
         """Large packets held (rumors are counted by `rumors`)."""
@@ -746,7 +749,12 @@ class DecodeCache:
         Raises on anything but a well-formed packet (any exception: the caller then
         decodes it the plain way, which raises the right `DecodeError`).
         """
-        unpacker = msgpack.Unpacker(raw=False, use_list=False, strict_map_key=True)
+        unpacker = self._unpacker
+        if unpacker is None:
+            unpacker = msgpack.Unpacker(raw=False, use_list=False, strict_map_key=True)
+        self._unpacker = None  # given back below, once this packet parsed cleanly
+        # `tell` counts from the first byte ever fed to this unpacker.
+        base = unpacker.tell()
         unpacker.feed(packet)
         unpacker.skip()  # the version byte, checked by the caller
         count = unpacker.read_array_header()
@@ -754,11 +762,11 @@ class DecodeCache:
         skip = unpacker.skip
         rumors = self._rumors
         remembered = rumors.get
-        start = tell()
+        start = tell() - base
         messages: list[Message] = []
         for _ in range(count):
             skip()
-            end = tell()
+            end = tell() - base
             chunk = packet[start:end]
             start = end
             message = remembered(chunk)
@@ -774,6 +782,7 @@ class DecodeCache:
             messages.append(message)
         if start != len(packet):
             raise DecodeError("trailing bytes")
+        self._unpacker = unpacker
         return messages
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from broadcast_reference import ReferenceQueue
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from swim import TransmitLimitedQueue
 
 
@@ -92,3 +96,85 @@ def test_shrinking_cluster_drops_updates_already_sent_enough() -> None:
     # Now n=9: limit 4, a has had its share and is dropped, b goes out.
     assert queue.get_broadcasts(0, 100, n=9) == [payload("b")]
     assert queue.pending("a") is None
+
+
+# The queue against the one it replaced (issue 8's speed work): the same operations must
+# give the same packets, lengths, evictions and pending updates, step by step.
+
+_NAMES = [f"m{i}" for i in range(12)]
+
+_operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("queue"),
+            st.sampled_from(_NAMES),
+            # A few sizes, so rooms land on and just under them: tiny, rumor-sized and
+            # oversize payloads.
+            st.sampled_from([1, 7, 8, 9, 10, 11, 20, 21, 22, 40, 41, 99, 100, 101, 130]),
+        ),
+        st.tuples(st.just("invalidate"), st.sampled_from(_NAMES), st.just(0)),
+        # Mostly at the example's cluster size; now and then at another, which changes
+        # the transmit limit (a shrinking cluster drops what was sent enough).
+        st.tuples(st.just("get"), st.integers(0, 150), st.just(0)),
+        st.tuples(st.just("get"), st.integers(0, 150), st.just(0)),
+        st.tuples(st.just("get"), st.integers(0, 150), st.sampled_from([1, 9, 99, 10**4])),
+        st.tuples(st.just("oversize"), st.just(""), st.sampled_from([1, 9, 99])),
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=400)
+@given(
+    operations=_operations,
+    mult=st.integers(1, 3),
+    max_items=st.integers(1, 15),
+    members=st.sampled_from([9, 99, 999]),
+)
+def test_same_packets_as_the_queue_it_replaced(
+    operations: list[tuple[str, object, int]], mult: int, max_items: int, members: int
+) -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=mult, max_items=max_items, oversize_size=100)
+    model = ReferenceQueue(retransmit_mult=mult, max_items=max_items, oversize_size=100)
+    serial = 0
+    for kind, arg, number in operations:
+        if kind == "queue":
+            serial += 1
+            data = f"{arg}:{serial}:".encode().ljust(number, b".")[:number]
+            queue.queue(str(arg), data)
+            model.queue(str(arg), data)
+        elif kind == "invalidate":
+            assert queue.invalidate(str(arg)) == model.invalidate(str(arg))
+        elif kind == "get":
+            room, n = int(str(arg)), number or members
+            assert queue.get_broadcasts(4, 4 + room, n) == model.get_broadcasts(4, 4 + room, n)
+        else:
+            assert queue.get_oversize(number) == model.get_oversize(number)
+        assert len(queue) == len(model)
+        assert queue.evicted == model.evicted
+        for name in _NAMES:
+            assert queue.pending(name) == model.pending(name)
+
+
+def test_a_full_packet_stops_at_the_smallest_update_left() -> None:
+    """Room below every queued update's size ends the packet; a smaller update queued
+    later is still found, in whichever tier it sits."""
+    queue = TransmitLimitedQueue(retransmit_mult=4, max_items=1000, oversize_size=1000)
+    for i in range(40):
+        queue.queue(f"m{i}", payload(f"m{i}", 40))
+    assert len(queue.get_broadcasts(0, 100, n=99)) == 2  # 20 bytes left, nothing fits
+    queue.queue("tiny", payload("t", 9))
+    picked = queue.get_broadcasts(0, 100, n=99)
+    assert picked[0] == payload("t", 9)
+    assert len(picked) == 3  # 9 + 40 + 40: 11 bytes left
+
+
+def test_the_smallest_size_is_kept_when_an_update_leaves_at_its_limit() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=1, max_items=10, oversize_size=100)
+    queue.queue("a", payload("a", 20))
+    queue.queue("b", payload("b", 10))
+    # Limit 1 at n=9: b goes out and leaves; a (20 bytes) did not fit and stays.
+    assert queue.get_broadcasts(0, 15, n=9) == [payload("b", 10)]
+    queue.queue("c", payload("c", 30))
+    # 25 bytes of room: c does not fit, a still does.
+    assert queue.get_broadcasts(0, 25, n=9) == [payload("a", 20)]

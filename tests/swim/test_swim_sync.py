@@ -180,3 +180,30 @@ def test_an_unchanged_view_opens_with_the_same_bytes() -> None:
     changed = opening()
     assert changed != first
     assert [e[2] for e in decode_packet(changed)[0].digest if e[0] == "member-0002"] == [1]  # type: ignore[union-attr]
+
+
+def test_an_opening_after_a_change_of_one_record_carries_the_new_record() -> None:
+    """The view's digest is patched in place where records change (issue 8's speed
+    work): each opening must still equal one built from scratch, entry for entry."""
+    a, b = two_peers_that_agree(40)
+    [before] = [o for o in a.join([b.address], 1.0) if isinstance(o, Send)]
+    a.receive(("x", 1), encode(Suspect("member-0007", 3, "b")), 1.0)
+    a.receive(("x", 1), encode(Alive("member-0009", 5, ("10.0.1.9", 7946), b"v2")), 1.0)
+    second = a.join([b.address], 2.0)
+    # A core with the same view, built fresh, opens with the same bytes.
+    fresh = Membership(TEST_CONFIG, "a", a.address, random.Random(1), 0.0, meta=META)
+    fresh.receive(
+        ("x", 1),
+        encode(*[Alive(m.name, m.incarnation, m.address, m.meta) for m in a.members()]),
+        0.0,
+    )
+    fresh.receive(("x", 1), encode(Suspect("member-0007", 3, "b")), 1.0)
+    [opening] = [o for o in second if isinstance(o, Send)]
+    [expected] = [o for o in fresh.join([b.address], 2.0) if isinstance(o, Send)]
+    assert opening.payload == expected.payload
+    assert opening.payload != before.payload
+    sync = decode_packet(opening.payload)[0]
+    assert isinstance(sync, Sync)
+    entries = {entry[0]: entry for entry in sync.digest}
+    assert entries["member-0007"][1:3] == (3, MemberState.SUSPECT)
+    assert entries["member-0009"][1] == 5
