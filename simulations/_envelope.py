@@ -15,7 +15,9 @@ knows:
 * to a member the sender sees suspect or dead;
 * during an *introduction*: at least `introduction_seconds` and `introduction_packets`
   packets after the sender learns of the member (`MemberJoined`, `MemberRecovered`),
-  or after the member restarted (a new life: the daemon sees its counter jump);
+  or after the member restarted (a new life: the daemon sees its counter jump), unless
+  the member has since sent the sender a packet addressed to it (it addresses only
+  members it knows, so it holds the sender's certificate: the daemon's early end);
 * to everybody for `introduction_seconds` after the sender refuted a suspicion.
 
 Everything else pays only the fixed part. The sizes are parameters (`[envelope]` in a
@@ -56,6 +58,10 @@ class EnvelopeSpec:
     introduction_seconds: float = attrs.field(default=5.0, validator=attrs.validators.ge(0))
     #: `overlay.introductions.INTRODUCTION_PACKETS`.
     introduction_packets: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    #: A packet the peer addresses to the sender ends the sender's introduction to it
+    #: (`overlay.introductions`: the peer holds the sender's verified record). Off: the
+    #: rule before certificates came from records.
+    addressed_ends: bool = True
 
 
 class EnvelopeModel:
@@ -76,6 +82,7 @@ class EnvelopeModel:
         self._index_of = sim.name_index.get  # `index_of` without a call per event
         self._with = spec.base + spec.certificate
         self._without = spec.base
+        self._addressed_ends = spec.addressed_ends
         # Per sender, indexed by peer: when the introduction to it ends, how many
         # packets it still owes, and the peer's life it was for (-1: none recorded).
         # Flat arrays rather than a dict of small lists: at 1,000 members that is 24 MB
@@ -115,6 +122,8 @@ class EnvelopeModel:
         """
         # `src` is running, so `on_status` has made room for it. `view_of` and `life`
         # inline: this runs for every packet.
+        if dst is not None and self._addressed_ends:
+            self._addressed(src, dst)
         if not reliable and dst is not None and t >= self._everyone_until[src]:
             lifes = self._for_life[src]
             if dst < len(lifes):
@@ -130,6 +139,18 @@ class EnvelopeModel:
             return self._with
         self.without_certificate += 1
         return self._without
+
+    def _addressed(self, src: int, dst: int) -> None:
+        """`src` addresses its packet to `dst` when it knows `dst` (the daemon addresses
+        a packet only to a member whose verified record it holds), which proves it holds
+        `dst`'s certificate: `dst`'s introduction to `src` ends (priced at the send, not
+        the delivery: a packet lost on the way ends it a little early)."""
+        view = self._beliefs[src]
+        if dst < len(view) and view[dst] != _UNKNOWN and dst < len(self._owed):
+            owed = self._owed[dst]
+            if src < len(owed) and owed[src] > 0:
+                owed[src] = 0.0
+                self._until[dst][src] = -1.0
 
     def _certificate(self, src: int, dst: int | None, reliable: bool, t: float) -> bool:
         if reliable or dst is None:

@@ -539,6 +539,7 @@ def _envelope(table: _Table | None) -> EnvelopeSpec | None:
             introduction_packets=table.integer(
                 "introduction_packets", default.introduction_packets, minimum=0
             ),
+            addressed_ends=table.boolean("addressed_ends", default.addressed_ends),
         )
     except ValueError as exc:
         raise ScenarioError(f"{table.where}: {exc}") from None

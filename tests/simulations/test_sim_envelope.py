@@ -48,6 +48,26 @@ def test_a_restarted_member_is_sent_the_certificate_again() -> None:
     assert extra // 1000 < m["messages"] // 2
 
 
+def test_a_packet_addressed_to_us_ends_our_introduction_to_its_sender() -> None:
+    """After a cluster forms by joining, every member introduces itself to every other;
+    the daemon ends each introduction at the first packet the peer addresses to it, so
+    far fewer packets carry the certificate than under the 5 s and 3 packets rule."""
+    joined = {"formation": {"mode": "join", "settle": 1.0}, "duration": 30.0, "members": 20}
+    sizes = {"base": 100, "certificate": 1000}
+    early = run(**joined, envelope=sizes)
+    late = run(**joined, envelope={**sizes, "addressed_ends": False})
+    assert early.digest == late.digest  # pricing changes no packet
+
+    def certificates(r: RunResult) -> int:
+        m = r.measures
+        return int((m["sealed_bytes"] - m["bytes"] - 100 * m["messages"]) // 1000)
+
+    assert 0 < certificates(early) < certificates(late) // 2, (
+        certificates(early),
+        certificates(late),
+    )
+
+
 def test_the_sizes_are_parameters_and_the_model_can_be_switched_off() -> None:
     small = run(envelope={"base": 10, "certificate": 0})
     large = run(envelope={"base": 200, "certificate": 0})
