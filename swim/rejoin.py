@@ -25,7 +25,9 @@ The policy, memberlist/Serf-flavoured:
   other to probe it;
 - the first join of a node's life goes to `first_join_max` (one) of its candidates
   only, picked at random (`first_targets`), so daemons started at once through the
-  same seeds share them out; a retry tries them all;
+  same seeds share them out; a retry tries them all; once the node's first join has
+  taken, the next check is at once (`bootstrap_after_first_join`), so a bootstrap
+  peer the answer did not bring is joined before a second mesh can grow around it;
 - after a failed attempt it waits `backoff_initial` doubling to `backoff_max`, each
   delay shaved by up to `jitter` at random so a fleet started at once spreads out;
   after a success, or when no join is needed, back to `check_interval`.
@@ -92,7 +94,7 @@ class RejoinConfig:
     #: and the seeds were the members falsely declared dead. Costs one join wait
     #: (max(1, 5 x probe_interval) s) plus one backoff when the one picked is down.
     first_join_max: int = 1
-    #: After the first join of a node's life succeeds, check at once (not a
+    #: After the first successful join of a node's life, check at once (not a
     #: `check_interval` later) for bootstrap peers its answer did not bring, and join
     #: those now (`bootstrap_targets`). With `first_join_max` = 1, joiners that each
     #: reached one of two seeds that do not yet know each other otherwise build two
@@ -156,6 +158,8 @@ class RejoinPolicy:
         self._missing: dict[Any, tuple[int, float]] = {}
         self.attempts = 0
         self.failures = 0
+        #: An attempt of this life has succeeded (`bootstrap_after_first_join`).
+        self._joined_once = False
         #: Joins sent to bootstrap peers missing from a joined node's view.
         self.bootstrap_retries = 0
 
@@ -241,7 +245,7 @@ class RejoinPolicy:
         """An attempt ended; returns the delay until the next check.
 
         Success: back to `check_interval` and the backoff starts over (at once
-        after the first attempt, with `bootstrap_after_first_join`). Failure: the
+        after the first success, with `bootstrap_after_first_join`). Failure: the
         current backoff delay (with jitter), and the next one grows.
         """
         self.attempts += 1
@@ -249,8 +253,9 @@ class RejoinPolicy:
         if joined:
             self._delay = config.backoff_initial
             delay = config.check_interval
-            if self.attempts == 1 and config.bootstrap_after_first_join:
-                delay = 0.0  # the start's join took: look for bootstrap peers it missed
+            if not self._joined_once and config.bootstrap_after_first_join:
+                delay = 0.0  # the first join took: look for bootstrap peers it missed
+            self._joined_once = True
         else:
             self.failures += 1
             delay = self._delay

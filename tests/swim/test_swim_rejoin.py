@@ -27,11 +27,11 @@ def test_the_first_check_is_due_at_once() -> None:
     ("results", "delays"),
     [
         ([False] * 8, [1, 2, 4, 8, 16, 32, 60, 60]),  # doubling, capped at 60 s
-        ([False, False, True, False], [1, 2, 5, 1]),  # a success resets the backoff
+        ([False, False, True, False], [1, 2, 0, 1]),  # a success resets the backoff
         # joined: the start's join is followed by a check at once (bootstrap peers its
         # answer did not bring), then back to checking every check_interval
         ([True, True], [0, 5]),
-        ([False, True, True], [1, 5, 5]),  # the check at once follows a first attempt only
+        ([False, True, True], [1, 0, 5]),  # the check at once follows the first success only
     ],
 )
 def test_backoff_table(results: list[bool], delays: list[float]) -> None:
@@ -60,14 +60,12 @@ def test_a_first_join_whose_answer_lacks_the_other_seed_joins_it_at_once() -> No
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=12))
-def test_only_a_successful_first_attempt_is_followed_by_a_check_at_once(
-    results: list[bool],
-) -> None:
+def test_only_the_first_success_is_followed_by_a_check_at_once(results: list[bool]) -> None:
     p = policy()
     now = 100.0
     for index, joined in enumerate(results):
         delay = p.on_result(now, joined)
-        assert (delay == 0.0) == (index == 0 and joined)
+        assert (delay == 0.0) == (joined and True not in results[:index])
         now = p.next_deadline()
 
 
