@@ -160,6 +160,8 @@ class RejoinPolicy:
         self.failures = 0
         #: An attempt of this life has succeeded (`bootstrap_after_first_join`).
         self._joined_once = False
+        #: What the last `targets` or `first_targets` returned: the join in flight.
+        self._sent: list[Any] = []
         #: Joins sent to bootstrap peers missing from a joined node's view.
         self.bootstrap_retries = 0
 
@@ -194,7 +196,8 @@ class RejoinPolicy:
         if alone:
             for address in known:
                 out.setdefault(address, None)
-        return list(out)[: self._config.targets_max]
+        self._sent = list(out)[: self._config.targets_max]
+        return list(self._sent)
 
     def bootstrap_targets(self, now: float, missing: Iterable[A]) -> list[A]:
         """Bootstrap peers to contact again now, while the node is joined.
@@ -239,6 +242,7 @@ class RejoinPolicy:
         most = self._config.first_join_max
         if len(unique) > most:
             unique = self._rng.sample(unique, most)
+        self._sent = list(unique)
         return unique
 
     def on_result(self, now: float, joined: bool) -> float:
@@ -255,6 +259,10 @@ class RejoinPolicy:
             delay = config.check_interval
             if not self._joined_once and config.bootstrap_after_first_join:
                 delay = 0.0  # the first join took: look for bootstrap peers it missed
+                # ... but not those this join went to: "joined" can mean that gossip
+                # reached us before a starved seed's answer did (a 100-daemon storm).
+                for address in self._sent:
+                    self._missing.setdefault(address, (0, now + config.check_interval))
             self._joined_once = True
         else:
             self.failures += 1

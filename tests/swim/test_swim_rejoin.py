@@ -59,6 +59,17 @@ def test_a_first_join_whose_answer_lacks_the_other_seed_joins_it_at_once() -> No
     assert p.bootstrap_targets(105.5, []) == []  # b's answer brought it: nothing more
 
 
+def test_the_check_after_the_first_join_leaves_the_seed_it_joined_alone() -> None:
+    """Gossip can reach a joiner before its (starved) seed's answer does: the check at
+    once joins the other seed, not the one whose answer is still on its way."""
+    p = policy(RejoinConfig(jitter=0.0, first_join_max=1), seed=3)
+    (sent,) = p.first_targets(["a", "b"])
+    other = "b" if sent == "a" else "a"
+    assert p.on_result(100.0, True) == 0.0
+    assert p.bootstrap_targets(100.0, ["a", "b"]) == [other]
+    assert sent in p.bootstrap_targets(105.0, ["a", "b"])  # still missing: its next try
+
+
 @given(st.lists(st.booleans(), min_size=1, max_size=12))
 def test_only_the_first_success_is_followed_by_a_check_at_once(results: list[bool]) -> None:
     p = policy()
