@@ -187,6 +187,10 @@ class _Run:
         )
         #: How long the daemon waits for a join to take before calling it failed.
         self.join_wait = max(1.0, 5.0 * self.config.probe_interval)
+        #: Joins awaiting their verdict: node -> (life, attempt). The daemon's
+        #: `_try_join` returns at the first member a lone node holds, or after the wait.
+        self.joining: dict[int, tuple[int, int]] = {}
+        self.join_attempts = 0
         self.policies: dict[int, RejoinPolicy] = {}
         self.bootstrap: dict[int, list[int]] = {}
         if scenario.reconnect_interval > 0:
@@ -365,14 +369,33 @@ class _Run:
         self.policies[node] = policy
         arg = (node, sim.life(node))
         if attempted:
-            sim.call_at(sim.now + self.join_wait, self._join_result, arg)
+            self._await_join(arg)
         else:
             policy.on_not_needed(sim.now)
             sim.call_at(policy.next_deadline(), self._rejoin_check, arg)
 
+    def _await_join(self, arg: tuple[int, int]) -> None:
+        """A join was sent: its verdict comes after the daemon's join wait or, for a
+        node alone until then, at the first member it holds (`on_event`): the daemon's
+        `_try_join` returns then. (A node that is not alone gets its verdict at once
+        in the daemon; here, as before, after the wait.)"""
+        self.join_attempts += 1
+        node, life = arg
+        attempt = 0  # not watched: decided by the wait alone
+        if self.metrics.alive_count(node) == 0:
+            attempt = self.join_attempts
+            self.joining[node] = (life, attempt)
+        self.sim.call_at(self.sim.now + self.join_wait, self._join_waited, (node, life, attempt))
+
+    def _join_waited(self, arg: tuple[int, int, int]) -> None:
+        node, life, attempt = arg
+        if not attempt or self.joining.get(node) == (life, attempt):
+            self._join_result((node, life))  # else decided already, at its first member
+
     def _join_result(self, arg: tuple[int, int]) -> None:
         """The daemon's `_try_join` verdict: joined when it sees another live member."""
         node, life = arg
+        self.joining.pop(node, None)
         sim = self.sim
         if sim.life(node) != life or not sim.status(node).is_member:
             return
@@ -422,7 +445,7 @@ class _Run:
             sim.call_at(policy.next_deadline(), self._rejoin_check, arg)
             return
         sim.rejoin(node, targets)
-        sim.call_at(sim.now + self.join_wait, self._join_result, arg)
+        self._await_join(arg)
 
     def _timeline(self) -> None:
         sim = self.sim
@@ -626,6 +649,16 @@ class _Run:
         member = getattr(event, "member", None)
         if member is None:
             return
+        joining = self.joining.get(node)
+        if (
+            joining is not None
+            and member.state == MemberState.ALIVE
+            and self.metrics.alive_count(node) > 0
+        ):
+            # The daemon's join returns at its first member: decide now (scheduled, so
+            # the verdict does not run inside the core call that emitted the event).
+            del self.joining[node]
+            self.sim.call_at(self.sim.now, self._join_result, (node, joining[0]))
         if event.__class__ is MemberFailed:
             subject = self._index_of(member.name)
             if subject is not None:

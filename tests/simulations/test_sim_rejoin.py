@@ -9,7 +9,7 @@ import pytest
 
 from simulations import RunResult, parse_scenario, run_once
 from simulations._runner import _Run
-from swim import Membership, RejoinConfig, SwimConfig
+from swim import MemberJoined, MemberRecovered, Membership, RejoinConfig, SwimConfig
 
 
 def scenario(**fields: Any) -> Any:
@@ -131,3 +131,86 @@ def test_a_storm_joining_one_seed_each_without_bootstrap_retries_splits() -> Non
     """The control, as measured with 100 daemons (52 + 46): the halves never meet."""
     split, _ = storm(1, seed=1, retries=0)
     assert not split.ok and split.failure is not None and "formation" in split.failure
+
+
+#: The daemon's swim packet budget: 1,350 bytes less its envelope with the
+#: certificate and the cluster secret's box (`populi_p2p.services.node_parts`).
+DAEMON_BUDGET = 1060
+#: A signed record without GPUs (`docs/security.md`: 336 bytes), the meta every alive
+#: rumor carries.
+RECORD_BYTES = 340
+
+
+class RecordStorm(TwoSeeds):
+    """The start storm as the daemons ran it: every member publishes a signed-record
+    sized meta as it starts, and `held` notes when each member first holds each other
+    one alive."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.up: dict[int, float] = {}
+        self.held: dict[tuple[int, int], float] = {}
+        self.sim.add_observer(self)
+
+    def _start(self, node: int) -> None:
+        super()._start(node)
+        for started in (0, 1) if node < 2 else (node,):
+            if started not in self.up:
+                self.up[started] = self.sim.now
+                self.sim.set_meta(started, bytes([started]) * RECORD_BYTES)
+
+    def on_event(self, now: float, node: int, event: Any) -> None:
+        super().on_event(now, node, event)
+        if event.__class__ in (MemberJoined, MemberRecovered):
+            subject = self.sim.index_of(event.member.name)
+            if subject is not None:
+                self.held.setdefault((node, subject), now)
+
+    def lags(self) -> list[float]:
+        """For each (observer, subject): how long after both were up it held the other."""
+        up = self.up
+        return sorted(t - max(up[o], up[s]) for (o, s), t in self.held.items() if o != s)
+
+
+def record_storm(seed: int, *, at_once: bool) -> tuple[RunResult, RecordStorm]:
+    """100 members started within 5 s through two seeds, one seed per start."""
+    run = RecordStorm(
+        scenario(
+            members=100,
+            duration=1.0,
+            seed=seed,
+            swim={"packet_budget": DAEMON_BUDGET},
+            formation={"window": 5.0, "timeout": 120.0},
+        ),
+        None,
+    )
+    run.rejoin_config = attrs.evolve(run.rejoin_config, bootstrap_after_first_join=at_once)
+    return run.run(), run
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_record_storm_converges_within_a_second_of_the_last_start(seed: int) -> None:
+    """The seeds do not know each other yet when the first joiners reach them: each
+    joiner whose answer lacks the other seed joins it at once, so no second mesh
+    grows, and every member holds every other one alive within 1 s of both being up.
+    The seeds still carry about one state exchange per joiner, not two."""
+    result, run = record_storm(seed, at_once=True)
+    assert result.ok, result.failure
+    last = max(run.up.values())
+    assert result.formation_seconds is not None and result.formation_seconds - last < 2.0
+    lags = run.lags()
+    assert len(lags) == 100 * 99 and lags[-1] < 2.0, lags[-5:]
+    cores = [run.sim.cores[s] for s in (0, 1)]
+    at_seeds = sum(c.statistics().push_pulls_received for c in cores if isinstance(c, Membership))
+    assert at_seeds < 130, at_seeds
+
+
+def test_a_record_storm_checking_a_check_interval_after_the_join_converges_late() -> None:
+    """The control, as the daemons behaved (+22 to +26 s): two meshes grow around the
+    seeds for a check interval, and merging them takes one 340-byte alive rumor per
+    member across the cut, three to a packet: some pairs wait for a push-pull."""
+    result, run = record_storm(1, at_once=False)
+    assert result.ok, result.failure
+    last = max(run.up.values())
+    assert result.formation_seconds is not None and result.formation_seconds - last > 20.0
+    assert run.lags()[-1] > 20.0

@@ -27,8 +27,11 @@ def test_the_first_check_is_due_at_once() -> None:
     ("results", "delays"),
     [
         ([False] * 8, [1, 2, 4, 8, 16, 32, 60, 60]),  # doubling, capped at 60 s
-        ([False, False, True, False], [1, 2, 5, 1]),  # a success resets the backoff
-        ([True, True], [5, 5]),  # joined: back to checking every check_interval
+        ([False, False, True, False], [1, 2, 0, 1]),  # a success resets the backoff
+        # joined: the start's join is followed by a check at once (bootstrap peers its
+        # answer did not bring), then back to checking every check_interval
+        ([True, True], [0, 5]),
+        ([False, True, True], [1, 0, 5]),  # the check at once follows the first success only
     ],
 )
 def test_backoff_table(results: list[bool], delays: list[float]) -> None:
@@ -39,6 +42,42 @@ def test_backoff_table(results: list[bool], delays: list[float]) -> None:
         got.append(p.on_result(now, joined))
         now = p.next_deadline()
     assert got == delays
+
+
+def test_without_bootstrap_after_first_join_a_first_success_waits_a_check_interval() -> None:
+    p = policy(RejoinConfig(jitter=0.0, bootstrap_after_first_join=False))
+    assert [p.on_result(100.0, True), p.on_result(105.0, True)] == [5, 5]
+
+
+def test_a_first_join_whose_answer_lacks_the_other_seed_joins_it_at_once() -> None:
+    """The start storm's split: a joiner reached seed "a", whose view does not hold
+    seed "b" yet; the check right after the join sends "b" a join, and one only."""
+    p = policy()
+    assert p.on_result(100.0, True) == 0.0 and p.due(100.0)
+    assert p.bootstrap_targets(100.0, ["b"]) == ["b"]
+    assert p.on_result(100.5, True) == 5.0
+    assert p.bootstrap_targets(105.5, []) == []  # b's answer brought it: nothing more
+
+
+def test_the_check_after_the_first_join_leaves_the_seed_it_joined_alone() -> None:
+    """Gossip can reach a joiner before its (starved) seed's answer does: the check at
+    once joins the other seed, not the one whose answer is still on its way."""
+    p = policy(RejoinConfig(jitter=0.0, first_join_max=1), seed=3)
+    (sent,) = p.first_targets(["a", "b"])
+    other = "b" if sent == "a" else "a"
+    assert p.on_result(100.0, True) == 0.0
+    assert p.bootstrap_targets(100.0, ["a", "b"]) == [other]
+    assert sent in p.bootstrap_targets(105.0, ["a", "b"])  # still missing: its next try
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=12))
+def test_only_the_first_success_is_followed_by_a_check_at_once(results: list[bool]) -> None:
+    p = policy()
+    now = 100.0
+    for index, joined in enumerate(results):
+        delay = p.on_result(now, joined)
+        assert (delay == 0.0) == (joined and True not in results[:index])
+        now = p.next_deadline()
 
 
 def test_not_needed_resets_the_backoff_and_waits_a_check_interval() -> None:
