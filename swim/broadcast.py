@@ -194,17 +194,10 @@ class TransmitLimitedQueue:
             after = transmits + 1
             if after >= transmit_limit:
                 by_name = self._by_name
-                sizes = self._sizes
                 for item in got:
                     del source[item]
                     del by_name[item.name]
-                    size = item.size
-                    left = sizes[size] - 1
-                    if left:
-                        sizes[size] = left
-                    else:
-                        del sizes[size]
-                        self._smallest = None if sizes else 0
+                    self._forget_size(item.size)
                 self._count -= len(got)
                 continue
             if after == len(tiers):
@@ -271,15 +264,20 @@ class TransmitLimitedQueue:
             del self._oversize[item]
         else:
             del self._tiers[item.transmits][item]
-            sizes = self._sizes
-            left = sizes[size] - 1
-            if left:
-                sizes[size] = left
-            else:
-                del sizes[size]
-                self._smallest = None if sizes else 0
+            self._forget_size(size)
         del self._by_name[item.name]
         self._count -= 1
+
+    def _forget_size(self, size: int) -> None:
+        """One queued update of `size` bytes left the tiers: keep `_sizes` and the
+        smallest-size bound true (recomputed lazily when its size is gone)."""
+        sizes = self._sizes
+        left = sizes[size] - 1
+        if left:
+            sizes[size] = left
+        else:
+            del sizes[size]
+            self._smallest = None if sizes else 0
 
     def _evict_one(self) -> None:
         for tier in reversed(self._tiers):
