@@ -6,7 +6,8 @@ UDP probe over TCP; this module gives the daemon the evidence to say so in the l
 per peer. "UDP blocked, TCP works" is a strong claim, so it needs strong evidence, all
 in one episode of UDP silence (since the peer was last heard over UDP):
 
-* at least `udp_silence_threshold` (5) datagrams in a row went unanswered, and the
+* at least `udp_silence_threshold` (5) datagrams that ask for an answer (a ping, an
+  indirect ping: the sender says which) went unanswered in a row, and the
   first of them is at least `udp_silence_min` (10 s) older than the last: one probe
   that timed out while a daemon was starved of CPU (100 daemons starting on 2 cores)
   is not a blocked path;
@@ -16,6 +17,11 @@ in one episode of UDP silence (since the peer was last heard over UDP):
   nothing (the kernel buffers it even when every packet is dropped), so
   `record_tcp_sent` is counted but is not evidence. A node cut off completely is
   therefore never told that TCP works.
+
+Datagrams that expect nothing back (gossip, acks) are counted but open no episode: right
+after a cluster forms, a member gossips to a peer that, by chance, sends it nothing for
+half a minute, and a push-pull over TCP between them then looked like "UDP silent, TCP
+works" (the untrue warnings of issue 8's storms and idle windows).
 
 Keys are the addresses we *send to*. UDP replies come from the peer's bound port (one
 socket sends and receives), so they match; inbound TCP comes from ephemeral ports and is
@@ -46,7 +52,8 @@ class PeerPathStatistics:
     Attributes:
         udp_sent: datagrams sent to the peer.
         udp_received: datagrams received from it.
-        udp_sent_since_received: datagrams sent since the last one received.
+        udp_sent_since_received: datagrams that expect an answer sent since the last
+            one received.
         tcp_sent: frames written to it (not evidence that it got them).
         tcp_failed: frame sends (connect or write) that failed.
         tcp_ok_since_udp_received: a TCP exchange (a handshake, or a frame back) succeeded
@@ -112,10 +119,13 @@ class PathHealth:
             self._peers.move_to_end(address)
         return peer
 
-    def record_udp_sent(self, address: Address, now: float) -> None:
-        """A datagram to `address` left our socket at `now`."""
+    def record_udp_sent(self, address: Address, now: float, *, expects_answer: bool = True) -> None:
+        """A datagram to `address` left our socket at `now`; only one that
+        `expects_answer` counts as unanswered until the peer is heard."""
         peer = self._touch(address)
         peer.udp_sent += 1
+        if not expects_answer:
+            return
         if peer.udp_sent_since_received == 0:
             peer.first_unanswered = now
         peer.udp_sent_since_received += 1

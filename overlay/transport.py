@@ -228,8 +228,11 @@ class Transport:
             self.inbox.close()
             self._running = False
 
-    async def send_datagram(self, address: Address, payload: bytes) -> None:
-        """Send one UDP datagram from the bound port.
+    async def send_datagram(
+        self, address: Address, payload: bytes, *, expects_answer: bool = True
+    ) -> None:
+        """Send one UDP datagram from the bound port. `expects_answer`: whether the peer
+        should answer it (a probe), the evidence `paths` counts as unanswered.
 
         Raises:
             ValueError: payload over `max_datagram_size`.
@@ -238,7 +241,7 @@ class Transport:
         """
         if self._udp is None or not self._running:
             raise RuntimeError("transport is not running")
-        await self._udp.send(address, payload)
+        await self._udp.send(address, payload, expects_answer=expects_answer)
 
     async def send_frame(self, address: Address, payload: bytes) -> None:
         """Send one length-prefixed frame over TCP to the peer listening at `address`.

@@ -233,8 +233,9 @@ class UdpEndpoint:
         else:
             c.unclassified += 1
 
-    async def send(self, address: Address, payload: bytes) -> None:
-        """Send one datagram to `address` (a numeric host and a port).
+    async def send(self, address: Address, payload: bytes, *, expects_answer: bool = True) -> None:
+        """Send one datagram to `address` (a numeric host and a port). `expects_answer`
+        says whether the peer should answer it (for `PathHealth`'s evidence).
 
         Raises:
             ValueError: `payload` is larger than `max_datagram_size` (a caller bug: the
@@ -269,7 +270,9 @@ class UdpEndpoint:
             ) from exc
         self._c.sent += 1
         if self._paths is not None:
-            self._paths.record_udp_sent(address, trio.current_time())
+            self._paths.record_udp_sent(
+                address, trio.current_time(), expects_answer=expects_answer
+            )
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ import trio
 
 from overlay.base import Address, TransportError
 from swim import Event, Send
+from swim.wire import asks_for_an_answer
 
 from ._log import event, get_logger
 
@@ -71,7 +72,9 @@ class PacketTransport(Protocol):
 
     def receive_nowait(self) -> Incoming: ...
 
-    async def send_datagram(self, address: Address, payload: bytes) -> None: ...
+    async def send_datagram(
+        self, address: Address, payload: bytes, *, expects_answer: bool = True
+    ) -> None: ...
 
     async def send_frame(self, address: Address, payload: bytes) -> None: ...
 
@@ -289,7 +292,10 @@ class Driver:
                 await self._failed(destination, payload)
             return
         try:
-            await self._transport.send_datagram(destination, sealed)
+            # Only probes count towards "UDP seems blocked" (`overlay.peerpaths`).
+            await self._transport.send_datagram(
+                destination, sealed, expects_answer=asks_for_an_answer(payload)
+            )
         except TransportError as exc:
             event(_log, 10, "send.failed", to=_fmt(destination), proto="udp", reason=str(exc))
             await self._failed(destination, payload)

@@ -334,6 +334,22 @@ def answers_a_probe(packet: bytes) -> bool:
     return packet[3] in (MessageType.ACK, MessageType.NACK)
 
 
+def asks_for_an_answer(packet: bytes) -> bool:
+    """Whether `packet` opens with a ping or an indirect ping: a datagram its receiver
+    answers (an ack or nack). Gossip and acks expect nothing back.
+
+    The same cheap peek as `answers_a_probe`. The daemon uses it so that only datagrams
+    that ask for an answer count towards "UDP seems blocked" (`overlay.peerpaths`): a
+    wrong answer costs a diagnostic, never correctness.
+    """
+    if len(packet) < 4 or packet[0] != PROTOCOL_VERSION:
+        return False
+    at = 2 if 0x91 <= packet[1] <= 0x9F else 4 if packet[1] == 0xDC else 0  # array16: 16+
+    if at == 0 or len(packet) < at + 2 or not 0x91 <= packet[at] <= 0x9F:
+        return False
+    return packet[at + 1] in (MessageType.PING, MessageType.INDIRECT_PING)
+
+
 def packet_size(parts_size: int, count: int) -> int:
     """Exact size of a packet holding `count` messages totalling `parts_size` bytes."""
     header = 1 if count < 16 else 3

@@ -21,6 +21,7 @@ class FakeTransport:
     def __init__(self) -> None:
         self.send_in, self.receive_out = trio.open_memory_channel[Incoming](100)
         self.datagrams: list[tuple[tuple[str, int], bytes]] = []
+        self.expects_answer: list[bool] = []
         self.frames: list[tuple[tuple[str, int], bytes]] = []
 
     async def receive(self) -> Incoming:
@@ -29,10 +30,13 @@ class FakeTransport:
     def receive_nowait(self) -> Incoming:
         return self.receive_out.receive_nowait()
 
-    async def send_datagram(self, address: tuple[str, int], payload: bytes) -> None:
+    async def send_datagram(
+        self, address: tuple[str, int], payload: bytes, *, expects_answer: bool = True
+    ) -> None:
         if address == DEAD_PEER:
             raise TransportError("unreachable", address)
         self.datagrams.append((address, payload))
+        self.expects_answer.append(expects_answer)
 
     async def send_frame(self, address: tuple[str, int], payload: bytes) -> None:
         await trio.sleep(1.0)  # a slow connect must not hold up the receive loop
@@ -216,3 +220,21 @@ async def test_a_due_timer_waits_for_what_already_arrived(
         nursery.cancel_scope.cancel()
     kinds = [c[0] for c in core.calls if c[0] in ("receive", "tick")]
     assert kinds == ["receive", "tick"]
+
+
+async def test_only_probes_are_sent_as_expecting_an_answer() -> None:
+    """`PathHealth` counts only datagrams that ask for an answer towards "UDP seems
+    blocked": gossip and acks expect nothing back (issue 8's untrue `udp.blocked`)."""
+    from swim import Send
+    from swim.wire import Ack, Alive, IndirectPing, Ping, encode
+
+    transport = FakeTransport()
+    driver = Driver(FakeCore(), transport, FakeCodec(), lambda e: None, max_datagram_size=1400)  # type: ignore[arg-type]
+    alive = Alive("n2", 1, ("127.0.0.1", 7), b"")
+    await driver.apply([
+        Send(PEER, encode(Ping(1, "n1", "n0", ("127.0.0.1", 8)), alive)),
+        Send(PEER, encode(IndirectPing(2, "n2", ("127.0.0.1", 7), True, "n0", ("127.0.0.1", 8)))),
+        Send(PEER, encode(Ack(1), alive)),
+        Send(PEER, encode(alive)),
+    ])  # fmt: skip
+    assert transport.expects_answer == [True, True, False, False]

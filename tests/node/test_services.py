@@ -48,7 +48,9 @@ class Port:
     def receive_nowait(self) -> Incoming:
         return self._inbox.receive_nowait()
 
-    async def send_datagram(self, address: Address, payload: bytes) -> None:
+    async def send_datagram(
+        self, address: Address, payload: bytes, *, expects_answer: bool = True
+    ) -> None:
         self._net.inboxes[address].send_nowait(Incoming(self._address, payload, False, URGENT))
 
     async def send_frame(self, address: Address, payload: bytes) -> None:

@@ -224,6 +224,23 @@ def test_one_slow_probe_is_not_a_blocked_path() -> None:
     assert h.udp_seems_blocked(peer)  # now the evidence is all there
 
 
+def test_datagrams_that_expect_no_answer_never_make_udp_seem_blocked() -> None:
+    """Issue 8: right after a cluster forms, a member gossips to a peer that by chance
+    sends it nothing for half a minute, and a push-pull between them goes over TCP.
+    Gossip expects no answer, so that is not "UDP blocked"; unanswered probes are."""
+    h = PathHealth()
+    peer = ("10.0.0.5", 7950)
+    for second in range(60):
+        h.record_udp_sent(peer, now=float(second), expects_answer=False)
+    h.record_tcp_connected(peer)
+    assert h.get(peer).udp_sent == 60  # counted all the same
+    assert not h.udp_seems_blocked(peer) and not h.warn_udp_blocked_once(peer)
+    for second in range(60, 72):  # now probes, unanswered for 11 s
+        h.record_udp_sent(peer, now=float(second))
+    h.record_tcp_connected(peer)
+    assert h.udp_seems_blocked(peer)
+
+
 def test_tcp_evidence_before_the_silence_does_not_count() -> None:
     h = PathHealth(udp_silence_threshold=1, udp_silence_min=0.0)
     peer = ("10.0.0.4", 7950)

@@ -314,6 +314,38 @@ def test_answers_a_probe_on_junk_is_false() -> None:
         assert answers_a_probe(junk) is False
 
 
+@given(st.lists(messages, min_size=1, max_size=40))
+def test_asks_for_an_answer_peeks_the_first_message_type(batch: list[Any]) -> None:
+    from swim.wire import asks_for_an_answer
+
+    packet = encode(*batch)
+    assert asks_for_an_answer(packet) is isinstance(batch[0], Ping | IndirectPing)
+
+
+def test_asks_for_an_answer_on_junk_is_false() -> None:
+    from swim.wire import asks_for_an_answer
+
+    for junk in (b"", b"\x01", b"\x01\x91\x92", b"\x02\x91\x92\x01\x00", b"\x01\xdc\x00"):
+        assert asks_for_an_answer(junk) is False
+    assert asks_for_an_answer(b"\x01\xdc\x00\x10\x92\x00") is True  # a 16-message ping
+
+
+def test_every_probe_a_cluster_sends_asks_for_an_answer() -> None:
+    """The daemon counts only these towards "UDP seems blocked": pings go first."""
+    from swim.wire import asks_for_an_answer
+    from tests.swim.helpers import Cluster
+
+    cluster = Cluster(4, seed=3)
+    cluster.join_all()
+    cluster.run(10.0)
+    pings = 0
+    for _at, _name, send in cluster.sent:
+        first = decode_packet(send.payload)[0]
+        assert asks_for_an_answer(send.payload) is isinstance(first, Ping | IndirectPing)
+        pings += isinstance(first, Ping)
+    assert pings > 10
+
+
 def test_every_ack_a_cluster_sends_is_recognised() -> None:
     """The daemon ends certificate introductions on acks: the core must send them first."""
     from swim.wire import answers_a_probe
