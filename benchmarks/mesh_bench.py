@@ -17,7 +17,8 @@ Printed, not asserted. For each size it reports:
   daemon (utime + stime from /proc/PID/stat, as a percentage of one core), resident
   memory (VmRSS from /proc/PID/status), bytes sent per member per second (sealed bytes
   on the wire, from each daemon's status before and after the window), and how many
-  suspicions were raised (a healthy idle mesh raises none).
+  suspicions were raised and `udp.blocked` warnings logged (a healthy idle mesh on
+  loopback has neither).
 
 Usage::
 
@@ -78,11 +79,12 @@ class Bench(Mesh):
             done = max(done, reached or float("inf"))
         return done - last_ready
 
-    def suspicions(self) -> int:
+    def suspicions(self, line: str = "member.suspected") -> int:
+        """`line` events logged so far by all daemons (also `udp.blocked`)."""
         total = 0
         for d in self.daemons:
             text = (self.root / f"{d.name}.log").read_text(errors="replace")
-            total += text.count("member.suspected")
+            total += text.count(line)
         return total
 
     def run(self, idle: float, settle: float = 0.0, leaves: int = 1) -> dict[str, Any]:
@@ -143,6 +145,7 @@ class Bench(Mesh):
     def window(self, idle: float) -> dict[str, Any]:
         """Steady-state figures over `idle` seconds in which nobody polls the API."""
         suspicions_before = self.suspicions()
+        blocked_before = self.suspicions("udp.blocked")
         traffic_before = {d.name: d.client.get("/v1/status")["traffic"] for d in self.daemons}
         cpu_before = {d.name: d.cpu_seconds() for d in self.daemons}
         start = time.monotonic()
@@ -172,6 +175,7 @@ class Bench(Mesh):
             "datagrams_per_s_mean": (with_cert + without_cert) / elapsed / len(self.daemons),
             "datagrams_with_certificate_pct": 100 * with_cert / max(1, with_cert + without_cert),
             "suspicions_idle": self.suspicions() - suspicions_before,
+            "udp_blocked_idle": self.suspicions("udp.blocked") - blocked_before,
             "idle_s": elapsed,
             "load": os.getloadavg()[0],
         }
@@ -196,7 +200,8 @@ def report(r: dict[str, Any]) -> None:
             f" member ({w['frame_bytes_out_per_s_mean']:.0f} in TCP frames),"
             f" {w['datagrams_per_s_mean']:.1f} datagrams/s per member,"
             f" {w['datagrams_with_certificate_pct']:.1f} % with the certificate,"
-            f" suspicions {w['suspicions_idle']}, load {w['load']:.1f}"
+            f" suspicions {w['suspicions_idle']}, udp.blocked {w['udp_blocked_idle']},"
+            f" load {w['load']:.1f}"
         )
     print(
         f"       start-up: {r['suspicions_start']} member.suspected lines (all daemons) until"
