@@ -320,34 +320,36 @@ def encode(*messages: Message) -> bytes:
     return encode_packet([encode_message(m) for m in messages])
 
 
+def _first_type(packet: bytes) -> int | None:
+    """The first message's type byte, by a peek at the packet's head (no decoding), or
+    None when the head is not a packet of array messages (malformed input included)."""
+    if len(packet) < 4 or packet[0] != PROTOCOL_VERSION:
+        return None
+    at = 2 if 0x91 <= packet[1] <= 0x9F else 4 if packet[1] == 0xDC else 0  # array16: 16+
+    if at == 0 or len(packet) < at + 2 or not 0x91 <= packet[at] <= 0x9F:
+        return None
+    return packet[at + 1]
+
+
 def answers_a_probe(packet: bytes) -> bool:
     """Whether `packet` opens with an ack or nack: proof its sender read a probe of ours.
 
-    A cheap peek at the first message's type, no decoding; False for anything else,
-    malformed input included. The daemon uses it to end a certificate introduction early
-    (`overlay.introductions`), so a wrong answer costs bytes, never correctness.
+    A cheap peek (`_first_type`); False for anything else. The daemon uses it to end a
+    certificate introduction early (`overlay.introductions`), so a wrong answer costs
+    bytes, never correctness.
     """
-    if len(packet) < 4 or packet[0] != PROTOCOL_VERSION:
-        return False
-    if not (0x91 <= packet[1] <= 0x9F and 0x91 <= packet[2] <= 0x9F):
-        return False  # not a fixarray of messages opening with a fixarray message
-    return packet[3] in (MessageType.ACK, MessageType.NACK)
+    return _first_type(packet) in (MessageType.ACK, MessageType.NACK)
 
 
 def asks_for_an_answer(packet: bytes) -> bool:
     """Whether `packet` opens with a ping or an indirect ping: a datagram its receiver
-    answers (an ack or nack). Gossip and acks expect nothing back.
+    answers. Gossip and acks expect nothing back.
 
-    The same cheap peek as `answers_a_probe`. The daemon uses it so that only datagrams
-    that ask for an answer count towards "UDP seems blocked" (`overlay.peerpaths`): a
-    wrong answer costs a diagnostic, never correctness.
+    A cheap peek (`_first_type`). The daemon uses it so that only datagrams that ask for
+    an answer count towards "UDP seems blocked" (`overlay.peerpaths`): a wrong answer
+    costs a diagnostic, never correctness.
     """
-    if len(packet) < 4 or packet[0] != PROTOCOL_VERSION:
-        return False
-    at = 2 if 0x91 <= packet[1] <= 0x9F else 4 if packet[1] == 0xDC else 0  # array16: 16+
-    if at == 0 or len(packet) < at + 2 or not 0x91 <= packet[at] <= 0x9F:
-        return False
-    return packet[at + 1] in (MessageType.PING, MessageType.INDIRECT_PING)
+    return _first_type(packet) in (MessageType.PING, MessageType.INDIRECT_PING)
 
 
 def packet_size(parts_size: int, count: int) -> int:
