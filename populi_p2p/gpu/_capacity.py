@@ -216,7 +216,7 @@ def _device_capacity(
         reasons.append(CapacityReason.RESERVED)
     if leased:
         reasons.append(CapacityReason.LEASED)
-    vram = total - policy.reserve_vram - leased
+    vram = total - (device.memory_reserved or 0) - policy.reserve_vram - leased
     if device.memory_free is not None and device.memory_free < vram:
         vram = device.memory_free
         reasons.append(CapacityReason.IN_USE)

@@ -81,6 +81,9 @@ class GpuDevice:
     memory_total: int | None = None
     memory_used: int | None = None
     memory_free: int | None = None
+    #: Memory the driver keeps for itself (NVML's v2 memory info): never allocatable, and
+    #: not counted in ``memory_used``, as ``nvidia-smi`` shows it. None where unknown.
+    memory_reserved: int | None = None
     #: True on Apple Silicon: "VRAM" is the machine's RAM, shared with everything else.
     unified_memory: bool = False
     utilization_gpu: int | None = None

@@ -162,7 +162,7 @@ class NvmlProbe:
             uuid = _text(self._essential(nvml.nvmlDeviceGetUUID, handle, what="uuid"))
             name = _text(self._essential(nvml.nvmlDeviceGetName, handle, what="name"))
             self._known[index] = (uuid, name)
-            memory = self._essential(nvml.nvmlDeviceGetMemoryInfo, handle, what="memory")
+            memory = self._memory(nvml, handle)
             pci = self._optional(nvml.nvmlDeviceGetPciInfo, handle)
             cc = self._optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
             util = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
@@ -196,6 +196,7 @@ class NvmlProbe:
             memory_total=int(memory.total),
             memory_used=int(memory.used),
             memory_free=int(memory.free),
+            memory_reserved=int(memory.reserved) if hasattr(memory, "reserved") else None,
             utilization_gpu=int(util.gpu) if util is not None else None,
             utilization_memory=int(util.memory) if util is not None else None,
             temperature_c=int(temp) if temp is not None else None,
@@ -208,6 +209,16 @@ class NvmlProbe:
             mig_enabled=mig_enabled,
             mig_devices=migs,
         )
+
+    def _memory(self, nvml: Any, handle: Any) -> Any:
+        """The v2 memory info where the driver has it: v1 counts the driver's own
+        reservation (about 600 MiB on an idle H200) as used, so an idle GPU looked busy."""
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None:
+            memory = self._optional(nvml.nvmlDeviceGetMemoryInfo, handle, version)
+            if memory is not None:
+                return memory
+        return self._essential(nvml.nvmlDeviceGetMemoryInfo, handle, what="memory")
 
     def _throttle_reasons(self, nvml: Any, handle: Any) -> int | None:
         # Renamed "clocks event reasons" in driver 535; older drivers only have the old name.

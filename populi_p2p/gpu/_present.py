@@ -214,6 +214,7 @@ def report_to_dict(report: GpuReport) -> dict[str, Any]:
                 "memory_total": d.memory_total,
                 "memory_used": d.memory_used,
                 "memory_free": d.memory_free,
+                "memory_reserved": d.memory_reserved,
                 "unified_memory": d.unified_memory,
                 "utilization_gpu": d.utilization_gpu,
                 "utilization_memory": d.utilization_memory,

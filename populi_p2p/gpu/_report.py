@@ -280,8 +280,9 @@ def _device_record(
     _put(r, "cc", d.compute_capability)
     _put(r, "mt", _mib(d.memory_total))
     _put(r, "mu", _mib(d.memory_used))
+    _put(r, "mr", _mib(d.memory_reserved))
     derived_free = (
-        d.memory_total - d.memory_used
+        d.memory_total - (d.memory_reserved or 0) - d.memory_used
         if d.memory_total is not None and d.memory_used is not None
         else None
     )
@@ -478,8 +479,9 @@ def _device_from(
     memory_total = _opt_mib(r, "mt")
     memory_used = _opt_mib(r, "mu")
     memory_free = _opt_mib(r, "mf")
+    memory_reserved = _opt_mib(r, "mr")
     if memory_free is None and memory_total is not None and memory_used is not None:
-        memory_free = memory_total - memory_used
+        memory_free = memory_total - (memory_reserved or 0) - memory_used
     device = GpuDevice(
         index=_req(r, "i", int),
         uuid=_uuid_in(_req(r, "u", (str, bytes))),
@@ -491,6 +493,7 @@ def _device_from(
         memory_total=memory_total,
         memory_used=memory_used,
         memory_free=memory_free,
+        memory_reserved=memory_reserved,
         unified_memory=bool(_opt(r, "um", bool)),
         utilization_gpu=_opt(r, "ug", int),
         utilization_memory=_opt(r, "ux", int),

@@ -20,7 +20,10 @@
  * NOT_SUPPORTED, as on GeForce), mig (0/1; absent: NOT_SUPPORTED), mig_count,
  * handle_error=N, lost_after=P (every call for the device returns GPU_IS_LOST once more
  * than P probes have started), xid=N (one critical XID event, delivered once after
- * registration). MIG instances: "gpuI.migM." uuid, mem_total, mem_used, gi, ci.
+ * registration), mem_reserved (the driver's own share, inside mem_used: with it,
+ * nvmlDeviceGetMemoryInfo_v2 answers with it apart, as drivers since 510 do; without it
+ * v2 is NOT_SUPPORTED, so the probe's v1 fallback is exercised). MIG instances:
+ * "gpuI.migM." uuid, mem_total, mem_used, gi, ci.
  *
  * nvmlDeviceGetCurrentClocksEventReasons is deliberately absent, like drivers before
  * 535, so the probe's fallback to the older ...ThrottleReasons name is exercised.
@@ -57,6 +60,10 @@ typedef struct {
     char busId[32];
 } nvmlPciInfo_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct {
     nvmlDevice_t device;
@@ -246,6 +253,19 @@ int nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
     memory->total = (unsigned long long)num(dget(d, "mem_total"), 0);
     memory->used = (unsigned long long)num(dget(d, "mem_used"), 0);
     memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory) {
+    unsigned long long used;
+    CHECK(d);
+    if (dget(d, "mem_total") == NULL || dget(d, "mem_reserved") == NULL)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memory->total = (unsigned long long)num(dget(d, "mem_total"), 0);
+    memory->reserved = (unsigned long long)num(dget(d, "mem_reserved"), 0);
+    used = (unsigned long long)num(dget(d, "mem_used"), 0);
+    memory->used = used - memory->reserved;
+    memory->free = memory->total - used;
     return NVML_SUCCESS;
 }
 

@@ -115,9 +115,13 @@ def gpu_devices(draw: st.DrawFn, index: int) -> GpuDevice:
     total = draw(_memory | st.none())
     eighths = draw(st.sampled_from([1, 2, 4, 7, 0, 8]) | st.none())
     used = None if eighths is None else (total if total is not None else 8 * GIB) * eighths // 8
+    # The driver's own reservation, as NVML's v2 memory info reports it (not in `used`).
+    reserved = draw(st.sampled_from([None, None, 0, 512 << 20, 615 << 20]))
+    if reserved and total is not None and (used or 0) + reserved > total:
+        reserved = None
     free = None
     if total is not None and used is not None and draw(st.integers(0, 4)):
-        free = total - used  # usually known, as from NVML
+        free = total - (reserved or 0) - used  # usually known, as from NVML
     lost = draw(st.booleans()) if draw(st.integers(0, 5)) == 0 else False
     mig = draw(st.sampled_from([None, False, True]))
     return GpuDevice(
@@ -130,6 +134,7 @@ def gpu_devices(draw: st.DrawFn, index: int) -> GpuDevice:
         memory_total=total,
         memory_used=used,
         memory_free=free,
+        memory_reserved=reserved,
         unified_memory=draw(st.booleans()),
         temperature_c=draw(st.none() | st.integers(0, 110)),
         throttle_thermal=draw(st.none() | st.booleans()),

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gpu_helpers import child_env, fixture_path, real_nvml_present
+from gpu_helpers import child_env, fixture_path, real_nvml_present, result_from_json
 
 from populi_p2p.gpu import (
     MIB,
@@ -54,6 +54,24 @@ def test_two_healthy_gpus(nvml_child):
     assert [h.state for h in report.health] == [HealthState.HEALTHY, HealthState.HEALTHY]
     assert report.capacity.devices[0].vram == first.memory_free
     assert report.capacity.allocatable_devices == 2
+
+
+def test_the_drivers_reservation_is_not_taken_for_use(nvml_child):
+    """An idle H200 as its real driver reports it (docs/gpu.md): NVML's v1 memory info
+    counts the driver's 615 MiB as used, which made an idle GPU read as "in use". The
+    probe asks v2, which reports the reservation apart, as ``nvidia-smi`` shows it."""
+    (result,) = nvml_child("nvml_idle_reserved.txt")
+    (gpu,) = result.devices
+    assert gpu.memory_reserved == 644939776
+    assert gpu.memory_used == 0
+    assert gpu.memory_free == 150754820096 - 644939776
+    report = report_of(result)
+    (capacity,) = report.capacity.devices
+    assert capacity.vram == gpu.memory_free
+    assert CapacityReason.IN_USE not in capacity.reasons
+    # Without v2 (the other fixtures: drivers before 510), v1 still serves.
+    (older,) = nvml_child("nvml_hot_throttling.txt")
+    assert all(d.memory_reserved is None and d.memory_used is not None for d in older.devices)
 
 
 def test_one_gpu_throttling_hot(nvml_child):
@@ -217,3 +235,22 @@ def test_cli_hung_nvml_is_cut_off(fake_nvml_dir: Path):
     assert data["probes"][0]["error"] == "nvml: timed out after 0.5s"
     assert data["gpus"] == []
     assert elapsed < 20, f"the hung probe held the process for {elapsed:.1f}s"
+
+
+def test_a_real_h200_probe_makes_a_full_offer_and_survives_the_record():
+    """``fixtures/nvml_probe_h200.json`` is what ``NvmlProbe`` returned on a real idle
+    H200 (driver 580.159.04; docs/gpu.md): nothing used, 615 MiB kept by the driver."""
+    data = json.loads(fixture_path("nvml_probe_h200.json").read_text())
+    report = report_of(result_from_json(data))
+    (gpu,) = report.facts.devices
+    assert gpu.name == "NVIDIA H200" and gpu.compute_capability == (9, 0)
+    assert gpu.memory_used == 0 and gpu.memory_reserved == 644939776
+    (capacity,) = report.capacity.devices
+    assert capacity.vram == gpu.memory_total - gpu.memory_reserved
+    assert capacity.reasons == ()
+    assert [h.state for h in report.health] == [HealthState.HEALTHY]
+    again = type(report).from_record(report.to_record())
+    (back,) = again.facts.devices
+    assert back.uuid == gpu.uuid
+    assert back.memory_reserved == gpu.memory_reserved // MIB * MIB
+    assert back.memory_free == back.memory_total - back.memory_reserved
