@@ -162,6 +162,8 @@ class RejoinPolicy:
         self._joined_once = False
         #: What the last `targets` or `first_targets` returned: the join in flight.
         self._sent: list[Any] = []
+        #: `first_targets` has chosen this life's first join.
+        self._started = False
         #: Joins sent to bootstrap peers missing from a joined node's view.
         self.bootstrap_retries = 0
 
@@ -235,11 +237,15 @@ class RejoinPolicy:
         (deduplicated), a random choice when there are more, so that a fleet started
         at once through the same seeds spreads its joins over them.
 
-        The driver uses it for its first attempt only; a retry after no answer takes
-        `targets`, which tries every candidate.
+        Only the first call of a life chooses: later ones (a retry after no answer)
+        return every candidate, as `targets` does, so a driver can route each join's
+        candidates through here without a flag of its own.
         """
         unique = list(dict.fromkeys(candidates))
         most = self._config.first_join_max
+        if self._started:
+            most = len(unique)
+        self._started = True
         if len(unique) > most:
             unique = self._rng.sample(unique, most)
         self._sent = list(unique)

@@ -65,10 +65,8 @@ class Discovery:
         self._failed_at: dict[str, tuple[Address, float]] = {}
         self._mdns_peers: dict[str, tuple[Address, ...]] = {}
         self._joined = trio.Event()
-        #: The shared join policy; kept for `first_targets` on the start's join.
+        #: The shared join policy; its `first_targets` narrows this run's first join.
         self._policy = Backoff(jitter=0.2, rng=random.Random()).policy(max(1.0, 5 * probe_interval))
-        #: No join sent yet in this run: the next goes to one candidate only.
-        self._first_join = True
         self.bootstrapper = Bootstrapper(
             self._try_join,
             bootstrap=bootstrap,
@@ -175,12 +173,10 @@ class Discovery:
         seeds = [c for c in candidates if c != self._advertise][: JOIN_CANDIDATES_MAX * 2]
         if not seeds:
             return membership.num_alive() > 1
-        if self._first_join:
-            # The start's join goes to one candidate, a random one: 100 daemons started
-            # at once through the same two seeds otherwise give each seed a state
-            # exchange per joiner. A retry (no answer within the wait) tries them all.
-            self._first_join = False
-            seeds = self._policy.first_targets(seeds)
+        # The start's join goes to one candidate, a random one: 100 daemons started at
+        # once through the same two seeds otherwise give each seed a state exchange per
+        # joiner. A retry (no answer within the wait) tries them all.
+        seeds = self._policy.first_targets(seeds)
         event(_log, 10, "join.attempt", seeds=",".join(format_address(s) for s in seeds))
         self._joined = trio.Event()
         await membership.join(seeds)

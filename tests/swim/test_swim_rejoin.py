@@ -237,6 +237,8 @@ def test_first_targets_are_at_most_first_join_max_distinct_candidates(
     got = p.first_targets(candidates)
     assert len(got) == min(most, len(set(candidates)))
     assert len(set(got)) == len(got) and set(got) <= set(candidates)
+    # Only the life's first join is narrowed: a retry (no answer) tries every candidate.
+    assert p.first_targets(candidates) == list(dict.fromkeys(candidates))
 
 
 def test_first_joins_of_a_fleet_are_spread_over_the_seeds() -> None:
