@@ -172,13 +172,27 @@ def test_a_pull_is_answered_with_full_records_of_live_members_only() -> None:
     assert me.statistics().pulled_records_sent == 2
 
 
-def test_an_answer_over_the_packet_budget_goes_reliable() -> None:
+def test_an_answer_over_the_packet_budget_is_split_into_datagrams() -> None:
     me = core()
     for i in range(8):
         me.receive(SENDER, encode(Alive(f"b{i}", 0, address_of(10 + i), RECORD)), 1.0)
     out = me.receive(SENDER, encode(Pull("x", OTHER, tuple(f"b{i}" for i in range(8)))), 2.0)
-    [send] = sends(out)
-    assert send.reliable and len(decode_packet(send.payload)) == 8
+    answers = sends(out)
+    assert len(answers) == 3 and not any(s.reliable for s in answers)  # 3 records each
+    assert all(len(s.payload) <= TEST_CONFIG.packet_budget for s in answers)
+    got = [m.name for s in answers for m in decode_packet(s.payload)]  # type: ignore[union-attr]
+    assert got == [f"b{i}" for i in range(8)]
+
+
+def test_a_record_over_the_packet_budget_is_answered_reliably() -> None:
+    me = core()
+    me.receive(SENDER, encode(Alive("big", 0, address_of(10), b"x" * 2000)), 1.0)
+    me.receive(SENDER, encode(Alive("b", 0, address_of(11), RECORD)), 1.0)
+    out = me.receive(SENDER, encode(Pull("x", OTHER, ("big", "b"))), 2.0)
+    assert [(s.reliable, len(decode_packet(s.payload))) for s in sends(out)] == [
+        (True, 1),
+        (False, 1),
+    ]
 
 
 def test_a_flood_of_pulls_costs_bounded_output() -> None:
