@@ -12,7 +12,7 @@ import time
 
 from node.harness import wait_until
 
-from swim import wire
+from swim import SwimConfig, wire
 
 from .attacker import TALLY, Attacker
 from .conftest import AttackMesh
@@ -231,6 +231,47 @@ def test_a_lean_packet_in_a_members_name_signed_by_another_key_is_refused(
         assert attacker.receive(timeout=0.3) is None
         changes = watch.settled()
         TALLY.add("lean packet in a member's name, another key", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()
+
+
+def test_an_insiders_flood_of_pulls_costs_bounded_answers(attack_mesh: AttackMesh) -> None:
+    """An enrolled key asks each member, over and over, for every record it holds (and
+    names nobody holds), 256 names a request: each request is answered with at most
+    `pull_names_max` records, only of members held alive, and nothing changes."""
+    watch = attack_mesh.watch()
+    daemons = attack_mesh.daemons
+    attacker = Attacker("127.0.0.66", attack_mesh.mesh.authority, seed=66)
+    most = SwimConfig.lan().pull_names_max
+    requests = 20
+    try:
+        held = [d.node_id for d in daemons]
+        names = tuple((held * 256)[: 256 - 16] + [f"nobody-{i}" for i in range(16)])
+        before = {d.node_id: swim_counter(d, "pulls_received") for d in daemons}
+        for d in daemons:
+            pull = wire.Pull(attacker.node_id, attacker.address, names)
+            packets = [attacker.seal(pull, recipient=d.node_id) for _ in range(requests)]
+            attacker.send_paced(attack_mesh.address(d), packets, per_second=100)
+        for d in daemons:
+            wait_until(
+                lambda d=d: swim_counter(d, "pulls_received") - before[d.node_id] >= requests,
+                15, f"{d.name} to read every pull",
+            )  # fmt: skip
+        records = 0
+        while (reply := attacker.receive(timeout=1.0)) is not None:
+            opened = attacker.auth.open(reply, time.time())
+            for message in wire.decode_packet(opened.payload):
+                assert isinstance(message, wire.Alive) and message.name in held
+                records += 1
+        # Each request is answered with each held name once (deduplicated), at most
+        # `most` of them; some answers may be lost to our socket, never more sent.
+        assert 0 < records <= len(daemons) * requests * min(most, len(held))
+        for d in daemons:
+            refused = swim_counter(d, "pull_names_refused")
+            assert refused >= requests * (len(names) - most)
+        changes = watch.settled()
+        TALLY.add("a flood of pulls for every record", attacker.sent, len(changes))
         assert changes == []
     finally:
         attacker.close()
