@@ -73,6 +73,21 @@ class MembershipStatistics:
     app_states_merged: int = 0
     #: Reliable sends the driver reported as undeliverable (`send_failed`).
     send_failures: int = 0
+    #: Lean alive rumors (`AliveRef`) applied with metadata we already held.
+    lean_alives_applied: int = 0
+    #: Pull requests sent (each names up to `pull_names_max` members), retries included.
+    pulls_sent: int = 0
+    #: Pull requests received, and full records sent in answer to them.
+    pulls_received: int = 0
+    pulled_records_sent: int = 0
+    #: Names in received pulls beyond `pull_names_max`, not answered.
+    pull_names_refused: int = 0
+    #: Members pulled in full after a lean rumor (the answer arrived and was applied).
+    pulls_completed: int = 0
+    #: Pulls given up after their last try, and lean rumors not pulled because
+    #: `pull_pending_max` were outstanding (anti-entropy repairs both).
+    pulls_given_up: int = 0
+    pulls_dropped_full: int = 0
 
 
 class Counters:
@@ -116,6 +131,14 @@ class Counters:
     app_states_sent: int
     app_states_merged: int
     send_failures: int
+    lean_alives_applied: int
+    pulls_sent: int
+    pulls_received: int
+    pulled_records_sent: int
+    pull_names_refused: int
+    pulls_completed: int
+    pulls_given_up: int
+    pulls_dropped_full: int
 
     def __init__(self) -> None:
         for name in self.__slots__:

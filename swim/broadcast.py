@@ -20,13 +20,16 @@ _MISSES_MAX = 16
 
 
 class _Item:
-    __slots__ = ("name", "payload", "size", "transmits")
+    __slots__ = ("extra", "name", "payload", "size", "transmits")
 
-    def __init__(self, name: str, payload: bytes) -> None:
+    def __init__(self, name: str, payload: bytes, extra: int) -> None:
         self.name = name
         self.payload = payload
         self.size = len(payload)
         self.transmits = 0
+        #: Sends left beyond the transmit limit (`queue`'s `extra`): each is spent
+        #: without leaving tier 0.
+        self.extra = extra
 
 
 class TransmitLimitedQueue:
@@ -50,6 +53,7 @@ class TransmitLimitedQueue:
         "_by_name",
         "_count",
         "_evicted",
+        "_extra_items",
         "_limit",
         "_max",
         "_oversize",
@@ -74,6 +78,8 @@ class TransmitLimitedQueue:
         self._oversize: dict[_Item, None] = {}
         self._count = 0
         self._evicted = 0
+        #: Queued items with extra sends left: while none are, `_promote` skips the check.
+        self._extra_items = 0
         #: (n, transmit limit at n) of the last call: n rarely changes between calls.
         self._limit = (-1, 0)
         #: How many tiered (not oversize) items there are of each size, and the
@@ -93,12 +99,18 @@ class TransmitLimitedQueue:
         """How many times each update is sent in a cluster of `n` live members."""
         return retransmit_limit(self._retransmit_mult, n)
 
-    def queue(self, name: str, payload: bytes) -> None:
-        """Queue an encoded update about member `name`, replacing any older one."""
+    def queue(self, name: str, payload: bytes, extra: int = 0) -> None:
+        """Queue an encoded update about member `name`, replacing any older one.
+
+        `extra`: sends on top of the transmit limit, for updates cheap enough to send
+        more often (a lean alive rumor); they come first, as tier-0 sends.
+        """
         old = self._by_name.get(name)
         if old is not None:
             self._remove(old)
-        item = _Item(name, payload)
+        item = _Item(name, payload, extra)
+        if extra:
+            self._extra_items += 1
         self._by_name[name] = item
         size = item.size
         if size > self._oversize_size:
@@ -191,6 +203,8 @@ class TransmitLimitedQueue:
         tiers = self._tiers
         for transmits, got in moves:
             source = tiers[transmits]
+            if self._extra_items:
+                got = self._spend_extra(got)
             after = transmits + 1
             if after >= transmit_limit:
                 by_name = self._by_name
@@ -207,6 +221,19 @@ class TransmitLimitedQueue:
                 del source[item]
                 item.transmits = after
                 target[item] = None
+
+    def _spend_extra(self, got: list[_Item]) -> list[_Item]:
+        """Spend an extra send of each picked item that has one left, keeping it where
+        it is; returns the items that count a transmission as usual."""
+        counted = []
+        for item in got:
+            if item.extra:
+                item.extra -= 1
+                if not item.extra:
+                    self._extra_items -= 1
+            else:
+                counted.append(item)
+        return counted
 
     def _get_broadcasts_shrunk(self, room: int, transmit_limit: int) -> list[bytes]:
         """`get_broadcasts` when tiers at or past the transmit limit hold items (the
@@ -259,6 +286,8 @@ class TransmitLimitedQueue:
         return payloads
 
     def _remove(self, item: _Item) -> None:
+        if item.extra:
+            self._extra_items -= 1
         size = item.size
         if size > self._oversize_size:
             del self._oversize[item]

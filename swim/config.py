@@ -92,6 +92,22 @@ class SwimConfig:
     #: Bound on indirect probes we run for other members at once; requests beyond it
     #: are dropped and counted (the requester simply gets no ack from us).
     indirect_pending_max: int = attrs.field(default=1024, validator=_at_least_one)
+    #: Metadata longer than this many bytes is gossiped lean: the broadcast queue
+    #: carries an `AliveRef` (the metadata's 8-byte digest) instead of the `Alive`, so
+    #: several times more rumors fit a datagram; a receiver lacking the metadata pulls
+    #: it from the sender once (see docs/protocol.md, "Lean alive rumors"). Set it to
+    #: `meta_size_max` to always gossip the full record (every peer must know the lean
+    #: form, message types 11 and 12, before it is used).
+    lean_alive_meta_min: int = attrs.field(default=64, validator=_non_negative)
+    #: A pull not answered within this long is sent again (at most three sends, the
+    #: later ones to the member itself); then it is given up and anti-entropy repairs.
+    pull_timeout: float = attrs.field(default=0.5, validator=_positive)
+    #: Bound on members we are pulling at once; lean rumors beyond it wait for a later
+    #: copy (or a sync) and are counted in `pulls_dropped_full`.
+    pull_pending_max: int = attrs.field(default=1024, validator=_at_least_one)
+    #: Most names one pull asks for, and most full records one pull is answered with,
+    #: whatever it asked: bounds what a flood of pulls can make us send.
+    pull_names_max: int = attrs.field(default=32, validator=_at_least_one)
     #: The application channel (`Membership.broadcast_app`, `AppMessage`, the `AppState`
     #: push-pull section). Off: received application broadcasts are dropped and
     #: counted, so a driver that does not handle `AppMessage` never sees one.
@@ -173,6 +189,7 @@ class SwimConfig:
             dead_retention=30.0,  # same as push-pull: one exchange to hear the news
             push_pull_interval=30.0,  # low-frequency full-state repair
             awareness_max_multiplier=8,  # probe interval backs off to at most 8 s
+            pull_timeout=0.5,  # as the probe timeout: a LAN round trip, generously
         )
 
     @classmethod
@@ -190,6 +207,7 @@ class SwimConfig:
             dead_retention=60.0,  # slower gossip: remember the dead longer
             push_pull_interval=60.0,  # full-state exchange is expensive across the WAN
             awareness_max_multiplier=8,  # as LAN
+            pull_timeout=3.0,  # as the probe timeout: long-haul round trips
         )
 
     @classmethod
@@ -207,4 +225,5 @@ class SwimConfig:
             dead_retention=15.0,  # as push-pull
             push_pull_interval=15.0,  # cheap full-state exchange
             awareness_max_multiplier=8,  # as LAN
+            pull_timeout=0.2,  # as the probe timeout: loopback
         )

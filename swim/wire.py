@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
+from hashlib import blake2b as _blake2b
 from typing import Any, NamedTuple
 
 import msgpack
@@ -60,6 +61,8 @@ class MessageType(enum.IntEnum):
     PUSH_PULL = 8
     APP = 9
     SYNC = 10
+    ALIVE_REF = 11
+    PULL = 12
 
 
 class DecodeError(ValueError):
@@ -126,6 +129,49 @@ class Alive(NamedTuple):
     incarnation: int
     address: Address
     meta: bytes
+
+
+#: Bytes of a metadata digest (`meta_digest`) in an `AliveRef`.
+META_DIGEST_SIZE = 8
+#: Most names one `Pull` may carry; a longer list is a `DecodeError`. The core asks
+#: for and answers fewer (`SwimConfig.pull_names_max`).
+PULL_NAMES_MAX = 256
+
+
+def meta_digest(meta: bytes) -> bytes:
+    """The digest an `AliveRef` carries in place of `meta`: 8 bytes of BLAKE2b.
+
+    64 bits, not CRC-32: a receiver that already holds a record with the same digest
+    keeps it, so a collision would keep a stale record (silently) until the next change.
+    """
+    return _blake2b(meta, digest_size=META_DIGEST_SIZE).digest()
+
+
+class AliveRef(NamedTuple):
+    """A lean `Alive`: `meta` replaced by its digest (`meta_digest`).
+
+    Gossip sends this for members whose metadata is large (`SwimConfig.lean_alive_meta_min`),
+    so many more rumors fit in a datagram. A receiver holding metadata with this digest
+    applies it with what it holds (a refute: new incarnation, same record); one that
+    does not sends a `Pull` and applies the member only once the full `Alive` arrives.
+    """
+
+    name: str
+    incarnation: int
+    address: Address
+    meta_digest: bytes
+
+
+class Pull(NamedTuple):
+    """Send me the full `Alive` of these members (the answer to `AliveRef`s we lack).
+
+    Answered with one packet of `Alive` messages to `source_address`, for those of
+    `names` the receiver holds alive or suspect, at most `SwimConfig.pull_names_max`.
+    """
+
+    source: str
+    source_address: Address
+    names: tuple[str, ...]
 
 
 class Suspect(NamedTuple):
@@ -205,7 +251,21 @@ class Sync(NamedTuple):
     app_state: bytes
 
 
-Message = Ping | IndirectPing | Ack | Nack | Alive | Suspect | Dead | Left | PushPull | App | Sync
+Message = (
+    Ping
+    | IndirectPing
+    | Ack
+    | Nack
+    | Alive
+    | Suspect
+    | Dead
+    | Left
+    | PushPull
+    | App
+    | Sync
+    | AliveRef
+    | Pull
+)
 
 _TYPE_OF: dict[type[Any], int] = {
     Ping: MessageType.PING.value,
@@ -219,6 +279,8 @@ _TYPE_OF: dict[type[Any], int] = {
     PushPull: MessageType.PUSH_PULL.value,
     App: MessageType.APP.value,
     Sync: MessageType.SYNC.value,
+    AliveRef: MessageType.ALIVE_REF.value,
+    Pull: MessageType.PULL.value,
 }
 
 ####################################################################################
@@ -497,6 +559,48 @@ def _alive_fast(raw: tuple[Any, ...]) -> Alive:
     return _alive(raw)
 
 
+def _digest(value: Any) -> bytes:
+    if type(value) is not bytes or len(value) != META_DIGEST_SIZE:
+        raise DecodeError("bad metadata digest")
+    return value
+
+
+def _alive_ref(raw: tuple[Any, ...]) -> AliveRef:
+    _need(raw, 5)
+    return AliveRef(_name(raw[1]), _uint(raw[2]), _address(raw[3]), _digest(raw[4]))
+
+
+def _alive_ref_fast(raw: tuple[Any, ...]) -> AliveRef:
+    """`_alive_ref` for a well-formed message, in one call (see `_alive_fast`): lean
+    rumors are what a forming cluster receives most."""
+    if len(raw) >= 5:
+        name, incarnation, address, digest = raw[1:5]
+        if (
+            type(name) is str
+            and len(name) <= NAME_LENGTH_MAX
+            and type(incarnation) is int
+            and 0 <= incarnation <= INTEGER_MAX
+            and type(address) is tuple
+            and len(address) == 2
+            and type(address[0]) is str
+            and len(address[0]) <= NAME_LENGTH_MAX
+            and type(address[1]) is int
+            and 0 <= address[1] <= 0xFFFF
+            and type(digest) is bytes
+            and len(digest) == META_DIGEST_SIZE
+        ):
+            return _tuple_new(AliveRef, raw[1:5])
+    return _alive_ref(raw)
+
+
+def _pull(raw: tuple[Any, ...]) -> Pull:
+    _need(raw, 4)
+    names = raw[3]
+    if type(names) is not tuple or len(names) > PULL_NAMES_MAX:
+        raise DecodeError("bad pull name list")
+    return Pull(_name(raw[1]), _address(raw[2]), _names(names))
+
+
 def _suspect(raw: tuple[Any, ...]) -> Suspect:
     _need(raw, 4)
     return Suspect(_name(raw[1]), _uint(raw[2]), _name(raw[3]))
@@ -659,6 +763,8 @@ _DECODERS: dict[int, Callable[[tuple[Any, ...]], Message]] = {
     MessageType.PUSH_PULL.value: _push_pull,
     MessageType.APP.value: _app,
     MessageType.SYNC.value: _sync,
+    MessageType.ALIVE_REF.value: _alive_ref_fast,
+    MessageType.PULL.value: _pull,
 }
 
 
@@ -672,7 +778,7 @@ DECODED_SIZE_MIN = 2048
 DECODED_MAX = 16
 
 
-#: How many rumor messages (alive, suspect, dead, left) a `DecodeCache` remembers by
+#: How many rumor messages (alive, lean alive, suspect, dead, left) a `DecodeCache` remembers by
 #: default, by their bytes. A rumor travels as the same bytes to every member, several
 #: times each (piggybacked on `retransmit_limit` packets by every member that holds
 #: it), so a member decodes most rumors it receives more than once; while 1,000
@@ -688,6 +794,7 @@ _RUMOR_TYPES = frozenset(
         MessageType.SUSPECT.value,
         MessageType.DEAD.value,
         MessageType.LEFT.value,
+        MessageType.ALIVE_REF.value,
     }
 )
 

@@ -12,7 +12,7 @@ import time
 
 from node.harness import wait_until
 
-from swim import wire
+from swim import SwimConfig, wire
 
 from .attacker import TALLY, Attacker
 from .conftest import AttackMesh
@@ -231,6 +231,51 @@ def test_a_lean_packet_in_a_members_name_signed_by_another_key_is_refused(
         assert attacker.receive(timeout=0.3) is None
         changes = watch.settled()
         TALLY.add("lean packet in a member's name, another key", attacker.sent, len(changes))
+        assert changes == []
+    finally:
+        attacker.close()
+
+
+def test_an_insiders_flood_of_pulls_costs_bounded_answers(attack_mesh: AttackMesh) -> None:
+    """An enrolled key asks each member, over and over, for every record it holds (twice
+    over) and for names nobody holds, 200 names a request: each request is answered
+    with each held record once, at most `pull_names_max` names are looked at, and
+    nothing changes."""
+    watch = attack_mesh.watch()
+    daemons = attack_mesh.daemons
+    attacker = Attacker("127.0.0.66", attack_mesh.mesh.authority, seed=66)
+    most = SwimConfig.lan().pull_names_max
+    requests = 20
+    try:
+        held = [d.node_id for d in daemons]
+        # Short unknown names keep the request one datagram (the daemon takes 2,048 bytes).
+        names = tuple(held + held + [f"x{i}" for i in range(200 - 2 * len(held))])
+        counters = ("pulls_received", "pulled_records_sent", "pull_names_refused")
+        before = {d.node_id: {c: swim_counter(d, c) for c in counters} for d in daemons}
+        for d in daemons:
+            pull = wire.Pull(attacker.node_id, attacker.address, names)
+            packets = [attacker.seal(pull, recipient=d.node_id) for _ in range(requests)]
+            attacker.send_paced(attack_mesh.address(d), packets, per_second=100)
+        for d in daemons:
+            wait_until(
+                lambda d=d: swim_counter(d, "pulls_received") - before[d.node_id]["pulls_received"]
+                >= requests,
+                15, f"{d.name} to read every pull",
+            )  # fmt: skip
+        for d in daemons:
+            grown = {c: swim_counter(d, c) - before[d.node_id][c] for c in counters}
+            # Members' own pulls (a record refreshed meanwhile) may add a few records.
+            assert grown["pulled_records_sent"] >= requests * len(held), grown
+            assert grown["pull_names_refused"] == requests * (len(names) - most), grown
+        answered = 0
+        while (reply := attacker.receive(timeout=1.0)) is not None:
+            opened = attacker.auth.open(reply, time.time())
+            for message in wire.decode_packet(opened.payload):
+                assert isinstance(message, wire.Alive) and message.name in held
+                answered += 1
+        assert 0 < answered <= len(daemons) * requests * len(held)
+        changes = watch.settled()
+        TALLY.add("a flood of pulls for every record", attacker.sent, len(changes))
         assert changes == []
     finally:
         attacker.close()

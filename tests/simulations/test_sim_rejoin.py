@@ -172,14 +172,18 @@ class RecordStorm(TwoSeeds):
         return sorted(t - max(up[o], up[s]) for (o, s), t in self.held.items() if o != s)
 
 
-def record_storm(seed: int, *, at_once: bool) -> tuple[RunResult, RecordStorm]:
-    """100 members started within 5 s through two seeds, one seed per start."""
+def record_storm(seed: int, *, at_once: bool, lean: bool = True) -> tuple[RunResult, RecordStorm]:
+    """100 members started within 5 s through two seeds, one seed per start; `lean`
+    False gossips every alive rumor with its record, as before `AliveRef`."""
+    swim: dict[str, Any] = {"packet_budget": DAEMON_BUDGET}
+    if not lean:
+        swim["lean_alive_meta_min"] = SwimConfig().meta_size_max
     run = RecordStorm(
         scenario(
             members=100,
             duration=1.0,
             seed=seed,
-            swim={"packet_budget": DAEMON_BUDGET},
+            swim=swim,
             formation={"window": 5.0, "timeout": 120.0},
         ),
         None,
@@ -214,3 +218,19 @@ def test_a_record_storm_checking_a_check_interval_after_the_join_converges_late(
     last = max(run.up.values())
     assert result.formation_seconds is not None and result.formation_seconds - last > 20.0
     assert run.lags()[-1] > 20.0
+
+
+def test_a_record_storm_gossips_a_quarter_of_the_bytes_with_lean_alive_rumors() -> None:
+    """Alive rumors carry the record's digest, and each member pulls each record once:
+    measured 7.5 MB of datagrams against 29 MB with the record in every rumor (seeds
+    1 to 5), converging as fast."""
+    sent = {}
+    for lean in (True, False):
+        result, run = record_storm(2, at_once=True, lean=lean)
+        assert result.ok, result.failure
+        assert run.lags()[-1] < 2.0
+        cores = [c for c in run.sim.cores if isinstance(c, Membership)]
+        stats = [c.statistics() for c in cores]
+        sent[lean] = sum(s.bytes_sent for s in stats)
+        assert (sum(s.pulls_completed for s in stats) > 0) is lean
+    assert sent[True] < 0.4 * sent[False], sent

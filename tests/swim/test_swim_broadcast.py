@@ -36,6 +36,25 @@ def test_each_update_is_sent_exactly_the_transmit_limit() -> None:
     assert len(queue) == 0
 
 
+def test_extra_sends_come_on_top_of_the_transmit_limit() -> None:
+    queue = TransmitLimitedQueue(retransmit_mult=2, max_items=100, oversize_size=1000)
+    queue.queue("lean", payload("lean"), extra=2)
+    queue.queue("plain", payload("plain"))
+    n = 99  # limit 4
+    rounds = [queue.get_broadcasts(0, 100, n) for _ in range(10)]
+    assert sum(p.count(payload("lean")) for p in rounds) == 4 + 2
+    assert sum(p.count(payload("plain")) for p in rounds) == 4
+    assert len(queue) == 0
+    # Replaced or invalidated before its extra sends are spent: nothing lingers.
+    queue.queue("a", payload("a"), extra=3)
+    queue.get_broadcasts(0, 100, n)
+    queue.queue("a", payload("a2"))
+    assert sum(len(queue.get_broadcasts(0, 100, n)) for _ in range(10)) == 4
+    queue.queue("b", payload("b"), extra=3)
+    assert queue.invalidate("b") and len(queue) == 0
+    assert queue._extra_items == 0
+
+
 def test_newer_update_about_a_member_replaces_the_older() -> None:
     queue = TransmitLimitedQueue(retransmit_mult=4, max_items=100, oversize_size=1000)
     queue.queue("a", payload("suspect-a"))

@@ -17,6 +17,7 @@ from swim.wire import (
     NAME_LENGTH_MAX,
     Ack,
     Alive,
+    AliveRef,
     App,
     Dead,
     IndirectPing,
@@ -25,6 +26,7 @@ from swim.wire import (
     Message,
     Nack,
     Ping,
+    Pull,
     PushPull,
     Suspect,
     Sync,
@@ -71,6 +73,8 @@ messages = st.one_of(
     st.builds(Suspect, names, uints, names),
     st.builds(Dead, names, uints, names),
     st.builds(Left, names, uints),
+    st.builds(AliveRef, names, uints, addresses, st.binary(min_size=8, max_size=8)),
+    st.builds(Pull, names, addresses, st.lists(names, max_size=5).map(tuple)),
     st.builds(
         PushPull,
         st.booleans(),
@@ -126,7 +130,7 @@ msgpack_values = st.recursive(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 10), st.lists(msgpack_values, max_size=7)), max_size=4))
+@given(st.lists(st.tuples(st.integers(0, 12), st.lists(msgpack_values, max_size=7)), max_size=4))
 def test_wrong_field_types_only_raise_decode_error(raw: list[tuple[int, list[object]]]) -> None:
     packet = bytes([PROTOCOL_VERSION]) + msgpack.packb([[t, *fields] for t, fields in raw])
     try:
@@ -198,6 +202,8 @@ def test_message_types_are_append_only() -> None:
         "PUSH_PULL": 8,
         "APP": 9,
         "SYNC": 10,
+        "ALIVE_REF": 11,
+        "PULL": 12,
     }
 
 
@@ -291,6 +297,13 @@ def test_encode_sync_matches_generic_encoding(
         [10, 0, False, "s", ["h", 1], [], [], [1], b"", b""],  # wanted not names
         [10, 0, False, "s", ["h", 1], [], [], [], "x", b""],  # digest not bytes
         [9, "s", "k"],  # app missing payload
+        [11, "a", 1, ["h", 1], b"1234567"],  # digest one byte short
+        [11, "a", 1, ["h", 1], b"123456789"],  # digest one byte long
+        [11, "a", 1, ["h", 1], "12345678"],  # digest not bytes
+        [11, "a", 1, ["h", 1]],  # lean alive missing its digest
+        [12, "s", ["h", 1], ["a", 1]],  # pull names not names
+        [12, "s", ["h", 1], ["a"] * (wire.PULL_NAMES_MAX + 1)],  # too many names
+        [12, "s", ["h", 1], "a"],  # pull names not a list
     ],
 )
 def test_malformed_sync_and_app_are_decode_errors(raw: list[object]) -> None:
@@ -370,6 +383,12 @@ HOT: dict[str, list[tuple[object, list[object]]]] = {
     "suspect": [("m", NAMES), (3, UINTS), ("s", NAMES)],
     "ping": [(9, UINTS), ("t", NAMES), ("s", NAMES), (("10.0.0.1", 7946), ADDRESSES)],
     "ack": [(9, UINTS)],
+    "alive_ref": [
+        ("m", NAMES),
+        (3, UINTS),
+        (("10.0.0.1", 7946), ADDRESSES),
+        (b"d" * 8, [b"d" * 8, b"d" * 7, b"d" * 9, b""]),
+    ],
 }
 
 
