@@ -266,6 +266,9 @@ class Simulator:
         self._slow_jitter: list[float] = []
         self._busy_until: list[float] = []
         self._paused_from: list[int] = []
+        # The mode a stalled node goes back to (`stall`); a stalled node's `_tick_at`
+        # is -inf, which also keeps `_reschedule` from giving it a tick.
+        self._stalled_from: list[int] = []
         self._sleep: list[tuple[float, bool]] = []
         self.sent_messages: list[int] = []
         self.sent_bytes: list[int] = []
@@ -325,6 +328,7 @@ class Simulator:
         self._slow_jitter.append(0.0)
         self._busy_until.append(0.0)
         self._paused_from.append(_UP)
+        self._stalled_from.append(_UP)
         self._sleep.append((0.0, False))
         self.sent_messages.append(0)
         self.sent_bytes.append(0)
@@ -439,6 +443,8 @@ class Simulator:
             return
         if self._mode[node] == _PAUSED:
             self._wake(node)
+        if self._tick_at[node] == -_INF:  # the leave ends a stall (`stall`)
+            self._tick_at[node] = _INF
         self._set_mode(node, _LEAVING)
         self._record("leave", node, core.incarnation)
         self._apply(node, core.leave(self.local_time(node)), self.now)
@@ -460,6 +466,8 @@ class Simulator:
         mode = self._mode[node]
         if mode not in (_UP, _SLOW):
             return
+        if self._tick_at[node] == -_INF:  # the pause ends a stall (`stall`)
+            mode = self._stalled_from[node]
         self._paused_from[node] = mode
         self._sleep[node] = (self.now, clock_stops)
         self._tick_seq[node] = -1
@@ -489,6 +497,44 @@ class Simulator:
         assert core is not None
         self._apply(node, core.tick(self.local_time(node)), self.now)
 
+    def stall(self, node: int, duration: float) -> None:
+        """Starve `node` of CPU for `duration`: it runs no timers and reads nothing,
+        while its clock keeps counting and whatever arrives waits, in order, in its
+        queue. Waking, it ticks first (its timers are overdue) and reads the queue
+        after, as the daemon's driver does with packets not yet in its inbox: the
+        case the swim core's stall guard is for (docs/protocol.md, "Stalls").
+
+        The node counts as slow meanwhile (a member, not a failure). Only a node that
+        is up or slow, and not stalled already, can stall; a pause, crash or leave
+        during the stall ends it.
+        """
+        mode = self._mode[node]
+        if mode not in (_UP, _SLOW) or self._tick_at[node] == -_INF:
+            return
+        end = self.now + duration
+        self._stalled_from[node] = mode
+        self._busy_until[node] = max(self._busy_until[node], end)
+        self._tick_seq[node] = -1
+        self._tick_at[node] = -_INF
+        self._record("stall", node, duration)
+        if mode == _UP:
+            self._set_mode(node, _SLOW)  # what arrives goes to the queue (`_arrive_slow`)
+        # Pushed now, so it runs before the messages queued for `end` (their seqs are
+        # later): the tick comes before the reads.
+        self.call_at(end, self._unstall, (node, self._life[node]))
+
+    def _unstall(self, arg: tuple[int, int]) -> None:
+        node, life = arg
+        if self._life[node] != life or self._tick_at[node] != -_INF:
+            return  # crashed, restarted, paused or left meanwhile
+        self._tick_at[node] = _INF
+        self._record("unstall", node, 0)
+        if self._mode[node] == _SLOW and self._stalled_from[node] == _UP:
+            self._set_mode(node, _UP)
+        core = self.cores[node]
+        assert core is not None
+        self._apply(node, core.tick(self.local_time(node)), self.now)
+
     def set_slow(self, node: int, delay: float, *, jitter: float = 0.0) -> None:
         """Make `node` handle each incoming message `delay` (plus up to `jitter`) late.
 
@@ -499,6 +545,8 @@ class Simulator:
         self._slow_delay[node] = delay
         self._slow_jitter[node] = jitter
         self._record("slow", node, delay)
+        if self._tick_at[node] == -_INF:  # stalled: slow once the stall ends
+            self._stalled_from[node] = _SLOW
         if self._mode[node] == _UP:
             self._set_mode(node, _SLOW)
         elif self._mode[node] == _PAUSED:
@@ -507,6 +555,9 @@ class Simulator:
     def clear_slow(self, node: int) -> None:
         """Let `node` handle messages promptly again (messages already queued stay late)."""
         self._record("unslow", node, 0)
+        if self._tick_at[node] == -_INF:  # stalled: up once the stall ends
+            self._stalled_from[node] = _UP
+            return
         if self._mode[node] == _SLOW:
             self._set_mode(node, _UP)
         elif self._mode[node] == _PAUSED:

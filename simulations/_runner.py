@@ -536,6 +536,10 @@ class _Run:
                     sim.pause(node, fault.duration, clock_stops=fault.clock_stops)
                     # Queued after the engine's own wake-up call, so it runs just after it.
                     sim.call_at(sim.now + fault.duration, self._woke, node)
+            elif fault.kind == "stall":
+                assert fault.duration is not None
+                if status.is_member:
+                    sim.stall(node, fault.duration)
             elif fault.kind == "slow":
                 if status.is_member:
                     sim.set_slow(node, fault.delay, jitter=fault.jitter)

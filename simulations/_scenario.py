@@ -40,7 +40,7 @@ __all__ = [
     "parse_scenario",
 ]
 
-FAULT_KINDS = ("crash", "restart", "leave", "pause", "slow", "update")
+FAULT_KINDS = ("crash", "restart", "leave", "pause", "slow", "stall", "update")
 PRESETS = ("lan", "wan", "local")
 
 
@@ -82,7 +82,8 @@ class FaultSpec:
     until: float | None = None
     #: crash: restart the member this long after the crash (None: stays down).
     restart_after: float | None = None
-    #: pause: how long the member sleeps; slow: how long it stays slow (None: forever).
+    #: pause: how long the member sleeps; slow: how long it stays slow (None: forever);
+    #: stall: how long it gets no CPU (its clock runs, what arrives waits).
     duration: float | None = None
     #: slow: processing delay of each incoming message, plus uniform [0, jitter).
     delay: float = 0.0
@@ -362,8 +363,8 @@ def _fault(table: _Table) -> FaultSpec:
     )
     if spec.every is not None and spec.every <= 0:
         raise ScenarioError(f"{table.where}: every must be > 0, got {spec.every}")
-    if kind == "pause" and spec.duration is None:
-        raise ScenarioError(f"{table.where}: a pause needs a duration")
+    if kind in ("pause", "stall") and spec.duration is None:
+        raise ScenarioError(f"{table.where}: a {kind} needs a duration")
     if kind == "slow" and spec.delay <= 0:
         raise ScenarioError(f"{table.where}: a slow fault needs delay > 0")
     table.done()

@@ -513,6 +513,8 @@ class Membership:
         self._seq = 0
         self._probe_order = ProbeOrder(self._names_len)
         self._probe: ProbeRound[str] | None = None
+        # How long we were stalled before the tick in progress (0: not stalled).
+        self._stall = 0.0
         # Start the periodic activities at random phases, as memberlist staggers its
         # tickers, so that members started together do not probe in lockstep.
         self._next_probe_at: float | None = now + rng.random() * config.probe_interval
@@ -679,20 +681,19 @@ class Membership:
     def tick(self, now: float) -> list[Output]:
         """Fire everything due at `now`: probe phases, gossip, push-pull, timers."""
         out: list[Output] = []
+        stall = self._stall = self._stalled_for(now) if self._config.stall_guard_enabled else 0.0
         probe = self._probe
         if probe is not None:
             if not probe.indirect and now >= probe.timeout_at:
-                late = probe.go_indirect(now)
-                if late > self._config.probe_timeout and self._config.awareness_enabled:
-                    # We got to run a whole probe timeout after our own deadline: this
-                    # node is starved, so a missing ack may be ours to blame (Lifeguard's
-                    # local health; our addition to memberlist's deltas).
-                    self._awareness.apply_delta(1)
+                if probe.go_indirect(now) > self._config.probe_timeout:
                     self._counters.probes_ended_late += 1
                 self._probe_indirect(probe, now, out)
             if now >= probe.round_end:
-                self._probe = None
-                self._probe_failed(probe, now, out)
+                if stall and probe.stretch(now, stall):
+                    self._counters.probes_stretched += 1
+                else:
+                    self._probe = None
+                    self._probe_failed(probe, now, out)
         if self._next_probe_at is not None and now >= self._next_probe_at:
             if self._probe is None:
                 self._start_probe(now, out)
@@ -712,6 +713,20 @@ class Membership:
         if self._check:
             self._check_invariants()
         return out
+
+    def _stalled_for(self, now: float) -> float:
+        """How long this node was stalled before this tick: `now` less the earliest
+        deadline due, when that exceeds `stall_threshold`; else 0. A stall costs one
+        awareness point (it is evidence that we, not the members, are slow); the probe
+        and suspicion timers that expire in the same tick give it back
+        (`ProbeRound.stretch`, `Suspicion.postpone`). See docs/protocol.md, "Stalls"."""
+        due = self.next_deadline()
+        if due is None or now - due <= self._config.stall_threshold:
+            return 0.0
+        self._counters.stalls += 1
+        if self._config.awareness_enabled:
+            self._awareness.apply_delta(1)
+        return now - due
 
     def next_deadline(self) -> float | None:
         """When `tick` must next be called, or None when nothing is scheduled.
@@ -1982,6 +1997,14 @@ class Membership:
             return
         node = self._members[key]
         if kind == _TIMER_SUSPICION:
+            suspicion = node.suspicion
+            assert suspicion is not None
+            if self._stall and suspicion.postpone(now, self._stall):
+                # It ran out while we were stalled: its refute may be unread in our
+                # inbox, and we did not gossip the suspicion meanwhile (the stall guard).
+                self._push_timer(suspicion.deadline, _TIMER_SUSPICION, key)
+                self._counters.suspicions_postponed += 1
+                return
             # Suspicion ran out without a refute: declare the member dead.
             self._become_dead(node, node.incarnation, self._name, now, out)
         else:

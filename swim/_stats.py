@@ -39,8 +39,15 @@ class MembershipStatistics:
     #: "late ack counts").
     probes_acked_late: int = 0
     #: Probes whose direct phase this node only got to end more than `probe_timeout`
-    #: after its deadline (it was starved of CPU): each raised awareness by one.
+    #: after its deadline (it was starved of CPU).
     probes_ended_late: int = 0
+    #: Ticks that came more than `stall_threshold` after their earliest due deadline
+    #: (the stall guard): each raised awareness by one.
+    stalls: int = 0
+    #: Probe rounds that ended during a stall and were given the stall once more.
+    probes_stretched: int = 0
+    #: Suspicions that expired during a stall and were pushed back by it.
+    suspicions_postponed: int = 0
     probes_failed: int = 0
     indirect_probes_sent: int = 0
     reliable_probes_sent: int = 0
@@ -110,6 +117,9 @@ class Counters:
     probes_sent: int
     probes_acked_late: int
     probes_ended_late: int
+    stalls: int
+    probes_stretched: int
+    suspicions_postponed: int
     probes_failed: int
     indirect_probes_sent: int
     reliable_probes_sent: int

@@ -139,6 +139,19 @@ class SwimConfig:
     #: Lifeguard nacks: indirect probers report "no ack from the target", so a failed
     #: probe raises our awareness only by the nacks that did not come back.
     nack_enabled: bool = True
+    #: Stall guard (populi's addition to Lifeguard; docs/protocol.md, "Stalls"): when a
+    #: tick comes more than `stall_threshold` after the earliest deadline it was due
+    #: for, this node was starved (no CPU, a long GC pause) and its own lateness, not
+    #: the members', is why answers are missing. Such a tick raises awareness by one, a
+    #: probe round that ends in it gets the stall once more instead of failing, and a
+    #: suspicion that expires in it is pushed back by the stall (at most its minimum
+    #: timeout in all). Off: timers act whenever the driver gets to run them.
+    stall_guard_enabled: bool = True
+    #: Lateness of a tick, seconds after its earliest due deadline, above which the
+    #: node counts as stalled. A healthy event loop is milliseconds late; too low
+    #: treats scheduling noise as a stall (costing an awareness point and delaying
+    #: verdicts by that lateness), too high misses stalls that eat an ack's time.
+    stall_threshold: float = attrs.field(default=0.25, validator=_positive)
     #: Run `Membership._check_invariants()` at the end of every call (tests, simulation).
     check_invariants: bool = False
 
@@ -164,7 +177,8 @@ class SwimConfig:
     def with_lifeguard(self, enabled: bool) -> SwimConfig:
         """This config with every Lifeguard mechanism switched on or off together.
 
-        Off gives the SWIM baseline the Lifeguard paper compares against.
+        Off gives the SWIM baseline the Lifeguard paper compares against; the stall
+        guard, our extension of local health, goes with them.
         """
         return attrs.evolve(
             self,
@@ -172,6 +186,7 @@ class SwimConfig:
             dynamic_suspicion_enabled=enabled,
             buddy_enabled=enabled,
             nack_enabled=enabled,
+            stall_guard_enabled=enabled,
         )
 
     @classmethod
@@ -190,6 +205,7 @@ class SwimConfig:
             push_pull_interval=30.0,  # low-frequency full-state repair
             awareness_max_multiplier=8,  # probe interval backs off to at most 8 s
             pull_timeout=0.5,  # as the probe timeout: a LAN round trip, generously
+            stall_threshold=0.25,  # half a probe timeout: a stall that eats half an ack's time
         )
 
     @classmethod
@@ -208,6 +224,7 @@ class SwimConfig:
             push_pull_interval=60.0,  # full-state exchange is expensive across the WAN
             awareness_max_multiplier=8,  # as LAN
             pull_timeout=3.0,  # as the probe timeout: long-haul round trips
+            stall_threshold=1.5,  # half a probe timeout, as LAN
         )
 
     @classmethod
@@ -226,4 +243,5 @@ class SwimConfig:
             push_pull_interval=15.0,  # cheap full-state exchange
             awareness_max_multiplier=8,  # as LAN
             pull_timeout=0.2,  # as the probe timeout: loopback
+            stall_threshold=0.1,  # half a probe timeout, as LAN; one gossip interval
         )

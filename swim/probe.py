@@ -10,6 +10,12 @@ memberlist's `probeNode` blocks a goroutine through its phases. Here a probe is 
    the target becomes suspect. An ack that arrives late, after `timeout_at` but before
    `round_end`, still counts, so a briefly paused member is not suspected.
 
+When the node itself was starved (no CPU until well after a deadline), each phase is
+given its length from when the node actually runs: `go_indirect` moves `round_end` by
+the lateness, and `stretch` gives a round whose end came during a stall the stall once
+more (the stall guard, docs/protocol.md "Stalls"), since the answer may be sitting
+unread in our own socket.
+
 `ProbeOrder` is SWIM's randomized round-robin (section 4.3): each round visits every
 member once in random order, which bounds the time until a failed member is probed.
 """
@@ -30,9 +36,11 @@ class ProbeRound(Generic[T]):
         "indirect",
         "nacks_expected",
         "nacks_received",
+        "phase",
         "round_end",
         "seq",
         "started_at",
+        "stretched",
         "target",
         "timeout_at",
     )
@@ -45,7 +53,11 @@ class ProbeRound(Generic[T]):
         self.timeout_at = now + timeout
         #: When the probe fails for good if no ack came.
         self.round_end = now + interval
+        #: Length of the indirect phase (the period less the probe timeout).
+        self.phase = interval - timeout
         self.indirect = False
+        #: Whether `stretch` was used: a round is stretched at most once.
+        self.stretched = False
         self.nacks_expected = 0
         self.nacks_received = 0
 
@@ -58,6 +70,21 @@ class ProbeRound(Generic[T]):
         if late > 0:
             self.round_end += late
         return late
+
+    def stretch(self, now: float, stall: float) -> bool:
+        """The round ended while this node was stalled for `stall` seconds: give it
+        `min(stall, phase)` more from `now`, once. An ack (direct or relayed) that
+        arrived during the stall is then read before the round can fail, and a real
+        failure is noticed at most that much later.
+
+        Returns:
+            False when the round was stretched already: it fails now.
+        """
+        if self.stretched:
+            return False
+        self.stretched = True
+        self.round_end = now + min(stall, self.phase)
+        return True
 
     def deadline(self) -> float:
         """The next time this probe needs the core's attention."""

@@ -46,7 +46,7 @@ class Suspicion:
     the suspicion, or any member confirming twice, counts once.
     """
 
-    __slots__ = ("_confirmers", "_k", "_max", "_min", "deadline", "start")
+    __slots__ = ("_confirmers", "_k", "_max", "_min", "deadline", "postponed", "start")
 
     def __init__(
         self, source: str, k: int, timeout_min: float, timeout_max: float, now: float
@@ -65,6 +65,8 @@ class Suspicion:
         self.start = now
         #: When the member is to be declared dead, absent a refute.
         self.deadline = now + (timeout_max if k >= 1 else timeout_min)
+        #: Seconds `postpone` has added so far (at most `timeout_min`).
+        self.postponed = 0.0
 
     @property
     def confirmations(self) -> int:
@@ -84,7 +86,27 @@ class Suspicion:
         self._confirmers[source] = None
         elapsed = now - self.start
         remaining = remaining_suspicion_time(n + 1, self._k, elapsed, self._min, self._max)
-        self.deadline = now + remaining
+        deadline = now + remaining
+        # Time given back for our own stall (`postpone`) stays given.
+        if not self.postponed or deadline > self.deadline:
+            self.deadline = deadline
+        return True
+
+    def postpone(self, now: float, stall: float) -> bool:
+        """The suspicion expired while this node was stalled for `stall` seconds:
+        move the deadline to `now` plus the stall, so that the suspect gets back the
+        time in which we neither gossiped its suspicion nor read its refute. All
+        postponements of one suspicion add up to at most `timeout_min`, so a node that
+        stays starved still reaches a verdict.
+
+        Returns:
+            False when nothing is left to add: the suspicion expires now.
+        """
+        grant = min(stall, self._min - self.postponed)
+        if grant <= 0.0:
+            return False
+        self.postponed += grant
+        self.deadline = now + grant
         return True
 
     def remaining(self, now: float) -> float:

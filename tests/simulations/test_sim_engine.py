@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -141,6 +142,42 @@ def test_pause_receives_nothing_runs_no_timers_and_its_clock_stops() -> None:
     assert len(sleeper.received) > received
 
 
+def test_a_stalled_node_ticks_late_then_reads_what_waited() -> None:
+    """A stall: no timers and no reads for its duration while the clock runs on; at
+    its end one tick (everything overdue) comes first, then the queued packets, in
+    arrival order."""
+    sim, _ = make_sim(4, network=NetworkConfig(latency_min=0.001, latency_mean=0.001))
+    for node in range(4):
+        sim.start(node)
+    sim.run_until(10.0)
+    stalled = core(sim, 1)
+    calls: list[tuple[str, float]] = []
+    tick, receive = stalled.tick, stalled.receive
+
+    def logged_tick(now: float) -> list[Any]:
+        calls.append(("tick", now))
+        return tick(now)
+
+    def logged_receive(source: Address, payload: bytes, now: float, **kw: bool) -> list[Any]:
+        calls.append(("receive", now))
+        return receive(source, payload, now, **kw)
+
+    stalled.tick = logged_tick  # type: ignore[method-assign]
+    stalled.receive = logged_receive  # type: ignore[method-assign]
+    sim.stall(1, 3.0)
+    sim.run_until(12.999)
+    assert sim.status(1) == NodeStatus.SLOW  # a member, not a failure
+    assert calls == []
+    sim.run_until(13.0)
+    woke = sim.local_time(1)  # the clock kept counting through the stall
+    assert sim.status(1) == NodeStatus.UP
+    assert calls[0] == ("tick", woke)  # the overdue timers first ...
+    assert calls[1] == ("receive", woke)  # ... then what waited, all of it now
+    assert all(at == woke for _, at in calls)
+    sim.run_until(20.0)
+    assert calls[-1][1] > woke  # back to normal: ticks and reads as they come
+
+
 def test_slow_node_handles_messages_late_and_in_order() -> None:
     config = NetworkConfig(latency_min=0.001, latency_mean=0.001)
     sim, _ = make_sim(6, network=config)
@@ -236,7 +273,9 @@ def test_stop_returns_early() -> None:
 
 _ACTIONS = st.lists(
     st.tuples(
-        st.sampled_from(["crash", "start", "pause", "wake", "slow", "unslow", "leave", "cut"]),
+        st.sampled_from(
+            ["crash", "start", "pause", "wake", "slow", "unslow", "stall", "leave", "cut"]
+        ),
         st.integers(0, 5),
         st.floats(0.0, 3.0),
     ),
@@ -265,6 +304,8 @@ def _replay(actions: list[tuple[str, int, float]], seed: int) -> tuple[str, list
             sim.set_slow(node, gap, jitter=0.1)
         elif action == "unslow":
             sim.clear_slow(node)
+        elif action == "stall":
+            sim.stall(node, gap + 0.5)
         elif action == "leave":
             sim.leave(node, linger=gap)
         elif action == "cut":
