@@ -214,6 +214,7 @@ def address_for(index: int) -> Address:
 
 #: Packs one membership event for the digest: time, node, kind, state, incarnation.
 _EVENT_RECORD = struct.Struct("<dqBBq")
+_pack_event = _EVENT_RECORD.pack
 
 
 class Simulator:
@@ -241,7 +242,10 @@ class Simulator:
         self.now = 0.0
         self._factory = core_factory
         self._watchers: list[Observer] = []
-        self._invariants: list[Invariant] = []
+        # The watchers' and invariants' bound methods, looked up once (called per event
+        # and per core call).
+        self._on_event: list[Callable[[float, int, Event], None]] = []
+        self._after_step: list[Callable[[float, int, Core], None]] = []
         self._offset_rng = child_rng(seed, "clock-offsets")
         self._slow_rng = child_rng(seed, "slow-processing")
         self._offset_range = offset_range
@@ -292,6 +296,7 @@ class Simulator:
     def add_observer(self, observer: Observer) -> None:
         """Tell `observer` about every membership event and status change from now on."""
         self._watchers.append(observer)
+        self._on_event.append(observer.on_event)
 
     def set_envelope(self, overhead: Callable[[int, int | None, bool, float], int]) -> None:
         """Count `sealed_bytes` too: each Send's payload plus `overhead(src, dst, reliable,
@@ -301,7 +306,8 @@ class Simulator:
     def add_invariant(self, invariant: Invariant) -> None:
         """Check `invariant` after every core call from now on (safety mode)."""
         self._watchers.append(invariant)
-        self._invariants.append(invariant)
+        self._on_event.append(invariant.on_event)
+        self._after_step.append(invariant.after_step)
 
     ####################################################################################
     # Nodes
@@ -702,10 +708,24 @@ class Simulator:
             self.sealed_bytes[node] += sealed
         if core is None or self.cores[node] is not core:
             return
-        if self._invariants:
-            for invariant in self._invariants:
-                invariant.after_step(t, node, core)
-        self._reschedule(node, core, t)
+        if self._after_step:
+            for after_step in self._after_step:
+                after_step(t, node, core)
+        # `_reschedule`, written out: this runs after every core call.
+        deadline = core.next_deadline()
+        if deadline is None or self._mode[node] == _PAUSED:
+            return
+        offset = self._offset[node]
+        when = deadline - offset
+        if when < self._tick_at[node]:
+            while when + offset < deadline:
+                when = math.nextafter(when, _INF)
+            if when < t:
+                when = t
+            seq = next(self._counter)
+            self._tick_seq[node] = seq
+            self._tick_at[node] = when
+            heapq.heappush(self._heap, (when, seq, _TICK, node, None, None))
 
     def _reschedule(self, node: int, core: Core, t: float) -> None:
         deadline = core.next_deadline()
@@ -728,16 +748,15 @@ class Simulator:
     def _emit(self, t: float, node: int, event: Event) -> None:
         member = getattr(event, "member", None)
         kind = _EVENT_KINDS.get(event.__class__, 255)
+        crc32 = zlib.crc32
         if member is not None:
-            record = _EVENT_RECORD.pack(t, node, kind, member.state, member.incarnation)
-            crc = zlib.crc32(record, self._event_crc)
-            self._event_crc = zlib.crc32(member.name.encode(), crc)
+            record = _pack_event(t, node, kind, member.state, member.incarnation)
+            self._event_crc = crc32(member.name.encode(), crc32(record, self._event_crc))
         else:
             incarnation = getattr(event, "incarnation", 0)
-            record = _EVENT_RECORD.pack(t, node, kind, 0, incarnation)
-            self._event_crc = zlib.crc32(record, self._event_crc)
-        for watcher in self._watchers:
-            watcher.on_event(t, node, event)
+            self._event_crc = crc32(_pack_event(t, node, kind, 0, incarnation), self._event_crc)
+        for on_event in self._on_event:
+            on_event(t, node, event)
 
     def note(self, what: str, detail: object) -> None:
         """Fold a scenario action (a partition, a loss change) into the trace digest."""

@@ -83,6 +83,8 @@ class EnvelopeModel:
         self._with = spec.base + spec.certificate
         self._without = spec.base
         self._addressed_ends = spec.addressed_ends
+        self._introduction_seconds = spec.introduction_seconds
+        self._introduction_packets = float(spec.introduction_packets)
         # Per sender, indexed by peer: when the introduction to it ends, how many
         # packets it still owes, and the peer's life it was for (-1: none recorded).
         # Flat arrays rather than a dict of small lists: at 1,000 members that is 24 MB
@@ -120,18 +122,32 @@ class EnvelopeModel:
         Called for every packet of a run, so the common case (an introduced peer we
         see alive or suspect) is checked first and inline.
         """
-        # `src` is running, so `on_status` has made room for it. `view_of` and `life`
-        # inline: this runs for every packet.
-        if dst is not None and self._addressed_ends:
-            self._addressed(src, dst)
-        if not reliable and dst is not None and t >= self._everyone_until[src]:
-            lifes = self._for_life[src]
-            if dst < len(lifes):
-                life = lifes[dst]
-                if life >= 0 and t >= self._until[src][dst] and self._owed[src][dst] <= 0:
-                    view = self._beliefs[src]
-                    belief = view[dst] if dst < len(view) else _UNKNOWN
-                    if belief not in _INTRODUCE and life == self._lives[dst]:
+        # `src` is running, so `on_status` has made room for it. `view_of`, `life` and
+        # `_addressed` inline: this runs for every packet.
+        if dst is not None:
+            view = self._beliefs[src]
+            belief = view[dst] if dst < len(view) else _UNKNOWN
+            # `src` addresses its packet to `dst` when it knows `dst` (the daemon
+            # addresses a packet only to a member whose verified record it holds),
+            # which proves it holds `dst`'s certificate: `dst`'s introduction to `src`
+            # ends (priced at the send, not the delivery: a packet lost on the way
+            # ends it a little early).
+            if self._addressed_ends and belief != _UNKNOWN and dst < len(self._owed):
+                owed = self._owed[dst]
+                if src < len(owed) and owed[src] > 0:
+                    owed[src] = 0.0
+                    self._until[dst][src] = -1.0
+            if not reliable and t >= self._everyone_until[src]:
+                lifes = self._for_life[src]
+                if dst < len(lifes):
+                    life = lifes[dst]
+                    if (
+                        life >= 0
+                        and t >= self._until[src][dst]
+                        and self._owed[src][dst] <= 0
+                        and belief not in _INTRODUCE
+                        and life == self._lives[dst]
+                    ):
                         self.without_certificate += 1
                         return self._without
         if self._certificate(src, dst, reliable, t):
@@ -139,18 +155,6 @@ class EnvelopeModel:
             return self._with
         self.without_certificate += 1
         return self._without
-
-    def _addressed(self, src: int, dst: int) -> None:
-        """`src` addresses its packet to `dst` when it knows `dst` (the daemon addresses
-        a packet only to a member whose verified record it holds), which proves it holds
-        `dst`'s certificate: `dst`'s introduction to `src` ends (priced at the send, not
-        the delivery: a packet lost on the way ends it a little early)."""
-        view = self._beliefs[src]
-        if dst < len(view) and view[dst] != _UNKNOWN and dst < len(self._owed):
-            owed = self._owed[dst]
-            if src < len(owed) and owed[src] > 0:
-                owed[src] = 0.0
-                self._until[dst][src] = -1.0
 
     def _certificate(self, src: int, dst: int | None, reliable: bool, t: float) -> bool:
         if reliable or dst is None:
@@ -196,7 +200,14 @@ class EnvelopeModel:
         elif cls is MemberJoined or cls is MemberRecovered:
             subject = self._index_of(event.member.name)  # type: ignore[union-attr]
             if subject is not None and subject != node:
-                self._introduce(node, subject, now)
+                # `_introduce`, written out: a forming cluster of n has n^2 of these.
+                lifes = self._for_life[node] if node < len(self._for_life) else None
+                if lifes is None or subject >= len(lifes):
+                    self._introduce(node, subject, now)
+                else:
+                    self._until[node][subject] = now + self._introduction_seconds
+                    self._owed[node][subject] = self._introduction_packets
+                    lifes[subject] = self._lives[subject]
 
     def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
         if old == NodeStatus.DOWN and new != NodeStatus.DOWN:

@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 
-from simulations import RunResult, ScenarioError, parse_scenario, run_once
+from simulations import RunResult, ScenarioError, _runner, parse_scenario, run_once
+from simulations._engine import NodeStatus, Simulator
+from simulations._envelope import EnvelopeModel, EnvelopeSpec
+from simulations._metrics import Metrics
+from swim import Event, MemberJoined, MemberRecovered
 
 QUIET: dict[str, Any] = {
     "name": "t",
@@ -98,3 +102,81 @@ def test_bad_envelope_tables_are_one_line_errors(table: dict[str, Any], message:
     with pytest.raises(ScenarioError, match=message) as info:
         parse_scenario({"name": "t", "envelope": table})
     assert "\n" not in str(info.value)
+
+
+class _PlainEnvelope(EnvelopeModel):
+    """The envelope rule written plainly, as it was before the per-packet fast path:
+    the addressed rule, then `_certificate`; introductions through `_introduce`."""
+
+    def on_event(self, now: float, node: int, event: Event) -> None:
+        cls = event.__class__
+        if cls is MemberJoined or cls is MemberRecovered:
+            subject = self._index_of(event.member.name)  # type: ignore[union-attr]
+            if subject is not None and subject != node:
+                self._introduce(node, subject, now)
+        else:
+            super().on_event(now, node, event)
+
+    def plain_overhead(self, src: int, dst: int | None, reliable: bool, t: float) -> int:
+        if dst is not None and self.spec.addressed_ends:
+            view = self._metrics.beliefs[src]
+            if dst < len(view) and view[dst] != 0 and dst < len(self._owed):
+                owed = self._owed[dst]
+                if src < len(owed) and owed[src] > 0:
+                    owed[src] = 0.0
+                    self._until[dst][src] = -1.0
+        if self._certificate(src, dst, reliable, t):
+            return self.spec.base + self.spec.certificate
+        return self.spec.base
+
+
+class _CheckedEnvelope(EnvelopeModel):
+    """The shipped model, with a plain twin fed the same events; every packet's price
+    must agree."""
+
+    def __init__(self, spec: EnvelopeSpec, sim: Simulator, metrics: Metrics) -> None:
+        super().__init__(spec, sim, metrics)
+        self.twin = _PlainEnvelope(spec, sim, metrics)
+        self.priced = 0
+        _checked.append(self)
+
+    def on_event(self, now: float, node: int, event: Event) -> None:
+        super().on_event(now, node, event)
+        self.twin.on_event(now, node, event)
+
+    def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
+        super().on_status(now, node, old, new)
+        self.twin.on_status(now, node, old, new)
+
+    def overhead(self, src: int, dst: int | None, reliable: bool, t: float) -> int:
+        got = super().overhead(src, dst, reliable, t)
+        assert got == self.twin.plain_overhead(src, dst, reliable, t), (src, dst, reliable, t)
+        self.priced += 1
+        return got
+
+
+_checked: list[_CheckedEnvelope] = []
+
+
+def test_the_per_packet_fast_path_prices_every_packet_as_the_plain_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Formation by joining (introductions, the addressed rule), a crash and restart (a
+    new life), a slow member (suspicions, refutes): the inline pricing agrees with the
+    plain rule on every packet."""
+    monkeypatch.setattr(_runner, "EnvelopeModel", _CheckedEnvelope)
+    _checked.clear()
+    faults = [
+        {"kind": "crash", "at": 4.0, "members": [3], "restart_after": 6.0},
+        {"kind": "slow", "at": 2.0, "members": [5], "delay": 1.0, "jitter": 1.0, "duration": 15.0},
+    ]
+    result = run(
+        formation={"mode": "join", "settle": 1.0},
+        members=24,
+        duration=30.0,
+        envelope={"base": 100, "certificate": 1000},
+        fault=faults,
+    )
+    (model,) = _checked
+    assert model.priced == result.engine["messages_sent"] > 0  # every packet, formation too
+    assert 0 < model.with_certificate < model.priced
