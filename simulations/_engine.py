@@ -711,21 +711,7 @@ class Simulator:
         if self._after_step:
             for after_step in self._after_step:
                 after_step(t, node, core)
-        # `_reschedule`, written out: this runs after every core call.
-        deadline = core.next_deadline()
-        if deadline is None or self._mode[node] == _PAUSED:
-            return
-        offset = self._offset[node]
-        when = deadline - offset
-        if when < self._tick_at[node]:
-            while when + offset < deadline:
-                when = math.nextafter(when, _INF)
-            if when < t:
-                when = t
-            seq = next(self._counter)
-            self._tick_seq[node] = seq
-            self._tick_at[node] = when
-            heapq.heappush(self._heap, (when, seq, _TICK, node, None, None))
+        self._reschedule(node, core, t)
 
     def _reschedule(self, node: int, core: Core, t: float) -> None:
         deadline = core.next_deadline()
