@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -35,6 +35,8 @@ NODE_ID_CHARS_MAX = 128
 GPU_COUNT_MAX = 64
 TIMEOUT_MAX = 30 * 86400.0
 RETRY_LIMIT_MAX = 8
+#: Members of a task's replica set (the granters of its epochs) at most.
+REPLICAS_MAX = 7
 SIZE_MAX = 1 << 50  # bytes; anything larger is a typo, not a machine
 
 SPEC_CONTEXT = b"populi-lease-spec\x00"
@@ -51,6 +53,10 @@ class TaskKind(enum.Enum):
 
 def _labels(value: Any) -> frozenset[str]:
     return frozenset(value)
+
+
+def _node_ids(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
 
 
 def _env(value: Mapping[str, str]) -> dict[str, str]:
@@ -109,8 +115,16 @@ class TaskSpec:
     #: Run without network (a fresh network namespace), or do not start. Encoded as a
     #: tenth wire element only when True, so specs without it keep their ids.
     no_network: bool = False
+    #: The members that grant this task's epochs (`LeaseAgent`), chosen by the accepting
+    #: node. Encoded as an eleventh element only when set (after `no_network`, then
+    #: always present), so specs without it keep their ids.
+    replicas: tuple[str, ...] = attrs.field(default=(), converter=_node_ids)
 
     def __attrs_post_init__(self) -> None:
+        if len(self.replicas) > REPLICAS_MAX or len(set(self.replicas)) != len(self.replicas):
+            raise ValueError(f"replicas: at most {REPLICAS_MAX} distinct node ids")
+        if not all(isinstance(r, str) and 0 < len(r) <= NODE_ID_CHARS_MAX for r in self.replicas):
+            raise ValueError(f"replicas: each is a node id of 1..{NODE_ID_CHARS_MAX} chars")
         if not self.command:
             raise ValueError("command is empty: give at least the program to run")
         if len(self.command) > COMMAND_ARGS_MAX:
@@ -156,15 +170,26 @@ class TaskSpec:
             self.retry_limit,
             self.submitted_by,
             float(self.submitted_at),
-        ] + ([True] if self.no_network else [])
+            *self._tail(),
+        ]
+
+    def _tail(self) -> list[Any]:
+        if self.replicas:
+            return [self.no_network, list(self.replicas)]
+        return [True] if self.no_network else []
 
     @classmethod
     def from_wire(cls, raw: Any) -> TaskSpec:
         """Rebuild from `to_wire`'s layout; any mismatch raises `ValueError`/`TypeError`."""
-        if not isinstance(raw, list) or len(raw) not in (9, 10) or raw[0] != SPEC_VERSION:
+        if not isinstance(raw, list) or len(raw) not in (9, 10, 11) or raw[0] != SPEC_VERSION:
             raise ValueError("not a version-1 task spec")
         if len(raw) == 10 and raw[9] is not True:
             raise ValueError("no_network is encoded only when true")  # one spec, one encoding
+        replicas: list[Any] = []
+        if len(raw) == 11:
+            replicas = raw[10]
+            if not isinstance(raw[9], bool) or not isinstance(replicas, list) or not replicas:
+                raise ValueError("bad replicas layout")
         _, kind, req, command, env, timeout, retry, by, at = raw[:9]
         if not isinstance(req, list) or len(req) != 7:
             raise ValueError("bad requirements layout")
@@ -191,7 +216,8 @@ class TaskSpec:
             retry_limit=retry,
             submitted_by=by,
             submitted_at=float(at),
-            no_network=len(raw) == 10,
+            no_network=raw[9] is True if len(raw) > 9 else False,
+            replicas=tuple(replicas),
         )
 
     def canonical(self) -> bytes:

@@ -410,7 +410,7 @@ class LeaseTable:
             del self._ended[tid]  # bounded even when nothing is placed meanwhile
         keep = self.config.finished_retention
         for tid, since in list(self._finished_since.items()):
-            if now - since >= keep:
+            if since + keep <= now:  # as `compaction_deadline` computes it
                 self._compact(tid, now)
                 events.append(TaskCompacted(tid))
         horizon = now - self.config.tombstone_retention
@@ -428,6 +428,12 @@ class LeaseTable:
             times.append(self._last_tick + self.config.tick_gap_max / 2)
         times += [t + self.config.finished_retention for t in self._finished_since.values()]
         return min(times, default=None)
+
+    def compaction_deadline(self) -> float | None:
+        """When `tick` next compacts a finished entry (the `LeaseAgent`'s only use of
+        the table's clock: it decides ownership itself)."""
+        keep = self.config.finished_retention
+        return min((t + keep for t in self._finished_since.values()), default=None)
 
     def _compact(self, tid: str, now: float) -> None:
         del self._finished_since[tid]

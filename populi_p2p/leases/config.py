@@ -81,12 +81,31 @@ class LeaseConfig:
     #: At most this many entries in one anti-entropy message (~250 bytes each); the
     #: rest follows in the next exchange, since their buckets still differ.
     anti_entropy_entries_max: int = attrs.field(default=20_000, validator=_positive)
+    #: Members that grant each task's epochs (its replica set, named in its spec): an
+    #: epoch needs a majority of them, so 3 survive one failure and 5 two. A mesh with
+    #: fewer members uses all of them (docs/leases.md, "Small meshes").
+    replica_count: int = attrs.field(default=3, validator=_positive)
+    #: A granter waits `lease_ttl * clock_margin` on its own clock after the owner's last
+    #: renewal before it grants the next epoch; the owner stops its task by `lease_ttl`
+    #: on its clock. The margin covers clocks that run at different rates (1.25: up to
+    #: 20 % apart) and the delivery of the last renewal.
+    clock_margin: float = attrs.field(default=1.25, validator=_positive)
+    #: An owner that cannot renew sends SIGTERM this long before its lease runs out and
+    #: SIGKILL at the deadline (the executor enforces it outside the daemon's loop).
+    fence_grace: float = attrs.field(default=2.0, validator=_positive)
+    #: A replica waits this long for the accepting node to grant the first epoch before
+    #: it proposes one itself (the accepting node may have died right after `submit`).
+    first_grant_wait: float = attrs.field(default=4.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if self.lease_ttl < 2 * self.lease_renew_interval:
             raise ValueError("LeaseConfig.lease_ttl must be >= 2 * lease_renew_interval")
         if self.tombstone_retention < self.finished_retention:
             raise ValueError("LeaseConfig.tombstone_retention must be >= finished_retention")
+        if self.clock_margin < 1.0:
+            raise ValueError("LeaseConfig.clock_margin must be >= 1 (granters wait longer)")
+        if self.fence_grace >= self.lease_ttl:
+            raise ValueError("LeaseConfig.fence_grace must be shorter than lease_ttl")
 
     @classmethod
     def lan(cls) -> LeaseConfig:
@@ -102,6 +121,8 @@ class LeaseConfig:
             settle_time=3.0,  # a WAN gossip round is about 0.5 s x log(n) hops
             self_view_lag=5.0,  # a spread to everyone, with margin
             tick_gap_max=5.0,  # ticks come every 2.5 s while leases are live
+            fence_grace=5.0,  # the task's own grace on SIGTERM
+            first_grant_wait=10.0,
         )
 
     @classmethod
@@ -122,4 +143,6 @@ class LeaseConfig:
             tick_gap_max=1.5,  # the lease loop ticks every <= 0.75 s while leases live
             finished_retention=60.0,  # tests want compaction to happen soon
             tombstone_retention=120.0,
+            fence_grace=1.0,  # SIGTERM 1 s before the lease runs out
+            first_grant_wait=2.0,
         )

@@ -1,0 +1,815 @@
+"""`LeaseAgent`: all of one node's lease logic, as a sans-IO state machine.
+
+Theory of operation
+-------------------
+Each task names a small replica set in its spec (`TaskSpec.replicas`: 3 members by
+rendezvous hash, all of them in a smaller mesh). Those members are its **granters**
+(`grants.py`): each keeps a durable `GrantRecord` and grants every epoch at most once.
+
+* **Submit.** The accepting node signs the spec, offers it to the replicas and counts
+  the task acknowledged once a majority has it on disk.
+* **Claim.** One node proposes an owner for the next epoch: the accepting node for the
+  first, then the first live replica (the k-th one only after k x `lease_ttl` without
+  progress). It places the task over its own view and asks every replica to grant the
+  epoch to the chosen owner. With a majority of grants it tells the owner (`Own`).
+  Two proposers can split the vote; then nobody owns that epoch, and a granter that
+  granted it grants the next one only after `lease_ttl * clock_margin`.
+* **Own.** The owner renews all its leases with each replica in one message per
+  interval (`Renew`, per node, not per task), and starts a task only once a majority
+  renewed it. The lease then runs until `sent + lease_ttl` of the last round a
+  majority renewed, on the owner's clock; the task must be dead by then
+  (`StartTask.deadline`, `FenceTask`): the executor kills it at that deadline by
+  itself. A granter grants the next epoch only `lease_ttl * clock_margin` after it last
+  renewed, on its own clock, so the new run starts after the old one stopped.
+* **End.** The owner's result, a release or a cancel counts only once a majority of
+  the replicas recorded it (`Finish`); then it goes into the lease table that every
+  node shows. A granter that holds a success, a cancel or the last failure grants
+  nothing again.
+
+The `LeaseTable` (a CRDT, gossiped) is what every node shows: specs, claims, results.
+Decisions come only from the granters. Inputs: `receive`, `submit`, `cancel`,
+`task_exited`, `apply_delta`, `tick(now)`; outputs: `agent_commands`. No clock, socket
+or trio: the node's `LeaseService` and the simulator drive this same object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Final
+
+import attrs
+
+from ._entry import TaskEntry, TaskResult
+from ._spec import Signer, TaskSpec, Verifier
+from ._table import LeaseError, LeaseTable
+from .agent_commands import (
+    Acknowledged,
+    AgentCommand,
+    FenceTask,
+    Gossip,
+    SendTo,
+    StartTask,
+    StopTask,
+)
+from .agent_wire import (
+    AgentMessage,
+    Finish,
+    FinishAnswer,
+    GrantAnswer,
+    GrantRequest,
+    Offer,
+    OfferAck,
+    Own,
+    Renew,
+    RenewAnswer,
+    SpecWanted,
+    decode,
+    encode,
+)
+from .config import LeaseConfig
+from .grants import Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
+from .placement import Candidate, Placement, committed_resources, failed_nodes, place
+from .reliability import earned_reliability
+from .wire import DecodeError, encode_entries
+
+__all__ = ["LeaseAgent", "majority", "replicas_for"]
+
+#: A pending task is placed again at least this often (views change without events).
+PLACE_INTERVAL: Final = 1.0
+#: Unfinished tasks one member may have offered to this granter: bounds what one
+#: member can make us store.
+OPEN_OFFERS_PER_MEMBER_MAX: Final = 20_000
+#: Renewal rounds remembered for late answers.
+ROUNDS_KEPT: Final = 64
+
+Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
+
+
+def majority(replicas: Collection[str]) -> int:
+    return len(replicas) // 2 + 1
+
+
+def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]:
+    """The `count` live members ranked first by a rendezvous hash of (key, member):
+    alike on every node that sees the same members, spread evenly over members."""
+
+    def rank(node: str) -> bytes:
+        return hashlib.blake2b(f"{key}\x00{node}".encode(), digest_size=8).digest()
+
+    return tuple(sorted(set(live), key=rank)[:count])
+
+
+@attrs.define
+class _Proposal:
+    epoch: int
+    owner: str
+    replicas: tuple[str, ...]
+    why: str
+    granted: set[str] = attrs.field(factory=set)
+    refused: dict[str, int] = attrs.field(factory=dict)
+    highest: int = 0
+    failures: int = 0
+    wait: float = 0.0
+    resend_at: float = 0.0
+    give_up_at: float = 0.0
+
+
+@attrs.define
+class _Owned:
+    epoch: int
+    spec: TaskSpec
+    why: str
+    since: float
+    failures: int = 0
+    lease_until: float = 0.0
+    started: bool = False
+    stopping: str = ""  # the reason given to StopTask, once stopped
+    superseded_by: set[str] = attrs.field(factory=set)
+
+
+@attrs.define
+class _Pending:
+    """A message we repeat to the replicas that have not answered yet (offer, finish,
+    cancel) until a majority has, or `until`."""
+
+    what: str
+    epoch: int
+    ended: Ended
+    replicas: tuple[str, ...]
+    until: float
+    acks: set[str] = attrs.field(factory=set)
+    refused: dict[str, int] = attrs.field(factory=dict)
+    resend_at: float = 0.0
+    done: bool = False
+    result: TaskResult | None = None
+    failures: int = 0
+
+
+class LeaseAgent:
+    """Args:
+    config: the lease preset.
+    me: this node's id.
+    sign, verify: Ed25519 through the node's identity (the simulator passes stand-ins).
+    members: the live members (alive or suspect), this node included.
+    candidates: placement candidates for a spec, given the earned reliability.
+    rng: ties and jitter.
+    persist_grant: writes a changed `GrantRecord` durably before the agent answers.
+    table: the shown lease table (its own `persist` wired by the caller).
+    """
+
+    def __init__(
+        self,
+        config: LeaseConfig,
+        me: str,
+        sign: Signer,
+        verify: Verifier,
+        *,
+        members: Callable[[], Collection[str]],
+        candidates: Candidates,
+        rng: random.Random,
+        table: LeaseTable,
+        persist_grant: Callable[[GrantRecord], None] | None = None,
+    ) -> None:
+        self.config, self.me, self.table = config, me, table
+        self._sign, self._verify = sign, verify
+        self._members, self._candidates, self._rng = members, candidates, rng
+        self._persist = persist_grant or (lambda _r: None)
+        self.grants: dict[str, GrantRecord] = {}
+        self.why: dict[str, str] = {}  # task -> last placement explanation here
+        self.ready = True  # a restarted node proposes nothing until its driver says so
+        self.draining = False
+        self._wait = config.lease_ttl * config.clock_margin
+        self._proposals: dict[str, _Proposal] = {}
+        self._retry_at: dict[str, float] = {}
+        self._need_since: dict[str, float] = {}
+        self._owned: dict[str, _Owned] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}  # (what, task) -> pending
+        self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
+        self._open_by: dict[str, int] = {}  # submitter -> unfinished offers held here
+        self._seq = 0
+        self._rounds: dict[int, tuple[float, dict[str, list[str]]]] = {}
+        self._renew_at: float | None = None
+        self._check_at = 0.0
+        self._acks: dict[tuple[str, int, float], set[str]] = {}  # (task, epoch, round)
+        self.counters: dict[str, int] = {}
+
+    ####################################################################################
+    # Reading
+
+    def owned(self) -> dict[str, int]:
+        """Tasks this node owns now (started or about to): task -> epoch."""
+        return {t: o.epoch for t, o in self._owned.items() if not o.stopping}
+
+    def running(self) -> dict[str, int]:
+        return {t: o.epoch for t, o in self._owned.items() if o.started and not o.stopping}
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+    def spec_of(self, task_id: str) -> tuple[TaskSpec, bytes] | None:
+        rec = self.grants.get(task_id)
+        if rec is not None:
+            return rec.spec, rec.spec_signature
+        if task_id in self._offers:
+            return self._offers[task_id]
+        entry = self.table.get(task_id)
+        if entry is not None and entry.spec is not None:
+            return entry.spec, entry.spec_signature
+        return None
+
+    def next_deadline(self) -> float | None:
+        """When `tick` has something to do (None: only on input)."""
+        times = [self._check_at] if self.ready else []
+        if self._renew_at is not None:
+            times.append(self._renew_at)
+        times += [o.lease_until for o in self._owned.values() if o.started and not o.stopping]
+        times += [p.resend_at for p in self._proposals.values()]
+        times += [p.resend_at for p in self._pending.values()]
+        table_due = self.table.compaction_deadline()
+        if table_due is not None:
+            times.append(table_due)
+        return min(times, default=None)
+
+    ####################################################################################
+    # Inputs from the node
+
+    def load(
+        self, records: Collection[GrantRecord], entries: Collection[TaskEntry], now: float
+    ) -> None:
+        """After a restart: our granter records (each lease counted live again for a
+        whole wait, since we cannot know when we last renewed it) and the table."""
+        for rec in records:
+            rec.heard_at = now
+            self.grants[rec.task_id] = rec
+            if not rec.final:
+                by = rec.spec.submitted_by
+                self._open_by[by] = self._open_by.get(by, 0) + 1
+        self.table.load(entries, now)
+
+    def submit(self, spec: TaskSpec, now: float) -> tuple[str, list[AgentCommand]]:
+        """Accept a task here: choose its replicas, sign, offer it to them. An
+        `Acknowledged("submit")` follows once a majority holds it."""
+        live = set(self._members()) | {self.me}
+        count = self.config.replica_count
+        spec = attrs.evolve(spec, replicas=replicas_for(spec.task_id(), live, count))
+        signature = spec.sign(self._sign)
+        tid, delta = self.table.submit(spec, now)
+        self._offers[tid] = (spec, signature)
+        out: list[AgentCommand] = [Gossip(f"s/{tid}", delta)]
+        pending = self._pending[("offer", tid)] = _Pending(
+            "offer", 0, Ended.NO, spec.replicas, now + self.config.lease_ttl
+        )
+        out += self._repeat(tid, pending, now)
+        return tid, out
+
+    def cancel(self, task_id: str, now: float) -> list[AgentCommand]:
+        """Ask the replicas to cancel; `Acknowledged("cancel")` says how it went.
+
+        Raises:
+            KeyError: no spec of this task here.
+        """
+        known = self.spec_of(task_id)
+        if known is None:
+            raise KeyError(f"no task {task_id} here (see populi-node tasks)")
+        spec = known[0]
+        entry = self.table.get(task_id)
+        epoch = 0 if entry is None else entry.epoch
+        pending = self._pending[("cancel", task_id)] = _Pending(
+            "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait
+        )
+        return self._repeat(task_id, pending, now)
+
+    def task_exited(
+        self, task_id: str, epoch: int, result: TaskResult | None, now: float
+    ) -> list[AgentCommand]:
+        """A task we started ended: `result`, or None for a release (handoff, shutdown,
+        no GPU free after all). The end counts once a majority of replicas has it."""
+        owned = self._owned.get(task_id)
+        if owned is None or owned.epoch != epoch:
+            self._count("exits_unowned")
+            return []
+        del self._owned[task_id]
+        if owned.stopping in ("cancelled", "superseded"):
+            return []  # nothing to post: someone else's decision ended it
+        if result is None or owned.stopping in ("fenced", "handoff"):
+            ended = Ended.RELEASED
+        else:
+            ended = Ended.SUCCEEDED if result.exit_code == 0 else Ended.FAILED
+        failures = owned.failures + (ended is Ended.FAILED)
+        pending = self._pending[("finish", task_id)] = _Pending(
+            "finish", epoch, ended, owned.spec.replicas, now + 4 * self._wait, result=result,
+            failures=failures,
+        )  # fmt: skip
+        return self._repeat(task_id, pending, now)
+
+    def handoff(self) -> list[AgentCommand]:
+        """Stop everything running here (a drain with handoff): each epoch is released."""
+        out: list[AgentCommand] = []
+        for tid, o in self._owned.items():
+            if o.started and not o.stopping:
+                o.stopping = "handoff"
+                out.append(StopTask(tid, o.epoch, "handoff"))
+        return out
+
+    def release_held(self, now: float) -> list[AgentCommand]:
+        """After a restart, once the executor killed what survived us: release the
+        epochs the table says we held, so they are granted again without a wait."""
+        out: list[AgentCommand] = []
+        for entry in self.table.held_by(self.me):
+            known = self.spec_of(entry.task_id)
+            if known is None or entry.task_id in self._owned:
+                continue
+            pending = self._pending[("finish", entry.task_id)] = _Pending(
+                "finish", entry.epoch, Ended.RELEASED, known[0].replicas, now + 4 * self._wait
+            )
+            out += self._repeat(entry.task_id, pending, now)
+        return out
+
+    def apply_delta(self, delta: bytes, now: float) -> tuple[bool, list[AgentCommand]]:
+        """A lease-table delta from gossip: (changed our table, commands). A cancel
+        for a task we run stops it at once."""
+        events = self.table.apply(delta, now)
+        out: list[AgentCommand] = []
+        for tid, o in self._owned.items():
+            entry = self.table.get(tid)
+            if entry is not None and entry.cancel is not None and not o.stopping:
+                o.stopping = "cancelled"
+                out.append(StopTask(tid, o.epoch, "cancelled"))
+        return bool(events), out
+
+    ####################################################################################
+    # Messages
+
+    def receive(self, payload: bytes, now: float) -> list[AgentCommand]:
+        """A message from another agent; junk and forgeries are counted and dropped."""
+        try:
+            sender, msg = decode(payload, self._verify)
+        except DecodeError:
+            self._count("decode_errors")
+            return []
+        return self._dispatch(sender, msg, now)
+
+    def _dispatch(self, sender: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
+        match msg:
+            case Offer():
+                return self._on_offer(sender, msg, now)
+            case OfferAck(tid):
+                return self._on_answer(sender, ("offer", tid), 0, Ended.NO, now)
+            case GrantRequest():
+                return self._on_grant_request(sender, msg, now)
+            case GrantAnswer():
+                return self._on_grant_answer(sender, msg, now)
+            case Own():
+                return self._on_own(sender, msg, now)
+            case Renew():
+                return self._on_renew(sender, msg, now)
+            case RenewAnswer():
+                return self._on_renew_answer(sender, msg, now)
+            case Finish():
+                return self._on_finish(sender, msg, now)
+            case FinishAnswer(tid, epoch, ended, refusal, final):
+                what = "cancel" if ended is Ended.CANCELLED else "finish"
+                return self._on_answer(sender, (what, tid), refusal, final, now, epoch)
+            case SpecWanted(tid):
+                known = self.spec_of(tid)
+                if known is None:
+                    return []
+                return [self._send(sender, Offer(*known))]
+        return []  # pragma: no cover
+
+    def _send(self, node: str, msg: AgentMessage) -> SendTo:
+        return SendTo(node, encode(msg, self.me, self._sign))
+
+    def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
+        """Send to `node`; to ourselves, handle it at once (no network)."""
+        if node == self.me:
+            return self._dispatch(self.me, msg, now)
+        return [self._send(node, msg)]
+
+    ####################################################################################
+    # Granter side
+
+    def _keep(self, spec: TaskSpec, signature: bytes, now: float) -> GrantRecord | None:
+        tid = spec.task_id()
+        rec = self.grants.get(tid)
+        if rec is not None:
+            return rec
+        by = spec.submitted_by
+        if self._open_by.get(by, 0) >= OPEN_OFFERS_PER_MEMBER_MAX:
+            self._count("offers_over_bound")
+            return None
+        self._open_by[by] = self._open_by.get(by, 0) + 1
+        rec = self.grants[tid] = GrantRecord(tid, spec, signature, heard_at=now)
+        self._persist(rec)
+        self._check_at = min(self._check_at, now)
+        if self.table.get(tid) is None:
+            self.table.apply(encode_entries([TaskEntry(tid, spec, signature)]), now)
+        return rec
+
+    def _on_offer(self, sender: str, msg: Offer, now: float) -> list[AgentCommand]:
+        spec = msg.spec
+        if self.me not in spec.replicas or not spec.verify(msg.spec_signature, self._verify):
+            self._count("offers_refused")
+            return []
+        if self._keep(spec, msg.spec_signature, now) is None:
+            return []
+        return self._to(sender, OfferAck(spec.task_id()), now)
+
+    def _on_grant_request(self, sender: str, msg: GrantRequest, now: float) -> list[AgentCommand]:
+        tid = msg.task_id
+        rec = self.grants.get(tid)
+        if rec is None:
+            self._count("grants_refused_unknown")
+            unknown = GrantAnswer(tid, msg.epoch, msg.owner, Refusal.UNKNOWN, 0, 0.0, 0)
+            return self._to(sender, unknown, now) + self._to(sender, SpecWanted(tid), now)
+        before = (rec.epoch, rec.owner, rec.ended)
+        refusal = on_grant(rec, self.me, msg.epoch, msg.owner, now, self._wait)
+        if refusal is not None:
+            self._count(f"grants_refused_{refusal.name.lower()}")
+        elif before != (rec.epoch, rec.owner, rec.ended):
+            self._persist(rec)
+        live = rec.live(now, self._wait)
+        answer = GrantAnswer(tid, msg.epoch, msg.owner, refusal or 0, rec.epoch, live, rec.failures)
+        return self._to(sender, answer, now)
+
+    def _on_renew(self, sender: str, msg: Renew, now: float) -> list[AgentCommand]:
+        refused: list[tuple[str, int]] = []
+        for tid, epoch in msg.leases:
+            rec = self.grants.get(tid)
+            if rec is None:
+                refused.append((tid, Refusal.UNKNOWN))
+                continue
+            before = (rec.epoch, rec.owner, rec.ended)
+            refusal = on_renew(rec, epoch, sender, now)
+            if refusal is not None:
+                self._count(f"renewals_refused_{refusal.name.lower()}")
+                refused.append((tid, refusal))
+            elif before != (rec.epoch, rec.owner, rec.ended):
+                self._persist(rec)
+        return self._to(sender, RenewAnswer(msg.seq, tuple(refused)), now)
+
+    def _on_finish(self, sender: str, msg: Finish, now: float) -> list[AgentCommand]:
+        tid = msg.task_id
+        rec = self.grants.get(tid)
+        if rec is None:
+            self._count("finishes_refused_unknown")
+            return self._to(
+                sender, FinishAnswer(tid, msg.epoch, msg.ended, Refusal.UNKNOWN, Ended.NO), now
+            )
+        before = (rec.epoch, rec.owner, rec.ended, rec.failures)
+        refusal = on_finish(rec, msg.epoch, sender, msg.ended, msg.failures)
+        if refusal is not None:
+            self._count(f"finishes_refused_{refusal.name.lower()}")
+        elif before != (rec.epoch, rec.owner, rec.ended, rec.failures):
+            self._persist(rec)
+            if rec.final:
+                by = rec.spec.submitted_by
+                self._open_by[by] = max(0, self._open_by.get(by, 0) - 1)
+        self._check_at = min(self._check_at, now)
+        final = rec.ended if rec.final else Ended.NO
+        out = self._to(sender, FinishAnswer(tid, msg.epoch, msg.ended, refusal or 0, final), now)
+        owned = self._owned.get(tid)
+        if rec.ended is Ended.CANCELLED and owned is not None and not owned.stopping:
+            owned.stopping = "cancelled"
+            out.append(StopTask(tid, owned.epoch, "cancelled"))
+        return out
+
+    ####################################################################################
+    # Repeated messages: offers, finishes, cancels
+
+    def _repeat(self, tid: str, p: _Pending, now: float) -> list[AgentCommand]:
+        """(Re)send `p` to every replica that has not answered it."""
+        out: list[AgentCommand] = []
+        p.resend_at = now + self.config.lease_renew_interval
+        for node in p.replicas:
+            if node in p.acks or node in p.refused:
+                continue
+            if p.what == "offer":
+                out += self._to(node, Offer(*self._offers[tid]), now)
+            else:
+                out += self._to(node, Finish(tid, p.epoch, p.ended, p.failures), now)
+            if p.done and p.what != "offer":
+                break  # already decided: one nudge a round is enough
+        return out
+
+    def _on_answer(
+        self, sender: str, key: tuple[str, str], refusal: int, final: Ended, now: float,
+        epoch: int | None = None,
+    ) -> list[AgentCommand]:  # fmt: skip
+        p = self._pending.get(key)
+        if p is None or sender not in p.replicas or (epoch is not None and epoch != p.epoch):
+            return []
+        what, tid = key
+        if refusal:
+            p.refused[sender] = refusal
+        else:
+            p.acks.add(sender)
+        need = majority(p.replicas)
+        out: list[AgentCommand] = []
+        if not p.done and len(p.acks) >= need:
+            p.done = True
+            out += self._decided(what, tid, p, now)
+        elif not p.done and len(p.refused) > len(p.replicas) - need:
+            p.done = True
+            out += self._refused(what, tid, p, final)
+        if len(p.acks) + len(p.refused) == len(p.replicas):
+            del self._pending[key]
+        return out
+
+    def _decided(self, what: str, tid: str, p: _Pending, now: float) -> list[AgentCommand]:
+        out: list[AgentCommand] = []
+        if what == "offer":
+            out.append(Acknowledged(tid, "submit", len(p.acks)))
+            if self.ready:
+                out += self._propose(tid, 1, set(), now)
+        elif what == "cancel":
+            out.append(Acknowledged(tid, "cancel", len(p.acks)))
+            out += self._table_op(tid, lambda: self.table.cancel(tid, now), f"c/{tid}")
+        elif p.ended is Ended.RELEASED:
+            out += self._table_op(tid, lambda: self.table.release(tid, now), f"l/{tid}")
+        else:
+            assert p.result is not None
+            result = p.result
+            out += self._table_op(tid, lambda: self.table.post_result(tid, result, now), f"l/{tid}")
+        self._check_at = min(self._check_at, now)
+        return out
+
+    def _refused(self, what: str, tid: str, p: _Pending, final: Ended) -> list[AgentCommand]:
+        self._count(f"{what}_refused")
+        if what == "cancel":
+            reason = (
+                f"task {tid} already {final.name.lower()}; nothing to cancel"
+                if final is not Ended.NO else f"task {tid}: its replicas refused the cancel"
+            )  # fmt: skip
+            return [Acknowledged(tid, "cancel", len(p.acks), reason)]
+        if what == "offer":
+            return [Acknowledged(tid, "submit", len(p.acks), f"task {tid}: replicas refused it")]
+        return []  # a superseded result: fenced out, never shown
+
+    def _table_op(self, tid: str, op: Callable[[], bytes], key: str) -> list[AgentCommand]:
+        """A shown-table change after agreement; skipped if the table moved on (an
+        epoch above ours arrived meanwhile)."""
+        try:
+            return [Gossip(key, op())]
+        except LeaseError:
+            self._count("table_ops_skipped")
+            return []
+
+    ####################################################################################
+    # Proposer side
+
+    def _placement(self, tid: str, spec: TaskSpec, exclude: set[str], now: float) -> Placement:
+        entry = self.table.get(tid)
+        rel = earned_reliability(self.table.outcomes(), now, self.config)
+        candidates = self._candidates(spec, rel)
+        committed = committed_resources([e for e in self.table if e.task_id != tid])
+        failed = failed_nodes(entry) if entry is not None else frozenset()
+        p = place(spec, candidates, config=self.config, rng=self._rng,
+                  committed=committed, failed_on=failed, exclude=exclude)  # fmt: skip
+        if p.chosen is None and failed:  # prefer other nodes, but retry there if none
+            p = place(spec, candidates, config=self.config, rng=self._rng,
+                      committed=committed, exclude=exclude)  # fmt: skip
+        return p
+
+    def _propose(self, tid: str, epoch: int, exclude: set[str], now: float) -> list[AgentCommand]:
+        """Place the task over our view and ask its replicas to grant `epoch` to the
+        node ranked first."""
+        known = self.spec_of(tid)
+        if known is None or tid in self._proposals:
+            return []
+        spec = known[0]
+        p = self._placement(tid, spec, exclude, now)
+        self.why[tid] = p.explain() if p.chosen is None else f"placed: {p.explain()}"
+        if p.chosen is None:
+            self._retry_at[tid] = now + PLACE_INTERVAL
+            return []
+        prop = self._proposals[tid] = _Proposal(
+            epoch, p.chosen, spec.replicas, p.explain(), give_up_at=now + self.config.lease_ttl
+        )
+        self._count("proposals")
+        return self._ask(tid, prop, now)
+
+    def _ask(self, tid: str, prop: _Proposal, now: float) -> list[AgentCommand]:
+        prop.resend_at = now + self.config.lease_renew_interval
+        out: list[AgentCommand] = []
+        for node in prop.replicas:
+            if node not in prop.granted and node not in prop.refused:
+                out += self._to(node, GrantRequest(tid, prop.epoch, prop.owner), now)
+                if tid not in self._proposals:
+                    break  # answered and decided meanwhile (our own grant)
+        return out
+
+    def _on_grant_answer(self, sender: str, msg: GrantAnswer, now: float) -> list[AgentCommand]:
+        tid = msg.task_id
+        prop = self._proposals.get(tid)
+        if prop is None or (msg.epoch, msg.owner) != (prop.epoch, prop.owner):
+            return []
+        if sender not in prop.replicas:
+            return []
+        if msg.refusal:
+            prop.refused[sender] = msg.refusal
+            prop.highest = max(prop.highest, msg.held_epoch)
+            prop.wait = max(prop.wait, msg.live_for)
+        else:
+            prop.granted.add(sender)
+        prop.failures = max(prop.failures, msg.failures)
+        need = majority(prop.replicas)
+        if len(prop.granted) >= need:
+            del self._proposals[tid]
+            self._count("grants_won")
+            known = self.spec_of(tid)
+            assert known is not None
+            return self._to(prop.owner, Own(tid, prop.epoch, *known, prop.failures), now)
+        if len(prop.refused) > len(prop.replicas) - need:
+            return self._lost(tid, prop, now)
+        return []
+
+    def _lost(self, tid: str, prop: _Proposal, now: float) -> list[AgentCommand]:
+        """No majority: try again later, past what the granters hold and wait for."""
+        del self._proposals[tid]
+        self._count("grants_lost")
+        if Refusal.FINISHED in prop.refused.values():
+            return []
+        jitter = self._rng.uniform(0.0, self.config.lease_renew_interval)
+        self._retry_at[tid] = now + max(prop.wait, self.config.lease_renew_interval) + jitter
+        return []
+
+    def _check(self, now: float) -> list[AgentCommand]:
+        """Propose for every task that needs an owner and that we should propose for:
+        as its accepting node (epoch 1), as its first live replica, or as the k-th
+        live one after k x `lease_ttl` without progress."""
+        out: list[AgentCommand] = []
+        live = set(self._members()) | {self.me}
+        nxt = now + max(PLACE_INTERVAL, self.config.lease_renew_interval)
+        for tid, rec in self.grants.items():
+            if rec.final or tid in self._proposals or tid in self._owned:
+                self._need_since.pop(tid, None)
+                continue
+            live_for = rec.live(now, self._wait)
+            first = rec.epoch == 0 and rec.spec.submitted_by in live
+            if first:
+                live_for = max(live_for, rec.heard_at + self.config.first_grant_wait - now)
+            if live_for > 0:
+                self._need_since.pop(tid, None)
+                nxt = min(nxt, now + live_for)
+                continue
+            rank = [r for r in rec.spec.replicas if r in live].index(self.me)
+            since = self._need_since.setdefault(tid, now)
+            due = max(since + rank * self.config.lease_ttl, self._retry_at.get(tid, 0.0))
+            if now < due:
+                nxt = min(nxt, due)
+                continue
+            entry = self.table.get(tid)
+            epoch = max(rec.epoch, 0 if entry is None else entry.epoch) + 1
+            expired = {rec.owner} if rec.epoch and rec.ended is Ended.NO else set()
+            out += self._propose(tid, epoch, expired, now)
+        for tid, (_spec, _sig) in self._offers.items():  # first epochs we still owe
+            entry = self.table.get(tid)
+            if tid in self.grants or tid in self._proposals or entry is None:
+                continue
+            due = self._retry_at.get(tid, 0.0)
+            owed = entry.epoch == 0 and not entry.finished() and ("offer", tid) not in self._pending
+            if owed and now >= due:
+                out += self._propose(tid, 1, set(), now)
+        self._check_at = nxt
+        return out
+
+    ####################################################################################
+    # Owner side
+
+    def _on_own(self, sender: str, msg: Own, now: float) -> list[AgentCommand]:
+        tid = msg.task_id
+        if msg.spec.task_id() != tid or not msg.spec.verify(msg.spec_signature, self._verify):
+            self._count("owns_refused")
+            return []
+        have = self._owned.get(tid)
+        if have is not None and have.epoch >= msg.epoch:
+            return []
+        if self.table.get(tid) is None:
+            self.table.apply(encode_entries([TaskEntry(tid, msg.spec, msg.spec_signature)]), now)
+        if self.draining:  # granted while we began to drain: hand it back at once
+            pending = self._pending[("finish", tid)] = _Pending(
+                "finish", msg.epoch, Ended.RELEASED, msg.spec.replicas, now + 4 * self._wait
+            )
+            return self._repeat(tid, pending, now)
+        self._owned[tid] = _Owned(msg.epoch, msg.spec, self.why.get(tid, ""), now, msg.failures)
+        self._renew_at = now  # renew at once: the task starts after this round
+        return self._renew(now)
+
+    def _renew(self, now: float) -> list[AgentCommand]:
+        """One round: every lease we hold, renewed with each of its replicas."""
+        self._seq += 1
+        seq = self._seq
+        per_node: dict[str, list[str]] = {}
+        for tid, o in self._owned.items():
+            if o.stopping:
+                continue
+            for node in o.spec.replicas:
+                per_node.setdefault(node, []).append(tid)
+        self._rounds[seq] = (now, per_node)
+        self._rounds.pop(seq - ROUNDS_KEPT, None)
+        self._renew_at = now + self.config.lease_renew_interval if per_node else None
+        messages = [
+            (node, Renew(seq, tuple((t, self._owned[t].epoch) for t in tids)))
+            for node, tids in per_node.items()
+        ]  # all built first: our own answer, handled at once, may end a lease
+        out: list[AgentCommand] = []
+        for node, msg in messages:
+            out += self._to(node, msg, now)
+        return out
+
+    def _on_renew_answer(self, sender: str, msg: RenewAnswer, now: float) -> list[AgentCommand]:
+        sent = self._rounds.get(msg.seq)
+        if sent is None:
+            return []
+        at, per_node = sent
+        refused = dict(msg.refused)
+        out: list[AgentCommand] = []
+        for tid in per_node.get(sender, ()):
+            o = self._owned.get(tid)
+            if o is None or o.stopping:
+                continue
+            refusal = refused.get(tid)
+            if refusal is None:
+                out += self._renewed(tid, o, sender, at, now)
+            elif refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+                # One granter alone may hold an end that no majority agreed (a result
+                # whose other answers were lost): only a majority ends our run early.
+                o.superseded_by.add(sender)
+                if len(o.superseded_by) >= majority(o.spec.replicas):
+                    why = "cancelled" if refusal == Refusal.FINISHED else "superseded"
+                    out += self._stop(tid, o, why)
+        return out
+
+    def _renewed(self, tid: str, o: _Owned, node: str, at: float, now: float) -> list[AgentCommand]:
+        acks = self._acks.setdefault((tid, o.epoch, at), set())
+        acks.add(node)
+        if len(acks) < majority(o.spec.replicas) or at + self.config.lease_ttl <= o.lease_until:
+            return []
+        o.lease_until = at + self.config.lease_ttl
+        if now >= o.lease_until:
+            return []
+        if o.started:
+            return [FenceTask(tid, o.epoch, o.lease_until)]
+        o.started = True
+        out: list[AgentCommand] = []
+        entry = self.table.get(tid)
+        if entry is None or entry.epoch < o.epoch:
+            out += self._table_op(
+                tid, lambda: self.table.claim(tid, o.epoch, 0, o.why, now), f"l/{tid}"
+            )
+        out += self._table_op(tid, lambda: self.table.mark_running(tid, now), f"l/{tid}")
+        out.append(StartTask(tid, o.epoch, o.spec, o.lease_until))
+        return out
+
+    def _stop(self, tid: str, o: _Owned, reason: str) -> list[AgentCommand]:
+        o.stopping = reason
+        if not o.started:
+            del self._owned[tid]
+            return []
+        return [StopTask(tid, o.epoch, reason)]
+
+    ####################################################################################
+    # Time
+
+    def tick(self, now: float) -> list[AgentCommand]:
+        """Renew, fence, repeat what is unanswered, and propose what needs an owner."""
+        out: list[AgentCommand] = []
+        for tid, o in list(self._owned.items()):
+            if o.stopping:
+                continue
+            if o.started and now >= o.lease_until:
+                self._count("fenced")
+                out += self._stop(tid, o, "fenced")
+            elif not o.started and now >= o.since + self.config.lease_ttl:
+                del self._owned[tid]  # no majority renewed it in time: never started
+        if self._renew_at is not None and now >= self._renew_at:
+            out += self._renew(now)
+        self._acks = {
+            k: v for k, v in self._acks.items() if k[2] >= now - 2 * self.config.lease_ttl
+        }
+        for tid, prop in list(self._proposals.items()):
+            if now >= prop.give_up_at:
+                out += self._lost(tid, prop, now)
+            elif now >= prop.resend_at:
+                out += self._ask(tid, prop, now)
+        for key, p in list(self._pending.items()):
+            if now >= p.until:
+                del self._pending[key]
+            elif now >= p.resend_at:
+                out += self._repeat(key[1], p, now)
+        if self.ready and now >= self._check_at:
+            out += self._check(now)
+        self.table.tick(now)
+        return out
+
+    def statistics(self) -> dict[str, int]:
+        stats = dict(self.counters)
+        stats["granter_records"] = len(self.grants)
+        stats["owned"] = len(self._owned)
+        return stats
+
+    def __iter__(self) -> Iterator[GrantRecord]:
+        return iter(self.grants.values())

@@ -1,0 +1,294 @@
+"""The messages of `LeaseAgent`s to one another: small frozen values and a signed codec.
+
+Every message is sent to one member (not gossiped) and signed by its sender, so a
+granter knows who asks, and a forged or garbled message is one `DecodeError`.
+Layout (msgpack, append-only): ``[VERSION, type, sender, body, signature]`` where the
+signature covers ``CONTEXT + packb([type, sender, body])``. Task ids travel as their
+16 raw bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final
+
+import attrs
+import msgpack
+
+from ._spec import NODE_ID_CHARS_MAX, TASK_ID_CHARS, Signer, TaskSpec, Verifier
+from .grants import EPOCH_MAX, Ended, Refusal
+from .wire import DecodeError
+
+__all__ = [
+    "MESSAGE_BYTES_MAX",
+    "AgentMessage",
+    "Finish",
+    "FinishAnswer",
+    "GrantAnswer",
+    "GrantRequest",
+    "Offer",
+    "OfferAck",
+    "Own",
+    "Renew",
+    "RenewAnswer",
+    "SpecWanted",
+    "decode",
+    "encode",
+]
+
+VERSION: Final = 1
+CONTEXT: Final = b"populi-lease-agent\x00"
+#: Largest encoded message (a spec with a 4 KiB command and a 4 KiB env fits).
+MESSAGE_BYTES_MAX: Final = 64 * 1024
+#: Leases named in one renewal at most (an owner holding more sends several).
+RENEW_LEASES_MAX: Final = 2048
+_SIG_BYTES: Final = 64
+#: Failed epochs a message may report (the retry limit is at most 8).
+FAILURES_MAX: Final = 64
+
+
+@attrs.frozen
+class Offer:
+    """Accepting node -> replica: keep this task (persist, then `OfferAck`)."""
+
+    spec: TaskSpec
+    spec_signature: bytes
+
+
+@attrs.frozen
+class OfferAck:
+    task_id: str
+
+
+@attrs.frozen
+class GrantRequest:
+    """Proposer -> replica: grant `epoch` of the task to `owner`."""
+
+    task_id: str
+    epoch: int
+    owner: str
+
+
+@attrs.frozen
+class GrantAnswer:
+    """Replica -> proposer: granted (`refusal` 0) or why not, with what it holds."""
+
+    task_id: str
+    epoch: int
+    owner: str
+    refusal: int
+    held_epoch: int
+    live_for: float  # seconds the current lease stays live at the granter
+    failures: int  # failed epochs the granter knows of
+
+
+@attrs.frozen
+class Own:
+    """Proposer -> owner: a majority granted you `epoch`; renew, then start."""
+
+    task_id: str
+    epoch: int
+    spec: TaskSpec
+    spec_signature: bytes
+    failures: int  # the most any granting replica knew of
+
+
+@attrs.frozen
+class Renew:
+    """Owner -> replica: one round of renewals of every lease it holds there."""
+
+    seq: int
+    leases: tuple[tuple[str, int], ...]
+
+
+@attrs.frozen
+class RenewAnswer:
+    """Replica -> owner: every lease of round `seq` renewed except `refused`."""
+
+    seq: int
+    refused: tuple[tuple[str, int], ...]  # (task id, Refusal)
+
+
+@attrs.frozen
+class Finish:
+    """Owner (or a canceller) -> replica: how `epoch` ended."""
+
+    task_id: str
+    epoch: int
+    ended: Ended
+    failures: int = 0  # failed epochs, this one included (the owner's count)
+
+
+@attrs.frozen
+class FinishAnswer:
+    task_id: str
+    epoch: int
+    ended: Ended
+    refusal: int
+    final: Ended  # what the granter holds now (NO unless the task is final there)
+
+
+@attrs.frozen
+class SpecWanted:
+    """Replica -> proposer: I do not hold this task's spec; send me an `Offer`."""
+
+    task_id: str
+
+
+AgentMessage = (
+    Offer | OfferAck | GrantRequest | GrantAnswer | Own | Renew | RenewAnswer | Finish
+    | FinishAnswer | SpecWanted
+)  # fmt: skip
+
+
+class _Type(enum.IntEnum):
+    OFFER = 1
+    OFFER_ACK = 2
+    GRANT_REQUEST = 3
+    GRANT_ANSWER = 4
+    OWN = 5
+    RENEW = 6
+    RENEW_ANSWER = 7
+    FINISH = 8
+    FINISH_ANSWER = 9
+    SPEC_WANTED = 10
+
+
+def _tid(task_id: str) -> bytes:
+    return bytes.fromhex(task_id)
+
+
+def _body(msg: AgentMessage) -> tuple[_Type, list[Any]]:
+    match msg:
+        case Offer(spec, sig):
+            return _Type.OFFER, [spec.to_wire(), sig]
+        case OfferAck(tid):
+            return _Type.OFFER_ACK, [_tid(tid)]
+        case GrantRequest(tid, epoch, owner):
+            return _Type.GRANT_REQUEST, [_tid(tid), epoch, owner]
+        case GrantAnswer(tid, epoch, owner, refusal, held, live, failures):
+            body = [_tid(tid), epoch, owner, refusal, held, float(live), failures]
+            return _Type.GRANT_ANSWER, body
+        case Own(tid, epoch, spec, sig, failures):
+            return _Type.OWN, [_tid(tid), epoch, spec.to_wire(), sig, failures]
+        case Renew(seq, leases):
+            return _Type.RENEW, [seq, [[_tid(t), e] for t, e in leases]]
+        case RenewAnswer(seq, refused):
+            return _Type.RENEW_ANSWER, [seq, [[_tid(t), r] for t, r in refused]]
+        case Finish(tid, epoch, ended, failures):
+            return _Type.FINISH, [_tid(tid), epoch, int(ended), failures]
+        case FinishAnswer(tid, epoch, ended, refusal, final):
+            return _Type.FINISH_ANSWER, [_tid(tid), epoch, int(ended), refusal, int(final)]
+        case SpecWanted(tid):
+            return _Type.SPEC_WANTED, [_tid(tid)]
+    raise TypeError(f"not an agent message: {msg!r}")  # pragma: no cover
+
+
+def _signed_bytes(kind: int, sender: str, body: Any) -> bytes:
+    packed: bytes = msgpack.packb([kind, sender, body], use_bin_type=True)
+    return CONTEXT + packed
+
+
+def encode(msg: AgentMessage, sender: str, sign: Signer) -> bytes:
+    """The signed message, ready to send to one member."""
+    kind, body = _body(msg)
+    sig = sign(_signed_bytes(kind, sender, body))
+    return msgpack.packb([VERSION, int(kind), sender, body, sig], use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise DecodeError(what)
+
+
+def _task(v: Any) -> str:
+    _need(type(v) is bytes and len(v) == TASK_ID_CHARS // 2, "bad task id")
+    return str(v.hex())
+
+
+def _epoch(v: Any) -> int:
+    _need(type(v) is int and 0 <= v <= EPOCH_MAX, "bad epoch")
+    return int(v)
+
+
+def _count(v: Any) -> int:
+    _need(type(v) is int and 0 <= v <= FAILURES_MAX, "bad failure count")
+    return int(v)
+
+
+def _node(v: Any) -> str:
+    _need(isinstance(v, str) and 0 < len(v) <= NODE_ID_CHARS_MAX, "bad node id")
+    return str(v)
+
+
+def _enum(cls: type[enum.IntEnum], v: Any, zero: bool = False) -> int:
+    _need(type(v) is int, "bad code")
+    _need((zero and v == 0) or v in cls._value2member_map_, "unknown code")
+    return int(v)
+
+
+def _spec(raw: Any, sig: Any) -> tuple[TaskSpec, bytes]:
+    _need(type(sig) is bytes and len(sig) == _SIG_BYTES, "bad spec signature")
+    try:
+        return TaskSpec.from_wire(raw), sig
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DecodeError(f"bad spec: {exc}") from None
+
+
+def _pairs(raw: Any, code: type[enum.IntEnum] | None) -> tuple[tuple[str, int], ...]:
+    _need(isinstance(raw, list) and len(raw) <= RENEW_LEASES_MAX, "bad lease list")
+    out = []
+    for item in raw:
+        _need(isinstance(item, list) and len(item) == 2, "bad lease item")
+        value = _epoch(item[1]) if code is None else _enum(code, item[1])
+        out.append((_task(item[0]), value))
+    return tuple(out)
+
+
+def _message(kind: int, b: list[Any]) -> AgentMessage:
+    n = len(b)
+    match kind:
+        case _Type.OFFER if n == 2:
+            return Offer(*_spec(b[0], b[1]))
+        case _Type.OFFER_ACK if n == 1:
+            return OfferAck(_task(b[0]))
+        case _Type.GRANT_REQUEST if n == 3:
+            return GrantRequest(_task(b[0]), _epoch(b[1]), _node(b[2]))
+        case _Type.GRANT_ANSWER if n == 7:
+            _need(isinstance(b[5], float) and 0.0 <= b[5] <= 1e6, "bad wait")
+            return GrantAnswer(_task(b[0]), _epoch(b[1]), _node(b[2]),
+                               _enum(Refusal, b[3], zero=True), _epoch(b[4]), b[5],
+                               _count(b[6]))  # fmt: skip
+        case _Type.OWN if n == 5:
+            return Own(_task(b[0]), _epoch(b[1]), *_spec(b[2], b[3]), _count(b[4]))
+        case _Type.RENEW if n == 2:
+            _need(type(b[0]) is int and 0 <= b[0] <= EPOCH_MAX, "bad seq")
+            return Renew(b[0], _pairs(b[1], None))
+        case _Type.RENEW_ANSWER if n == 2:
+            _need(type(b[0]) is int and 0 <= b[0] <= EPOCH_MAX, "bad seq")
+            return RenewAnswer(b[0], _pairs(b[1], Refusal))
+        case _Type.FINISH if n == 4:
+            return Finish(_task(b[0]), _epoch(b[1]), Ended(_enum(Ended, b[2])), _count(b[3]))
+        case _Type.FINISH_ANSWER if n == 5:
+            ended, final = Ended(_enum(Ended, b[2])), Ended(_enum(Ended, b[4]))
+            return FinishAnswer(_task(b[0]), _epoch(b[1]), ended, _enum(Refusal, b[3], True), final)
+        case _Type.SPEC_WANTED if n == 1:
+            return SpecWanted(_task(b[0]))
+    raise DecodeError("unknown message type or layout")
+
+
+def decode(data: bytes, verify: Verifier) -> tuple[str, AgentMessage]:
+    """(sender, message) from bytes; `DecodeError` for junk or a bad signature."""
+    _need(len(data) <= MESSAGE_BYTES_MAX, "message too large")
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=len(data))
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise DecodeError(f"not msgpack: {exc}") from None
+    _need(isinstance(raw, list) and len(raw) == 5 and raw[0] == VERSION, "bad envelope")
+    _, kind, sender, body, sig = raw
+    _need(type(kind) is int and isinstance(body, list), "bad envelope")
+    sender = _node(sender)
+    _need(type(sig) is bytes and len(sig) == _SIG_BYTES, "bad signature")
+    if not verify(sender, _signed_bytes(kind, sender, body), sig):
+        raise DecodeError("signature does not verify")
+    return sender, _message(kind, body)
