@@ -860,6 +860,39 @@ class Membership:
             self._check_invariants()
         return []
 
+    def send_app(self, to: str, key: str, payload: bytes, now: float) -> list[Output]:
+        """Send an application message to one member, not gossiped: it rides a
+        datagram (with queued rumors piggybacked) when it fits one, else a reliable
+        stream. The receiver gets an `AppMessage`, as for a broadcast.
+
+        Raises:
+            ValueError: the channel is off, we left, `to` is unknown, the key is too
+                long, or the payload is over `app_direct_size_max`.
+        """
+        config = self._config
+        if not config.app_channel_enabled:
+            raise ValueError("the application channel is off (SwimConfig.app_channel_enabled)")
+        if self._left:
+            raise ValueError("cannot send after leaving")
+        node = self._members.get(to)
+        if node is None or to == self._name:
+            raise ValueError(f"no member {to!r} to send to")
+        if len(key) > NAME_LENGTH_MAX:
+            raise ValueError(f"key is {len(key)} characters, over {NAME_LENGTH_MAX}")
+        if len(payload) > config.app_direct_size_max:
+            raise ValueError(
+                f"payload is {len(payload)} bytes, over app_direct_size_max="
+                f"{config.app_direct_size_max}"
+            )
+        encoded = encode_message(App(self._name, key, payload))
+        out: list[Output] = []
+        self._counters.app_messages_queued += 1
+        if len(encoded) <= config.packet_budget - PACKET_OVERHEAD:
+            self._send_packet(node.address, encoded, out)
+        else:
+            self._emit(node.address, encode_packet([encoded]), True, out)
+        return out
+
     def send_failed(self, destination: Address, payload: bytes, now: float) -> list[Output]:
         """The driver could not deliver a reliable `Send` (e.g. TCP connection refused).
 
@@ -1387,9 +1420,10 @@ class Membership:
         self._apply(_RUMOR_DEAD, message.name, message.incarnation, now, out, source=message.source)
 
     def _on_app(self, message: App, now: float, reliable: bool, out: list[Output]) -> None:
+        config = self._config
         if (
-            not self._config.app_channel_enabled
-            or len(message.payload) > self._config.app_payload_size_max
+            not config.app_channel_enabled
+            or len(message.payload) > max(config.app_payload_size_max, config.app_direct_size_max)
         ):
             self._counters.app_dropped += 1
             return

@@ -119,6 +119,10 @@ class SwimConfig:
     #: and payload) must also fit one packet. Larger ones are refused by
     #: `broadcast_app` and dropped (counted) on receipt. Bigger state goes in `AppState`.
     app_payload_size_max: int = attrs.field(default=1024, validator=_non_negative)
+    #: Largest application message sent to one member (`send_app`), bytes: one that
+    #: does not fit a datagram goes over a stream. Received messages are dropped
+    #: (counted) above the larger of this and `app_payload_size_max`.
+    app_direct_size_max: int = attrs.field(default=65536, validator=_non_negative)
     #: Largest application digest in a sync (`AppState.digest()`), bytes. A digest is
     #: sent on every anti-entropy exchange, so keep it a hash or a version vector.
     app_digest_size_max: int = attrs.field(default=256, validator=_non_negative)

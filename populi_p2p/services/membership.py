@@ -113,6 +113,15 @@ class MembershipService:
         core = self._core
         await self._driver.call(lambda now: core.broadcast_app(key, payload, now))
 
+    async def send_app(self, to: str, key: str, payload: bytes) -> None:
+        """Send an application message to one member (`swim.Membership.send_app`).
+
+        Raises:
+            ValueError: the channel is off, we left, `to` is unknown or the payload big.
+        """
+        core = self._core
+        await self._driver.call(lambda now: core.send_app(to, key, payload, now))
+
     async def join(self, seeds: Sequence[Address]) -> None:
         core = self._core
         await self._driver.call(lambda now: core.join(seeds, now))
