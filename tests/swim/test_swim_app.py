@@ -162,7 +162,8 @@ def test_limits_are_enforced_on_both_ends() -> None:
         off.broadcast_app("k", b"", 0.0)
     # Received while the channel is off, or oversized: dropped and counted, no event.
     assert off.receive(("x", 1), encode(App("evil", "k", b"p")), 0.0) == []
-    big = App("evil", "k", b"x" * (APP_CONFIG.app_payload_size_max + 1))
+    bound = max(APP_CONFIG.app_payload_size_max, APP_CONFIG.app_direct_size_max)
+    big = App("evil", "k", b"x" * (bound + 1))
     assert core.receive(("x", 1), encode(big), 0.0) == []
     assert off.statistics().app_dropped == 1
     assert core.statistics().app_dropped == 1
@@ -233,3 +234,23 @@ def test_without_a_delegate_a_sync_has_no_app_section() -> None:
         for message in decode_packet(send.payload):
             if type(message).__name__ == "Sync":
                 assert message.app_digest == b"" and message.app_state == b""  # type: ignore[union-attr]
+
+
+def test_send_app_reaches_one_member_by_datagram_or_stream() -> None:
+    """A direct message to one member: a datagram when it fits, else a stream; the
+    receiver gets an `AppMessage` either way, and the bounds hold on both ends."""
+    a = Membership(APP_CONFIG, "a", ("10.0.0.1", 1), random.Random(1), 0.0)
+    b = Membership(APP_CONFIG, "b", ("10.0.0.2", 1), random.Random(2), 0.0)
+    with pytest.raises(ValueError, match="no member"):
+        a.send_app("b", "k", b"x", 0.0)
+    a.receive(("10.0.0.2", 1), encode(Alive("b", 1, ("10.0.0.2", 1), b"")), 0.0)
+    small, = (o for o in a.send_app("b", "k", b"hello", 0.0) if isinstance(o, Send))
+    assert not small.reliable
+    large, = (o for o in a.send_app("b", "k", b"y" * 5000, 0.0) if isinstance(o, Send))
+    assert large.reliable
+    got = [e for e in b.receive(("10.0.0.1", 1), small.payload, 0.0) if isinstance(e, AppMessage)]
+    assert [(e.source, e.payload) for e in got] == [("a", b"hello")]
+    got = b.receive(("10.0.0.1", 1), large.payload, 0.0, reliable=True)
+    assert [e.payload for e in got if isinstance(e, AppMessage)] == [b"y" * 5000]
+    with pytest.raises(ValueError, match="app_direct_size_max"):
+        a.send_app("b", "k", b"z" * (APP_CONFIG.app_direct_size_max + 1), 0.0)
