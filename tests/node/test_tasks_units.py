@@ -135,7 +135,7 @@ def test_candidate_carries_capacity_health_labels_and_draining(tmp_path: Path) -
     sick = candidate(member, _record(identity, _gpu_record((79,)), NodeStatus.AVAILABLE), 0.5)
     assert sick is not None and not sick.gpus[0].healthy
     p = place(gpu_task, [sick], config=config, rng=rng)
-    assert p.chosen is None and p.removed["compute_capability"] == 1
+    assert p.chosen is None and p.removed["no_gpu"] == 1
 
     # Draining in the signed record is seen by every node's placement.
     drained = candidate(member, _record(identity, None, NodeStatus.DRAINING), 0.5)
