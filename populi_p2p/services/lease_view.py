@@ -12,7 +12,15 @@ from typing import Any, Final, cast
 
 from swim import Member
 
-from ..leases import LeaseEvent, LeaseTable, Requirements, TaskEntry, TaskKind, TaskSpec
+from ..leases import (
+    LeaseEvent,
+    LeaseTable,
+    Requirements,
+    TaskEntry,
+    TaskKind,
+    TaskSpec,
+    check_new_requirements,
+)
 from ..leases.placement import Candidate, Gpu
 from ..record import NodeRecord, NodeStatus
 
@@ -281,6 +289,7 @@ def spec_from(fields: dict[str, Any], me: str, now_real: float) -> TaskSpec:
             labels_required=[str(x) for x in fields.get("labels", [])],
             labels_preferred=[str(x) for x in fields.get("prefer", [])],
         )
+        check_new_requirements(req)
         command: tuple[str, ...] = tuple(str(a) for a in fields.get("command", []))
         env = fields.get("env", {})
         if not isinstance(env, dict):

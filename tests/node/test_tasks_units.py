@@ -169,6 +169,14 @@ def test_daemon_refuses_bad_specs(fields: Any) -> None:
         spec_from(fields, "me", 0.0)
 
 
+def test_daemon_refuses_vram_without_gpus_with_the_fix() -> None:
+    with pytest.raises(ValueError) as info:
+        spec_from({"command": ["x"], "vram": 16 << 30}, "me", 0.0)
+    assert str(info.value) == "--vram needs --gpus N (the VRAM is per GPU); add --gpus 1"
+    ok = spec_from({"command": ["x"], "vram": 16 << 30, "gpus": 1}, "me", 0.0)
+    assert ok.requirements.vram_per_gpu == 16 << 30 and ok.requirements.gpu_count == 1
+
+
 ########################################################################################
 # The CLI: a bad spec is one line, and nothing reaches a daemon
 
@@ -198,6 +206,7 @@ def _submit_args(*argv: str) -> argparse.Namespace:
         ({"min_cc": "eight"}, "--min-cc"),
         ({"label": ["novalue"]}, "--label"),
         ({"retries": 99}, "retry_limit"),
+        ({"vram": "16GiB"}, "--vram needs --gpus N (the VRAM is per GPU); add --gpus 1"),
     ],
 )
 def test_cli_bad_specs_are_one_line(change: dict[str, Any], says: str) -> None:
@@ -217,7 +226,14 @@ def test_cli_submit_refuses_before_asking_the_daemon(
     err = capsys.readouterr().err.strip()
     assert code == 1 and "--vram" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "leases.sqlite3").exists()
-    good = build_spec(_submit_args("vram=16GiB", "label=zone=x", "env=A=b"))
+    code = main(["submit", "--state-dir", str(tmp_path), "--vram", "16GiB", "--", "x"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and err.splitlines() == [
+        "populi-node: error: --vram needs --gpus N (the VRAM is per GPU); add --gpus 1"
+    ]
+    good_args = _submit_args("vram=16GiB", "label=zone=x", "env=A=b")
+    good_args.gpus = 1
+    good = build_spec(good_args)
     assert good["vram"] == 16 << 30 and good["labels"] == ["zone=x"] and good["env"] == {"A": "b"}
     assert good["no_network"] is False
     parsed = _build_parser().parse_args(["submit", "--no-network", "--", "true"])
