@@ -19,7 +19,7 @@ Endpoints (all JSON):
 ``POST /v1/tasks``       submit a task (JSON spec); answers once it is durable
 ``GET  /v1/tasks``       every task this node's lease table holds
 ``GET  /v1/tasks/ID``    one task: spec, epochs, result (``/explain``: its placement)
-``POST /v1/tasks/ID/cancel``  cancel a task everywhere
+``POST /v1/tasks/ID/cancel``  cancel a task everywhere (409 once it has finished)
 ``GET  /v1/tasks/ID/logs``  ``?stream=stdout|stderr&offset=N``: a base64 chunk of the
                          task's full output from N (fetched from the node that ran it
                          when that is another), the next offset, and ``done`` once it
@@ -31,7 +31,8 @@ requests``
 =======================  ===============================================================
 
 The task routes are served when the backend is also a `TaskBackend`. A bad spec or
-argument is a 400 with one line, an unknown task a 404, a submit without enough
+argument is a 400 with one line, an unknown task a 404, a request the task's state
+refuses (`ConflictError`: cancelling a finished task) a 409, a submit without enough
 acknowledgements a 504.
 
 The app only translates: it asks an `ApiBackend` (the node) for plain dicts and encodes
@@ -67,6 +68,7 @@ __all__ = [
     "ApiBackend",
     "ApiClient",
     "ApiError",
+    "ConflictError",
     "TaskBackend",
     "make_app",
     "serve_api",
@@ -118,6 +120,11 @@ class TaskBackend(Protocol):
     async def drain(self, handoff: bool) -> dict[str, Any]: ...
 
     async def undrain(self) -> dict[str, Any]: ...
+
+
+class ConflictError(Exception):
+    """The request is well formed but the resource's state refuses it (e.g. cancelling
+    a task that already finished). The API answers 409 with the message: one line."""
 
 
 class _BadRequest(Exception):
@@ -221,6 +228,9 @@ def make_app(backend: ApiBackend) -> AsgiApp:
                 body = await body
         except ValueError as exc:  # a bad spec or argument: the caller's to fix
             await _respond(send, 400, {"error": str(exc)})
+            return
+        except ConflictError as exc:
+            await _respond(send, 409, {"error": str(exc)})
             return
         except LookupError as exc:
             await _respond(send, 404, {"error": str(exc.args[0] if exc.args else exc)})
@@ -360,7 +370,9 @@ class ApiClient:
             ) from None
         if response.status_code != 200:
             detail = answer.get("error") if isinstance(answer, dict) else None
-            if detail and (response.status_code in (400, 504) or path.startswith("/v1/tasks/")):
+            if detail and (
+                response.status_code in (400, 409, 504) or path.startswith("/v1/tasks/")
+            ):
                 raise ApiError(str(detail))
             raise ApiError(f"the daemon refused {method} {path}: {detail or response.status_code}")
         return answer

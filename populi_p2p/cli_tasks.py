@@ -34,7 +34,7 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
     s = sub.add_parser("submit", help="run a command on the mesh: submit [flags] -- CMD ARGS")
     add_state_dir(s)
     s.add_argument("--gpus", type=int, default=0, help="GPUs on one node (default 0)")
-    s.add_argument("--vram", metavar="SIZE", help="VRAM per GPU, e.g. 16GiB")
+    s.add_argument("--vram", metavar="SIZE", help="VRAM per GPU (with --gpus), e.g. 16GiB")
     s.add_argument("--min-cc", metavar="X.Y", default="0.0", help="minimum compute capability")
     s.add_argument("--cpus", type=float, default=0.0, help="CPU cores")
     s.add_argument("--ram", metavar="SIZE", help="RAM, e.g. 8GiB")
@@ -83,7 +83,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     """
     from .cli import parse_duration
     from .gpu._labels import parse_size
-    from .leases import Requirements, TaskKind, TaskSpec
+    from .leases import Requirements, TaskKind, TaskSpec, check_new_requirements
 
     command = list(args.argv)
     if command[:1] == ["--"]:
@@ -132,6 +132,10 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         )
     except ValueError as exc:
         raise TaskCliError(f"bad task: {exc}") from None
+    try:
+        check_new_requirements(req)
+    except ValueError as exc:  # its line already names the flags and the fix
+        raise TaskCliError(str(exc)) from None
     return spec
 
 

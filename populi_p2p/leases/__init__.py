@@ -24,6 +24,7 @@ from ._spec import Signer as Signer
 from ._spec import TaskKind as TaskKind
 from ._spec import TaskSpec as TaskSpec
 from ._spec import Verifier as Verifier
+from ._spec import check_new_requirements as check_new_requirements
 from ._table import LeaseError as LeaseError
 from ._table import LeaseTable as LeaseTable
 from ._table import StateMerge as StateMerge
@@ -54,5 +55,6 @@ __all__ = [
     "TaskResult",
     "TaskSpec",
     "Verifier",
+    "check_new_requirements",
     "merge",
 ]

@@ -41,6 +41,10 @@ SIZE_MAX = 1 << 50  # bytes; anything larger is a typo, not a machine
 
 SPEC_CONTEXT = b"populi-lease-spec\x00"
 
+#: Why a new spec asking for VRAM but no GPUs is refused (VRAM is per GPU, so with no
+#: GPUs it would be silently ignored), and how to fix it.
+VRAM_WITHOUT_GPUS = "--vram needs --gpus N (the VRAM is per GPU); add --gpus 1"
+
 
 class TaskKind(enum.Enum):
     """The kind of work; a node can be degraded for one kind and fine for another."""
@@ -235,6 +239,20 @@ class TaskSpec:
     def verify(self, signature: bytes, verify: Verifier) -> bool:
         """True when `signature` is `submitted_by`'s over this spec."""
         return verify(self.submitted_by, SPEC_CONTEXT + self.canonical(), signature)
+
+
+def check_new_requirements(req: Requirements) -> None:
+    """The rules a *new* submission must follow beyond what `Requirements` accepts.
+
+    Kept out of `Requirements` itself, so that specs already stored or gossiping (from
+    nodes that accepted them before the rule) still decode; the CLI and the API's
+    `spec_from` call it before anything is stored.
+
+    Raises:
+        ValueError: one line saying what is wrong and how to fix it.
+    """
+    if req.vram_per_gpu > 0 and req.gpu_count == 0:
+        raise ValueError(VRAM_WITHOUT_GPUS)
 
 
 def task_id_of(canonical: bytes) -> str:

@@ -2,8 +2,9 @@
 
 Every node runs the same function over its own view; nothing here is random except the
 seeded sample order. Gates remove candidates and count why (alive, not draining, not
-degraded for the kind, labels, compute capability, capacity with headroom after the
-leases the node already holds, not failed there before). Rankers score the rest in
+degraded for the kind, labels, a healthy GPU at all for GPU work, compute capability,
+capacity with headroom after the leases the node already holds, not failed there
+before). Rankers score the rest in
 [0, 1]: capability fit (tighter is better, so big GPUs stay free for big tasks), earned
 reliability, current load, RTT from the accepting node, and preferred labels. Labels
 restrict and prefer; they never create capacity. A rendezvous hash of (task, node)
@@ -40,6 +41,7 @@ GATES = (
     "draining",
     "degraded",
     "labels",
+    "no_gpu",
     "compute_capability",
     "capacity",
     "failed_here",
@@ -135,7 +137,9 @@ class Placement:
         return 0 if score is None else int(score.total * 1_000_000)
 
     def explain(self) -> str:
-        """A bounded one-paragraph explanation kept with the claim."""
+        """A bounded one-paragraph explanation kept with the claim (and, while nothing
+        fits, shown as why the task is pending; led by the plain reason when every
+        candidate lacks a GPU)."""
         removed = ", ".join(f"{g}={n}" for g, n in self.removed.items() if n)
         top = "; ".join(
             f"{n} {self.scores[n].total:.3f} (fit {self.scores[n].fit:.2f} rel "
@@ -146,6 +150,8 @@ class Placement:
             f"visited {self.visited}/{self.candidates}; removed: {removed or 'none'}; "
             f"top: {top or 'none'}"
         )
+        if self.visited and self.removed.get("no_gpu", 0) == self.visited:
+            text = f"no GPU: no candidate has a healthy GPU ({self.visited} checked); {text}"
         return text[:EXPLANATION_CHARS_MAX]
 
 
@@ -196,6 +202,8 @@ def _gate(
         return "degraded"
     if not r.labels_required <= c.labels:
         return "labels"
+    if r.gpu_count and not any(g.healthy for g in c.gpus):
+        return "no_gpu"  # none at all, or every one unhealthy: not a capability question
     if r.gpu_count and not any(
         g.compute_capability >= r.compute_capability_min for g in c.gpus if g.healthy
     ):

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..api import ConflictError
+from .lease_view import cancel_refusal
+
 if TYPE_CHECKING:
     from ..node import Node
 
@@ -50,7 +53,12 @@ class NodeBackend:
         return self._node.leases.explain(task_id)
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
-        return await self._node.leases.cancel(self._node.leases.find(task_id).task_id)
+        """Cancel a task that may still run; a finished one is a `ConflictError` (409)."""
+        entry = self._node.leases.find(task_id)
+        refusal = cancel_refusal(entry)
+        if refusal is not None:
+            raise ConflictError(refusal)
+        return await self._node.leases.cancel(entry.task_id)
 
     async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
         if self._node.task_logs is None:  # for a moment after the API first answers

@@ -12,7 +12,16 @@ from typing import Any, Final, cast
 
 from swim import Member
 
-from ..leases import LeaseEvent, LeaseTable, Requirements, TaskEntry, TaskKind, TaskSpec
+from ..leases import (
+    LeaseEvent,
+    LeaseTable,
+    Requirements,
+    TaskEntry,
+    TaskKind,
+    TaskPhase,
+    TaskSpec,
+    check_new_requirements,
+)
 from ..leases.placement import Candidate, Gpu
 from ..record import NodeRecord, NodeStatus
 
@@ -20,6 +29,7 @@ __all__ = [
     "SYNC_DIGEST_BITS",
     "LeaseSection",
     "build_candidates",
+    "cancel_refusal",
     "candidate",
     "entry_detail",
     "entry_row",
@@ -176,6 +186,28 @@ def find_entry(entries: Iterable[TaskEntry], task_id: str) -> TaskEntry:
     return found[0]
 
 
+def cancel_refusal(entry: TaskEntry) -> str | None:
+    """Why cancelling `entry` is refused (one line), or None when a cancel may go ahead.
+
+    A finished task (succeeded, failed for good, or already cancelled) has nothing left
+    to cancel, and a cancel would rewrite its outcome as cancelled everywhere. The API
+    answers such a cancel with 409 and this line (raise `api.ConflictError` with it).
+    A task still pending, claimed, running, released, or failed with retries left may
+    be cancelled.
+    """
+    tid, epoch = entry.task_id, entry.epoch
+    if entry.cancel is not None:
+        return f"task {tid} is already cancelled; nothing to cancel"
+    if entry.phase is TaskPhase.SUCCEEDED:
+        return f"task {tid} already succeeded at epoch {epoch}; nothing to cancel"
+    if entry.phase is TaskPhase.FAILED and entry.finished():
+        return (
+            f"task {tid} already failed for good at epoch {epoch} "
+            f"({entry.failures()} failed attempts); nothing to cancel"
+        )
+    return None
+
+
 def explain_view(entry: TaskEntry, placement: str | None) -> dict[str, Any]:
     """``populi-node explain``: the claim's own explanation and our last placement."""
     cur = entry.current
@@ -281,6 +313,7 @@ def spec_from(fields: dict[str, Any], me: str, now_real: float) -> TaskSpec:
             labels_required=[str(x) for x in fields.get("labels", [])],
             labels_preferred=[str(x) for x in fields.get("prefer", [])],
         )
+        check_new_requirements(req)
         command: tuple[str, ...] = tuple(str(a) for a in fields.get("command", []))
         env = fields.get("env", {})
         if not isinstance(env, dict):

@@ -46,6 +46,7 @@ def test_each_gate_removes_and_explains() -> None:
         Candidate("old", gpus=(Gpu(24 * GIB, (6, 1)),), cpu_cores=16, ram=64 * GIB),
         gpu_node("failed"),
         Candidate("unhealthy", gpus=(Gpu(24 * GIB, (8, 6), healthy=False),), cpu_cores=16, ram=GIB),
+        Candidate("cpu-only", cpu_cores=64, ram=256 * GIB),
     ]
     p = place(
         task(compute_capability_min=(7, 0)),
@@ -58,9 +59,34 @@ def test_each_gate_removes_and_explains() -> None:
     assert p.removed["not_alive"] == 1 and p.examples["not_alive"] == ("dead",)
     assert p.removed["draining"] == 1 and p.removed["degraded"] == 1
     assert p.removed["capacity"] == 1 and p.removed["failed_here"] == 1
-    assert p.removed["compute_capability"] == 2  # old arch, and the one unhealthy GPU
+    assert p.removed["compute_capability"] == 1 and p.examples["compute_capability"] == ("old",)
+    # No GPU at all, or none healthy: removed as such, not as a capability mismatch.
+    assert p.removed["no_gpu"] == 2
+    assert sorted(p.examples["no_gpu"]) == ["cpu-only", "unhealthy"]
     assert "removed:" in p.explain() and "ok" in p.explain()
     assert p.rank_of("ok") > 0 and p.rank_of("drain") == 0
+
+
+def test_gpu_work_on_a_mesh_without_gpus_says_no_gpu() -> None:
+    """The reason shown for GPU work where no node has a GPU is "no GPU", even when the
+    task also asks for a compute capability (issue 17: it used to say
+    compute_capability)."""
+    cands = [Candidate(f"cpu{i}", cpu_cores=16, ram=64 * GIB) for i in range(3)]
+    cands.append(Candidate("dead-gpu", gpus=(Gpu(24 * GIB, (8, 6), healthy=False),)))
+    p = place(task(compute_capability_min=(8, 0)), cands, config=CFG, rng=random.Random(1))
+    assert p.chosen is None and p.removed["no_gpu"] == 4
+    assert p.removed["compute_capability"] == 0
+    text = p.explain()
+    assert text.startswith("no GPU: no candidate has a healthy GPU (4 checked); ")
+    assert "compute_capability" not in text and "no_gpu=4" in text
+    # One GPU node (too old) among them: the line no longer claims there is no GPU.
+    cands.append(Candidate("old", gpus=(Gpu(24 * GIB, (6, 1)),), cpu_cores=16, ram=64 * GIB))
+    p = place(task(compute_capability_min=(8, 0)), cands, config=CFG, rng=random.Random(1))
+    assert p.removed["no_gpu"] == 4 and p.removed["compute_capability"] == 1
+    assert not p.explain().startswith("no GPU") and "compute_capability=1" in p.explain()
+    # A CPU task is not gated by GPUs at all.
+    cpu_task = TaskSpec(TaskKind.BATCH, Requirements(cpu_cores=2), ["x"], submitted_by="n")
+    assert place(cpu_task, cands[:3], config=CFG, rng=random.Random(1)).removed["no_gpu"] == 0
 
 
 def test_labels_restrict_and_prefer_but_never_create_capacity() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from populi_p2p.leases import Requirements, TaskKind, TaskSpec
+from populi_p2p.leases import Requirements, TaskKind, TaskSpec, check_new_requirements
+from populi_p2p.leases._spec import VRAM_WITHOUT_GPUS
 
 from .helpers import fake_sign, fake_verify, spec
 
@@ -66,3 +67,18 @@ def test_bad_specs_raise_one_line_value_errors(kwargs: dict, message: str) -> No
 def test_bad_requirements(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Requirements(**kwargs)
+
+
+def test_new_specs_with_vram_but_no_gpus_are_refused_but_old_ones_still_decode() -> None:
+    """VRAM is per GPU: asking for it with no GPUs was silently ignored (issue 17)."""
+    with pytest.raises(ValueError) as info:
+        check_new_requirements(Requirements(gpu_count=0, vram_per_gpu=16 << 30))
+    assert str(info.value) == VRAM_WITHOUT_GPUS
+    assert "--gpus 1" in VRAM_WITHOUT_GPUS and "\n" not in VRAM_WITHOUT_GPUS
+    check_new_requirements(Requirements(gpu_count=1, vram_per_gpu=16 << 30))
+    check_new_requirements(Requirements(gpu_count=2))
+    check_new_requirements(Requirements())
+    # A spec accepted before the rule (stored, or gossiped by an older node) decodes.
+    old = spec(7, gpus=0)
+    assert old.requirements.vram_per_gpu > 0
+    assert TaskSpec.from_wire(old.to_wire()) == old

@@ -7,26 +7,44 @@ import argparse
 import os
 import random
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import attrs
 import pytest
 import trio
 
-from populi_p2p.api import ApiClient, ApiError, make_app, serve_api
+from populi_p2p.api import ApiClient, ApiError, ConflictError, make_app, serve_api
 from populi_p2p.cli import _build_parser, main
 from populi_p2p.cli_tasks import TaskCliError, build_spec
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
 from populi_p2p.identity import NodeIdentity
-from populi_p2p.leases import LeaseConfig, LeaseTable, Requirements, TaskKind, TaskSpec
+from populi_p2p.leases import (
+    Cancel,
+    ClaimRecord,
+    LeaseConfig,
+    LeaseTable,
+    Requirements,
+    TaskEntry,
+    TaskKind,
+    TaskResult,
+    TaskSpec,
+)
 from populi_p2p.leases._entry import OUTPUT_TAIL_MAX, Phase
 from populi_p2p.leases.placement import place
 from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
+from populi_p2p.services.api_backend import NodeBackend
 from populi_p2p.services.app_channel import AppChannel, AppKind
 from populi_p2p.services.executor import TaskExited
 from populi_p2p.services.lease_host import LeaseHost
-from populi_p2p.services.lease_view import LeaseSection, candidate, gpu_slots, spec_from
+from populi_p2p.services.lease_view import (
+    LeaseSection,
+    cancel_refusal,
+    candidate,
+    gpu_slots,
+    spec_from,
+)
 from populi_p2p.services.leases import SubmitError
 from populi_p2p.services.task_results import START_FAILED_CODE, result_of
 from swim import AppMessage, Member, MemberState
@@ -135,7 +153,7 @@ def test_candidate_carries_capacity_health_labels_and_draining(tmp_path: Path) -
     sick = candidate(member, _record(identity, _gpu_record((79,)), NodeStatus.AVAILABLE), 0.5)
     assert sick is not None and not sick.gpus[0].healthy
     p = place(gpu_task, [sick], config=config, rng=rng)
-    assert p.chosen is None and p.removed["compute_capability"] == 1
+    assert p.chosen is None and p.removed["no_gpu"] == 1
 
     # Draining in the signed record is seen by every node's placement.
     drained = candidate(member, _record(identity, None, NodeStatus.DRAINING), 0.5)
@@ -169,6 +187,14 @@ def test_daemon_refuses_bad_specs(fields: Any) -> None:
         spec_from(fields, "me", 0.0)
 
 
+def test_daemon_refuses_vram_without_gpus_with_the_fix() -> None:
+    with pytest.raises(ValueError) as info:
+        spec_from({"command": ["x"], "vram": 16 << 30}, "me", 0.0)
+    assert str(info.value) == "--vram needs --gpus N (the VRAM is per GPU); add --gpus 1"
+    ok = spec_from({"command": ["x"], "vram": 16 << 30, "gpus": 1}, "me", 0.0)
+    assert ok.requirements.vram_per_gpu == 16 << 30 and ok.requirements.gpu_count == 1
+
+
 ########################################################################################
 # The CLI: a bad spec is one line, and nothing reaches a daemon
 
@@ -198,6 +224,7 @@ def _submit_args(*argv: str) -> argparse.Namespace:
         ({"min_cc": "eight"}, "--min-cc"),
         ({"label": ["novalue"]}, "--label"),
         ({"retries": 99}, "retry_limit"),
+        ({"vram": "16GiB"}, "--vram needs --gpus N (the VRAM is per GPU); add --gpus 1"),
     ],
 )
 def test_cli_bad_specs_are_one_line(change: dict[str, Any], says: str) -> None:
@@ -217,7 +244,14 @@ def test_cli_submit_refuses_before_asking_the_daemon(
     err = capsys.readouterr().err.strip()
     assert code == 1 and "--vram" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "leases.sqlite3").exists()
-    good = build_spec(_submit_args("vram=16GiB", "label=zone=x", "env=A=b"))
+    code = main(["submit", "--state-dir", str(tmp_path), "--vram", "16GiB", "--", "x"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and err.splitlines() == [
+        "populi-node: error: --vram needs --gpus N (the VRAM is per GPU); add --gpus 1"
+    ]
+    good_args = _submit_args("vram=16GiB", "label=zone=x", "env=A=b")
+    good_args.gpus = 1
+    good = build_spec(good_args)
     assert good["vram"] == 16 << 30 and good["labels"] == ["zone=x"] and good["env"] == {"A": "b"}
     assert good["no_network"] is False
     parsed = _build_parser().parse_args(["submit", "--no-network", "--", "true"])
@@ -262,6 +296,8 @@ class _Tasks:
         return {"id": task_id}
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
+        if task_id == "done":
+            raise ConflictError("task done already succeeded at epoch 2; nothing to cancel")
         return {"id": task_id, "cancelled": True}
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
@@ -297,12 +333,105 @@ async def test_task_routes(tmp_path: Path) -> None:
             ("post", "/v1/tasks", {"command": []}, "command is empty"),
             ("post", "/v1/tasks", {"command": ["slow"]}, "only 0 of 1"),
             ("get", "/v1/tasks/zzz", None, "no single task matches"),
+            ("post", "/v1/tasks/done/cancel", None, "already succeeded at epoch 2"),
             ("get", "/v1/tasks/a/b/c", None, "no such endpoint"),
         ):
             with pytest.raises(ApiError) as info:
                 await call(method, path, body)
             assert says in str(info.value) and "\n" not in str(info.value)
         nursery.cancel_scope.cancel()
+
+
+async def test_cancel_of_a_finished_task_is_409_and_the_cli_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import httpx
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_api, make_app(_Tasks()), tmp_path / "api.sock")
+
+        def raw_cancel(task_id: str) -> httpx.Response:
+            transport = httpx.HTTPTransport(uds=str(tmp_path / "api.sock"))
+            with httpx.Client(transport=transport, base_url="http://populi") as client:
+                return client.post(f"/v1/tasks/{task_id}/cancel")
+
+        refused = await trio.to_thread.run_sync(raw_cancel, "done")
+        assert refused.status_code == 409
+        assert refused.json() == {
+            "error": "task done already succeeded at epoch 2; nothing to cancel"
+        }
+        code = await trio.to_thread.run_sync(main, ["cancel", "--state-dir", str(tmp_path), "done"])
+        out, err = capsys.readouterr()
+        assert code == 1 and out == ""
+        assert err.strip().splitlines() == [
+            "populi-node: error: task done already succeeded at epoch 2; nothing to cancel"
+        ]
+        code = await trio.to_thread.run_sync(main, ["cancel", "--state-dir", str(tmp_path), "abc"])
+        assert code in (0, None) and capsys.readouterr().out == "cancelled abc\n"
+        nursery.cancel_scope.cancel()
+
+
+########################################################################################
+# Cancel: a finished task is refused, with one line
+
+
+def _claim(epoch: int, phase: Phase, code: int | None = None, before: int = 0) -> ClaimRecord:
+    result = None if code is None else TaskResult(code, signature=b"r")
+    return ClaimRecord(epoch, 0, "owner", b"s", phase=phase, result=result, failures_before=before)
+
+
+def _entry(*claims: ClaimRecord, retries: int = 1, cancel: bool = False) -> TaskEntry:
+    spec = TaskSpec(TaskKind.BATCH, Requirements(), ("x",), retry_limit=retries, submitted_by="n")
+    return TaskEntry(spec.task_id(), spec, b"sig", claims, Cancel("n", b"c") if cancel else None)
+
+
+def test_cancel_refusal_names_the_finished_outcome() -> None:
+    done = _entry(_claim(1, Phase.RELEASED), _claim(2, Phase.SUCCEEDED, 0))
+    tid = done.task_id
+    assert cancel_refusal(done) == f"task {tid} already succeeded at epoch 2; nothing to cancel"
+    dead = _entry(_claim(1, Phase.FAILED, 1), _claim(2, Phase.FAILED, 1, before=1))
+    assert cancel_refusal(dead) == (
+        f"task {tid} already failed for good at epoch 2 (2 failed attempts); nothing to cancel"
+    )
+    gone = _entry(_claim(1, Phase.RUNNING), cancel=True)
+    assert cancel_refusal(gone) == f"task {tid} is already cancelled; nothing to cancel"
+    for line in (cancel_refusal(done), cancel_refusal(dead), cancel_refusal(gone)):
+        assert line is not None and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        (),  # pending
+        (_claim(1, Phase.CLAIMED),),
+        (_claim(1, Phase.RUNNING),),
+        (_claim(1, Phase.RELEASED),),
+        (_claim(1, Phase.FAILED, 1),),  # one failure, one retry left: it will run again
+    ],
+)
+def test_cancel_refusal_lets_unfinished_tasks_be_cancelled(claims: tuple[ClaimRecord, ...]) -> None:
+    assert cancel_refusal(_entry(*claims)) is None
+
+
+async def test_node_backend_refuses_a_finished_cancel_and_forwards_the_rest() -> None:
+    done = _entry(_claim(1, Phase.SUCCEEDED, 0))
+    running = _entry(_claim(1, Phase.RUNNING), retries=2)
+    cancelled: list[str] = []
+
+    class _Leases:
+        def find(self, task_id: str) -> TaskEntry:
+            return {"d": done, "r": running}[task_id]
+
+        async def cancel(self, task_id: str) -> dict[str, Any]:
+            cancelled.append(task_id)
+            return {"id": task_id, "cancelled": True}
+
+    backend = NodeBackend(cast(Any, SimpleNamespace(leases=_Leases())))
+    with pytest.raises(ConflictError, match="already succeeded at epoch 1"):
+        await backend.cancel("d")
+    assert cancelled == []
+    assert await backend.cancel("r") == {"id": running.task_id, "cancelled": True}
+    assert cancelled == [running.task_id]
 
 
 ########################################################################################
