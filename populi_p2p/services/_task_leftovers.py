@@ -26,7 +26,6 @@ from typing import Any, Final
 import trio
 
 from .._log import event, get_logger
-from ._task_record import TaskRecord
 
 __all__ = ["Leftovers", "start_time"]
 
@@ -83,26 +82,24 @@ class Leftovers:
     def _path(self, task_id: str, epoch: int) -> Path:
         return self.directory / f"{task_id}-{epoch}.json"
 
-    def record(self, task: TaskRecord) -> None:
-        """Write the task's record once its wrapper runs (best effort: a lost record
-        only loses the backstop, never the task)."""
-        assert task.process is not None
-        pid = task.process.pid
+    def record(self, task_id: str, epoch: int, pgid: int, cgroup: Path | None) -> None:
+        """Write a task's record once its wrapper (pid `pgid`, leading the task's group)
+        runs; best effort: a lost record only loses the backstop, never the task."""
         record = {
-            "task_id": task.task_id,
-            "epoch": task.epoch,
-            "pgid": pid,
-            "start_time": start_time(pid),
+            "task_id": task_id,
+            "epoch": epoch,
+            "pgid": pgid,
+            "start_time": start_time(pgid),
             "boot_id": _boot_id(),
-            "cgroup": str(task.cgroup.path) if task.cgroup is not None else None,
+            "cgroup": str(cgroup) if cgroup is not None else None,
         }
-        path = self._path(task.task_id, task.epoch)
+        path = self._path(task_id, epoch)
         try:
-            self.directory.mkdir(mode=0o700, exist_ok=True)
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             path.with_suffix(".tmp").write_text(json.dumps(record))
             path.with_suffix(".tmp").replace(path)
         except OSError as exc:
-            event(_log, 30, "executor.record_failed", task=task.task_id, error=exc.strerror)
+            event(_log, 30, "executor.record_failed", task=task_id, error=exc.strerror)
 
     def forget(self, task_id: str, epoch: int) -> None:
         with contextlib.suppress(OSError):
@@ -140,6 +137,7 @@ class Leftovers:
         if leader is not None and leader != since:
             return True  # the pid names another process now: our group is gone
         cgroup = Path(record["cgroup"]) if record.get("cgroup") else None
+        first = True
         with trio.move_on_after(REAP_WAIT):
             while True:
                 members = _members(pgid, since)
@@ -153,7 +151,9 @@ class Leftovers:
                         with contextlib.suppress(OSError):
                             cgroup.rmdir()
                     return True
-                event(_log, 30, "executor.leftover", task=record["task_id"], pids=members)
+                if first:
+                    event(_log, 30, "executor.leftover", task=record["task_id"], pids=members)
+                    first = False
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
                 await trio.sleep(_POLL)

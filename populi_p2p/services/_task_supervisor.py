@@ -64,7 +64,8 @@ class TaskSupervisor:
             return task.exited("start_failed", str(exc), self.config.tail_bytes)
         assert task.process is not None
         pid = task.process.pid
-        self._leftovers.record(task)
+        cgroup = task.cgroup.path if task.cgroup is not None else None
+        self._leftovers.record(task.task_id, task.epoch, pid, cgroup)
         event(_log, 20, "executor.started", task=task.task_id, epoch=task.epoch, pid=pid)
         deadline = trio.current_time() + task.spec.timeout
         failure = b""

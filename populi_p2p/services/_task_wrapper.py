@@ -275,11 +275,12 @@ def _end_like(status: int) -> None:
     """Exit the way the command did, so our parent reads its status as ours."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's action is fixed
             signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
-            os.kill(os.getpid(), sig)
-        os._exit(128 + sig)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal whose default is not to end a process
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
