@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import attrs
 import trio
 
 from populi_p2p.services._task_leftovers import Leftovers
@@ -155,3 +156,10 @@ def test_fence_grace_is_validated(tmp_path: Path) -> None:
         assert "fence_grace" in str(exc)
     else:
         raise AssertionError("a negative fence_grace was accepted")
+
+
+def test_the_docs_state_the_kill_grace_the_code_uses() -> None:
+    grace = attrs.fields(ExecutorConfig).grace_period.default
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert f"SIGKILL {grace:g} s later" in (docs / "operations.md").read_text()
+    assert f"| `grace_period` | {grace:.1f} s |" in (docs / "executor.md").read_text()
