@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import resource
 import select
@@ -228,22 +229,24 @@ class _Watch:
             words = line.split()
             if len(words) == 3 and words[0] == b"fence" and not self.fenced:
                 with contextlib.suppress(ValueError):
-                    self.deadline, self.grace = float(words[1]), float(words[2])
+                    deadline, grace = float(words[1]), float(words[2])
+                    if math.isfinite(deadline) and math.isfinite(grace):
+                        self.deadline, self.grace = deadline, max(0.0, grace)
 
     def fence_step(self) -> float | None:
         """Act on the fence now; seconds until it next needs us (None: no fence)."""
         if self.deadline is None:
             return None
         now = time.monotonic()
-        if now >= self.deadline:
-            self.kill_tree()
-            return 0.0
         if not self.fenced and now >= self.deadline - self.grace:
             self.fenced = True
             with contextlib.suppress(OSError):
                 os.write(self.status_fd, b"fenced\n")
             with contextlib.suppress(OSError):
                 os.killpg(os.getpgrp(), signal.SIGTERM)  # we ignore it; the task does not
+        if now >= self.deadline:
+            self.kill_tree()
+            return 0.0
         return (self.deadline if self.fenced else self.deadline - self.grace) - now
 
 
@@ -320,7 +323,11 @@ def main(argv: list[str]) -> None:
         watch.kill_tree()
         os._exit(START_FAILED_EXIT)
     os.write(status_fd, b"ok\n")
-    _watch(watch, control_fd, wake_r)
+    try:
+        _watch(watch, control_fd, wake_r)
+    except BaseException:
+        watch.kill_tree()  # our bug must not leave the task unowned
+        raise
     assert watch.status is not None
     _end_like(watch.status)
 

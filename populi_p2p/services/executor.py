@@ -19,6 +19,7 @@ On node shutdown every running task is killed (SIGKILL, no grace) and reported
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import time
@@ -134,6 +135,8 @@ class ExecutorService:
         if cpu_time is None:
             cpu_time = spec.timeout * max(1.0, spec.requirements.cpu_cores)
         problem = check_arguments(task_id, epoch, gpu_uuids)
+        if problem is None and not _finite(deadline, fence_grace):
+            problem = "deadline and fence_grace must be finite numbers (or None)"
         if problem is None and task_id in self._tasks:
             problem = f"task {task_id} is already running here (epoch {self._tasks[task_id].epoch})"
         safe_id = task_id if problem is None else "invalid"
@@ -148,7 +151,7 @@ class ExecutorService:
             started_at=now,
             epoch_dir=self.config.tasks_dir / safe_id / str(epoch if problem is None else 0),
             deadline=deadline,
-            fence_grace=self.config.fence_grace if fence_grace is None else fence_grace,
+            fence_grace=self.config.fence_grace if fence_grace is None else max(0.0, fence_grace),
         )
         try:
             if problem is not None:
@@ -185,7 +188,7 @@ class ExecutorService:
         went out the fence holds: a later deadline no longer saves the task.
         """
         task = self._tasks.get(task_id)
-        if task is None or task.epoch != epoch or not isinstance(deadline, int | float):
+        if task is None or task.epoch != epoch or deadline is None or not _finite(deadline):
             return
         task.move_fence(float(deadline))
         self._launcher.fence(task)
@@ -291,3 +294,11 @@ class ExecutorService:
         task.release()
         if task.process is not None:
             self._leftovers.forget(task.task_id, task.epoch)
+
+
+def _finite(*values: object) -> bool:
+    """Each value is None or a finite number (a NaN deadline would never pass)."""
+    return all(
+        v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+        for v in values
+    )

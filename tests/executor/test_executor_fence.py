@@ -163,3 +163,15 @@ def test_the_docs_state_the_kill_grace_the_code_uses() -> None:
     docs = Path(__file__).resolve().parents[2] / "docs"
     assert f"SIGKILL {grace:g} s later" in (docs / "operations.md").read_text()
     assert f"| `grace_period` | {grace:.1f} s |" in (docs / "executor.md").read_text()
+
+
+async def test_a_deadline_already_past_fences_at_once_and_nonsense_is_refused(
+    tmp_path: Path,
+) -> None:
+    async with executor(tmp_path, grace_period=30.0) as ex:
+        ex.start("late", 1, python(_TERM_NOTING), [], deadline=time.monotonic() - 1.0)
+        late = await next_exit(ex)
+        ex.start("nan", 1, python(_TERM_NOTING), [], deadline=float("nan"))
+        nan = await next_exit(ex)
+    assert late.reason == "cancelled" and late.detail == "fenced", late
+    assert nan.reason == "start_failed" and "finite" in nan.detail, nan
