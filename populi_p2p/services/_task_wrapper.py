@@ -158,7 +158,7 @@ def _become_command(spec: dict[str, Any], exec_fd: int, wrapper: int) -> None:
 
 def _ours(me: int) -> list[int]:
     """Every live process in our group or below us in the process tree (not us)."""
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     found: set[int] = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -166,17 +166,16 @@ def _ours(me: int) -> list[int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rpartition(b")")[2].split()
-            parents[int(name)] = int(fields[1])
+            children.setdefault(int(fields[1]), []).append(int(name))
             if int(fields[2]) == me:
                 found.add(int(name))
         except (OSError, ValueError, IndexError):
             continue
     frontier = [me]
     while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent]
-        found.update(children)
-        frontier.extend(children)
+        below = children.get(frontier.pop(), [])
+        found.update(below)
+        frontier.extend(below)
     found.discard(me)
     return sorted(found)
 
@@ -190,7 +189,8 @@ class _Watch:
         self.cgroup: str | None = spec.get("cgroup")
         self.status_fd = status_fd
         self.deadline: float | None = spec.get("deadline")
-        self.grace: float = float(spec.get("fence_grace") or 1.0)
+        grace = spec.get("fence_grace")
+        self.grace: float = 1.0 if grace is None else float(grace)
         self.fenced = False  # SIGTERM sent for the fence: past the point of no return
         self.pending = b""
 
@@ -242,8 +242,9 @@ class _Watch:
             self.fenced = True
             with contextlib.suppress(OSError):
                 os.write(self.status_fd, b"fenced\n")
-            with contextlib.suppress(OSError):
-                os.killpg(os.getpgrp(), signal.SIGTERM)  # we ignore it; the task does not
+            if now < self.deadline:  # no TERM to whom the KILL goes at once
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgrp(), signal.SIGTERM)  # we ignore it; the task does not
         if now >= self.deadline:
             self.kill_tree()
             return 0.0
@@ -322,7 +323,8 @@ def main(argv: list[str]) -> None:
         os.write(status_fd, b"fail " + failure.replace(b"\n", b" ") + b"\n")
         watch.kill_tree()
         os._exit(START_FAILED_EXIT)
-    os.write(status_fd, b"ok\n")
+    with contextlib.suppress(OSError):  # a dead daemon: the control pipe says so next
+        os.write(status_fd, b"ok\n")
     try:
         _watch(watch, control_fd, wake_r)
     except BaseException:

@@ -175,3 +175,14 @@ async def test_a_deadline_already_past_fences_at_once_and_nonsense_is_refused(
         nan = await next_exit(ex)
     assert late.reason == "cancelled" and late.detail == "fenced", late
     assert nan.reason == "start_failed" and "finite" in nan.detail, nan
+
+
+async def test_a_zero_fence_grace_kills_at_the_deadline_without_a_term(tmp_path: Path) -> None:
+    async with executor(tmp_path, grace_period=30.0) as ex:
+        deadline = time.monotonic() + 1.0
+        ex.start("z", 1, python(_TERM_NOTING), [], deadline=deadline, fence_grace=0)
+        command = await _up(ex, "z")
+        gone = _frozen_until_gone(command, deadline + 5.0)
+        ended = await next_exit(ex)
+    assert deadline <= gone < deadline + 0.3, gone - deadline
+    assert ended.detail == "fenced" and b"term " not in ended.stdout_tail, ended
