@@ -31,6 +31,9 @@ class ExecutorConfig:
     #: Time between SIGTERM and SIGKILL when a task is stopped, cancelled or timed out.
     #: Longer lets tasks save state; shorter frees the machine sooner.
     grace_period: float = 5.0
+    #: How long before a fence deadline the task gets SIGTERM (SIGKILL at the deadline).
+    #: Keep it below the time between the lease's renewals and its deadline.
+    fence_grace: float = 1.0
     #: Bytes of stdout and of stderr kept in `TaskExited` (the full output stays on disk).
     tail_bytes: int = 4096
     #: How often the watchdog reads the group's memory and CPU time, and how often
@@ -48,6 +51,8 @@ class ExecutorConfig:
     def __attrs_post_init__(self) -> None:
         if not 0 < self.grace_period <= 300:
             raise ValueError(f"grace_period must be in (0, 300] seconds, got {self.grace_period}")
+        if not 0 <= self.fence_grace <= 300:
+            raise ValueError(f"fence_grace must be in [0, 300] seconds, got {self.fence_grace}")
         if not 0 <= self.tail_bytes <= TAIL_BYTES_MAX:
             raise ValueError(f"tail_bytes must be in 0..{TAIL_BYTES_MAX}, got {self.tail_bytes}")
         if not 0.01 <= self.poll_interval <= 10:

@@ -29,15 +29,16 @@ class GroupUsage:
     cpu_time: float  # seconds of user+system, with reaped children's, summed
 
 
-def group_usage(pgid: int) -> GroupUsage:
-    """Sum RSS and CPU time over the processes whose process group is `pgid`."""
+def group_usage(pgid: int, skip: int | None = None) -> GroupUsage:
+    """Sum RSS and CPU time over the processes whose process group is `pgid`, but for
+    the process `skip` (the task's wrapper, which is not the task's to pay for)."""
     members, rss, ticks = 0, 0, 0
     try:
         entries = os.listdir(_PROC)
     except OSError:
         return GroupUsage(0, 0, 0.0)
     for name in entries:
-        if not name.isdigit():
+        if not name.isdigit() or name == str(skip):
             continue
         try:
             raw = (_PROC / name / "stat").read_bytes()

@@ -1,18 +1,23 @@
 """`TaskLauncher`: a task's directories, log files, cgroup or rlimits, and its process.
 
-The task runs through `_task_wrapper` (which joins the cgroup, makes the network
-namespace, sets rlimits and drops to the task user, then execs the command) as its own
-session and process group, in ``tasks_dir/<task_id>/<epoch>/work``, with its stdout
-and stderr in files beside that directory.
+The task runs under `_task_wrapper` (which forks the command; the command joins the
+cgroup, makes the network namespace, sets rlimits and drops to the task user, then
+execs) as its own session and process group, in ``tasks_dir/<task_id>/<epoch>/work``,
+with its stdout and stderr in files beside that directory. The wrapper stays the
+command's parent: it holds the read end of a control pipe whose only writer is this
+daemon, so the daemon's death (end of file) and fence deadlines (lines) reach it
+without the daemon's event loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
@@ -22,7 +27,7 @@ from . import _task_wrapper
 from ._cgroup import CgroupParent
 from ._task_record import StartFailed, TaskRecord
 
-__all__ = ["WRAPPER", "TaskLauncher"]
+__all__ = ["WRAPPER", "TaskLauncher", "monotonic_to_trio"]
 
 WRAPPER: Final = str(Path(_task_wrapper.__file__).resolve())
 _DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -101,43 +106,84 @@ class TaskLauncher:
             "rlimit_cpu": math.ceil(task.cpu_time),
             "uid": self._uid,
             "gid": self._gid,
+            "deadline": task.deadline,
+            "fence_grace": task.fence_grace,
         }
         payload = json.dumps(instructions).encode()
         if len(payload) > _SPEC_BYTES_MAX:
             raise StartFailed("the command and environment are too large to start")
         spec_r, spec_w = os.pipe()
         status_r, status_w = os.pipe()
+        # Close-on-exec in the daemon (os.pipe's default) and passed only to this
+        # wrapper: its end of file means this daemon died, nothing else.
+        control_r, control_w = os.pipe()
+        os.set_blocking(control_w, False)
         try:
             os.write(spec_w, payload)
             os.close(spec_w)
             task.process = await trio.lowlevel.open_process(
-                [sys.executable, "-I", "-S", WRAPPER, str(spec_r), str(status_w)],
+                [sys.executable, "-I", "-S", WRAPPER, str(spec_r), str(status_w), str(control_r)],
                 stdin=subprocess.DEVNULL,
                 stdout=task.out_fd,
                 stderr=task.err_fd,
                 start_new_session=True,
-                pass_fds=(spec_r, status_w),
+                pass_fds=(spec_r, status_w, control_r),
                 env={},
                 cwd=work,
             )
         except OSError as exc:
             os.close(status_r)
+            os.close(control_w)
             raise StartFailed(f"cannot start the task wrapper: {exc.strerror}") from exc
         finally:
             os.close(spec_r)
             os.close(status_w)
-        task.status_fd = status_r
+            os.close(control_r)
+        task.status_stream = trio.lowlevel.FdStream(status_r)
+        task.control_fd = control_w
+        if task.deadline is not None:  # moved while the wrapper started
+            self.fence(task)
+
+    @staticmethod
+    def fence(task: TaskRecord) -> None:
+        """Tell the wrapper the task's current fence deadline (a no-op before spawn).
+
+        The line is far below ``PIPE_BUF``, so it is written whole or not at all; a
+        wrapper too wedged to read (a full pipe) keeps its older, earlier deadline.
+        """
+        if task.control_fd is None or task.deadline is None:
+            return
+        line = f"fence {task.deadline!r} {task.fence_grace!r}\n".encode()
+        with contextlib.suppress(OSError):
+            os.write(task.control_fd, line)
 
     @staticmethod
     async def read_status(task: TaskRecord) -> bytes:
-        """Empty once the command was exec'd; else the wrapper's one-line reason."""
-        message = b""
-        assert task.status_fd is not None
-        fd, task.status_fd = task.status_fd, None  # the stream owns (and closes) it now
-        async with trio.lowlevel.FdStream(fd) as stream:
-            while len(message) < _STATUS_BYTES_MAX:
-                chunk = await stream.receive_some(_STATUS_BYTES_MAX)
+        """Empty once the command was exec'd (or the wrapper died first); else the
+        wrapper's one-line reason."""
+        assert task.status_stream is not None
+        while b"\n" not in task.status_seen and len(task.status_seen) < _STATUS_BYTES_MAX:
+            chunk = await task.status_stream.receive_some(_STATUS_BYTES_MAX)
+            if not chunk:
+                break
+            task.status_seen += chunk
+        first = task.status_seen.partition(b"\n")[0]
+        return first[5:].strip() if first.startswith(b"fail ") else b""
+
+    @staticmethod
+    async def read_rest(task: TaskRecord, timeout: float) -> bytes:
+        """Everything the wrapper wrote, once it has exited (bounded by `timeout`)."""
+        if task.status_stream is None:
+            return task.status_seen
+        with trio.move_on_after(timeout):
+            while len(task.status_seen) < _STATUS_BYTES_MAX:
+                chunk = await task.status_stream.receive_some(_STATUS_BYTES_MAX)
                 if not chunk:
                     break
-                message += chunk
-        return message[:_STATUS_BYTES_MAX]
+                task.status_seen += chunk
+        return task.status_seen
+
+
+def monotonic_to_trio(deadline: float) -> float:
+    """A ``time.monotonic()`` instant on Trio's clock (which has its own offset)."""
+    return trio.current_time() + (deadline - time.monotonic())

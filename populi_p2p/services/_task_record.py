@@ -41,17 +41,33 @@ class TaskRecord:
     cgroup: TaskCgroup | None = None
     out_fd: int | None = None
     err_fd: int | None = None
-    status_fd: int | None = None
+    #: The wrapper's status lines (``ok``/``fail ...``, then maybe ``fenced``).
+    status_stream: trio.lowlevel.FdStream | None = None
+    status_seen: bytes = b""
+    #: Our end of the wrapper's control pipe (fence lines; its closing is our death).
+    control_fd: int | None = None
     reason: str | None = None
     detail: str = ""
+    #: Seconds between SIGTERM and SIGKILL for this stop; None: the configured grace.
+    stop_grace: float | None = None
     rlimit_as: int | None = None
+    #: The fence: a ``time.monotonic()`` deadline (None: unfenced) and its TERM lead.
+    deadline: float | None = None
+    fence_grace: float = 1.0
+    #: Set (and replaced) whenever the deadline moves.
+    fence_moved: trio.Event = attrs.field(factory=trio.Event)
     stop_requested: trio.Event = attrs.field(factory=trio.Event)
 
-    def request(self, reason: str, detail: str) -> None:
+    def request(self, reason: str, detail: str, grace: float | None = None) -> None:
         """The first reason to stop wins; later ones are ignored."""
         if self.reason is None:
-            self.reason, self.detail = reason, detail
+            self.reason, self.detail, self.stop_grace = reason, detail, grace
             self.stop_requested.set()
+
+    def move_fence(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.fence_moved.set()
+        self.fence_moved = trio.Event()
 
     def exited(self, reason: str, detail: str, tail_bytes: int) -> TaskExited:
         """The task's end as reported, with the last `tail_bytes` of each stream."""
@@ -70,10 +86,13 @@ class TaskRecord:
 
     def release(self) -> None:
         """Close our files and remove the cgroup (once the end is decided)."""
-        for fd in (self.out_fd, self.err_fd, self.status_fd):
+        for fd in (self.out_fd, self.err_fd, self.control_fd):
             if fd is not None:
                 os.close(fd)
-        self.out_fd = self.err_fd = self.status_fd = None
+        self.out_fd = self.err_fd = self.control_fd = None
+        if self.status_stream is not None:
+            self.status_stream.close()
+            self.status_stream = None
         if self.cgroup is not None:
             self.cgroup.kill()
             self.cgroup.remove()

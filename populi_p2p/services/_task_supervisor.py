@@ -9,8 +9,12 @@ Keeping the node stable comes first (docs/executor.md):
 - CPU time: ``RLIMIT_CPU`` per process plus the watchdog on the group's sum;
 - no network: a fresh network namespace, or the task does not start.
 
-When the leader exits, whatever is left of its group is killed: nothing a task
-started outlives it.
+- the fence: the wrapper itself SIGTERMs the group at ``deadline - fence_grace`` and
+  kills the tree at ``deadline`` (outside this event loop); `_fence_backstop` kills
+  the group from here too should the wrapper not have (``_BACKSTOP_SLACK`` later).
+
+When the command exits, whatever is left of its group is killed (by the wrapper, then
+again from here): nothing a task started outlives it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import trio
 from .._log import event, get_logger
 from ._executor_config import ExecutorConfig
 from ._proc import group_usage
-from ._task_launch import TaskLauncher
+from ._task_launch import TaskLauncher, monotonic_to_trio
+from ._task_leftovers import Leftovers
 from ._task_record import StartFailed, TaskRecord, memory_detail, tail
 from ._task_types import TaskExited
 
@@ -33,6 +38,8 @@ __all__ = ["TaskSupervisor"]
 
 #: What a program says when an allocation fails under RLIMIT_AS (Python, libc, C++, Go...).
 _OOM_MARKERS: Final = (b"MemoryError", b"Cannot allocate memory", b"bad_alloc", b"out of memory")
+#: How long past a fence deadline the daemon kills a task the wrapper has not.
+_BACKSTOP_SLACK: Final = 0.5
 
 _log = get_logger("executor")
 
@@ -40,9 +47,12 @@ _log = get_logger("executor")
 class TaskSupervisor:
     """Spawns a prepared task through `launcher`, watches it, and says why it ended."""
 
-    def __init__(self, config: ExecutorConfig, launcher: TaskLauncher) -> None:
+    def __init__(
+        self, config: ExecutorConfig, launcher: TaskLauncher, leftovers: Leftovers
+    ) -> None:
         self.config = config
         self._launcher = launcher
+        self._leftovers = leftovers
 
     async def execute(self, task: TaskRecord) -> TaskExited:
         """Run `task` until it ends; its group is gone when this returns."""
@@ -54,17 +64,22 @@ class TaskSupervisor:
             return task.exited("start_failed", str(exc), self.config.tail_bytes)
         assert task.process is not None
         pid = task.process.pid
+        cgroup = task.cgroup.path if task.cgroup is not None else None
+        self._leftovers.record(task.task_id, task.epoch, pid, cgroup)
         event(_log, 20, "executor.started", task=task.task_id, epoch=task.epoch, pid=pid)
         deadline = trio.current_time() + task.spec.timeout
         failure = b""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._timer, task, deadline)
             nursery.start_soon(self._stopper, task)
+            nursery.start_soon(self._fence_backstop, task)
             failure = await self._launcher.read_status(task)
             if not failure:
                 nursery.start_soon(self._watchdog, task)
             await task.process.wait()
             nursery.cancel_scope.cancel()
+        if b"\nfenced\n" in await self._launcher.read_rest(task, self.config.grace_period):
+            task.request("cancelled", "fenced")  # the wrapper enforced the fence
         # Decide why it ended now: a stop() arriving while the rest of the group is
         # reaped must not turn a task's own exit into "cancelled".
         if failure:
@@ -84,7 +99,7 @@ class TaskSupervisor:
             await process.wait()
         self._signal(task, signal.SIGKILL)
         with trio.move_on_after(self.config.grace_period):
-            while group_usage(process.pid).members:
+            while group_usage(process.pid, skip=process.pid).members:
                 await trio.sleep(self.config.poll_interval)
 
     async def _timer(self, task: TaskRecord, deadline: float) -> None:
@@ -98,15 +113,31 @@ class TaskSupervisor:
         if task.reason == "memory":
             self._signal(task, signal.SIGKILL)
             return
-        self._signal(task, signal.SIGTERM)
-        with trio.move_on_after(self.config.grace_period):
-            await task.process.wait()
+        grace = self.config.grace_period if task.stop_grace is None else task.stop_grace
+        if grace > 0:
+            self._signal(task, signal.SIGTERM)
+            with trio.move_on_after(grace):
+                await task.process.wait()
         self._signal(task, signal.SIGKILL)
+
+    async def _fence_backstop(self, task: TaskRecord) -> None:
+        """Kill the task if its fence passed and it still runs (the wrapper's job,
+        unless the wrapper was stopped or killed from outside)."""
+        while True:
+            moved = task.fence_moved
+            if task.deadline is None:
+                await moved.wait()
+                continue
+            with trio.move_on_at(monotonic_to_trio(task.deadline) + _BACKSTOP_SLACK):
+                await moved.wait()
+                continue
+            task.request("cancelled", "fenced", grace=0.0)
+            return
 
     async def _watchdog(self, task: TaskRecord) -> None:
         """Stop the task when its group's memory or CPU time passes the limit."""
         assert task.process is not None
-        pgid = task.process.pid
+        pgid = task.process.pid  # the wrapper's: not counted against the task
         while True:
             await trio.sleep(self.config.poll_interval)
             if task.cgroup is not None:
@@ -114,7 +145,7 @@ class TaskSupervisor:
                     task.request("memory", memory_detail(task.memory))
                 cpu = task.cgroup.cpu_time()
             else:
-                usage = group_usage(pgid)
+                usage = group_usage(pgid, skip=pgid)
                 if task.memory is not None and usage.rss > task.memory:
                     task.request("memory", memory_detail(task.memory))
                 cpu = usage.cpu_time

@@ -55,7 +55,7 @@ class RunningTask:
 
     task_id: str
     epoch: int
-    pid: int | None  # the wrapper's (then the command's) pid; None until spawned
+    pid: int | None  # the wrapper's pid (the task's process group); None until spawned
     started_at: float  # realtime (time.time()), informational
     workdir: str
     memory_limit: int | None

@@ -1,38 +1,69 @@
-"""The first thing a task process runs: set its limits, then become the command.
+"""The task's first process: set its limits, start the command, and outlive it.
 
-The executor spawns ``python -I -S _task_wrapper.py SPEC_FD STATUS_FD`` in a new
-session, with a clean environment (the task's environment is hostile: an
+The executor spawns ``python -I -S _task_wrapper.py SPEC_FD STATUS_FD CONTROL_FD`` in a
+new session, with a clean environment (the task's environment is hostile: an
 ``LD_PRELOAD`` or ``PYTHONPATH`` in it must not reach a process that still runs as
-root). This script, stdlib only and run by path:
+root). This script, stdlib only and run by path, stays the parent of the command so
+that something outside the daemon's event loop owns the task's processes:
 
 1. reads its JSON instructions from ``SPEC_FD`` (a pipe; nothing shows in ``ps``);
-2. joins the task's cgroup, when the executor made one;
-3. makes a new network namespace when asked (``unshare(CLONE_NEWNET)`` through libc;
-   ``os.unshare`` is Python 3.12+), so the task sees no interface but a down ``lo``;
-4. sets rlimits (``RLIMIT_AS``, ``RLIMIT_CPU``, no core files), umask 077;
-5. drops to the task user (supplementary groups cleared, gid, then uid);
-6. ``execvpe``\\ s the command with the task's environment.
+2. makes itself a child subreaper, so every orphan of the task is re-parented to it;
+3. forks the command, which joins the task's cgroup, makes a network namespace when
+   asked (``unshare`` through libc; ``os.unshare`` is Python 3.12+), sets rlimits and
+   umask 077, drops to the task user (groups, gid, uid), sets ``PR_SET_PDEATHSIG`` to
+   SIGKILL (after the uid change, which would clear it) and ``execvpe``\\ s;
+4. watches three things: the command's end, ``CONTROL_FD`` and the fence deadline.
 
-``STATUS_FD`` is close-on-exec: a successful exec closes it with nothing written, so
-the executor reads EOF and knows the command runs. Any failure is written there as one
-line and the wrapper exits 127, so the executor reports ``start_failed`` with that line
-instead of guessing from an exit code.
+``CONTROL_FD`` is a pipe whose only writer is the daemon: end of file means the daemon
+is gone (even by SIGKILL), and the wrapper then kills the task's whole tree. Lines on
+it (``fence DEADLINE GRACE``) move the fence: at ``DEADLINE - GRACE``
+(``time.monotonic()``, CLOCK_MONOTONIC, the same clock system-wide) the group gets
+SIGTERM, at ``DEADLINE`` the tree is killed, whether or not the daemon's loop runs.
+
+``STATUS_FD`` carries lines to the daemon: ``ok`` once the command was exec'd, or
+``fail REASON`` (the wrapper then exits 127), and later ``fenced`` if the fence stopped
+the task. When the command ends, whatever is left of its group and of the descendants
+is killed and reaped, and the wrapper ends the way the command did (same exit code, or
+killed by the same signal), so the executor reads the command's status as its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
+import math
 import os
 import resource
+import select
+import signal
 import sys
+import time
 from typing import Any
 
-#: From <sched.h>; stable Linux ABI.
+#: From <sched.h> and <linux/prctl.h>; stable Linux ABI.
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 #: Exit code when the command could not be started (the executor reads the status line).
 START_FAILED_EXIT = 127
+#: Signals the wrapper ignores (a stop's SIGTERM to the group is for the command) and
+#: those Python ignores at start-up; the command gets all of them back at default.
+_IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+_RESET = (*_IGNORED, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+def _prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0))
 
 
 def _fail(status_fd: int, message: str) -> None:
@@ -46,11 +77,12 @@ def _new_network_namespace() -> None:
     """Root makes a network namespace directly; anyone else needs a user namespace too
     (where the kernel allows unprivileged ones), in which the task then appears as
     the overflow uid but keeps its real uid for files."""
-    libc = ctypes.CDLL(None, use_errno=True)
     flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWNET | CLONE_NEWUSER
-    if libc.unshare(flags) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
+    _check(_libc.unshare(flags))
+
+
+############################################################################
+# The command's side of the fork
 
 
 def _apply(spec: dict[str, Any], status_fd: int) -> None:
@@ -94,20 +126,212 @@ def _apply(spec: dict[str, Any], status_fd: int) -> None:
             _fail(status_fd, f"still not uid {uid} after setuid; refusing to run")
 
 
+def _become_command(spec: dict[str, Any], exec_fd: int, wrapper: int) -> None:
+    """In the forked child: limits, user, death signal, exec. Never returns."""
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in _RESET:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        _apply(spec, exec_fd)
+        # Last, after the uid change (which clears it): the wrapper is single-threaded,
+        # so "parent thread" means the wrapper. If it is already gone, so are we.
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != wrapper:
+            os._exit(START_FAILED_EXIT)
+        command: list[str] = spec["argv"]
+        try:
+            os.execvpe(command[0], command, spec["env"])
+        except OSError as exc:
+            _fail(exec_fd, f"cannot run {command[0]!r}: {exc.strerror}")
+        except ValueError as exc:  # a NUL in an argument, '=' in a variable name, ...
+            _fail(exec_fd, f"cannot run {command[0]!r}: {exc}")
+    except BaseException as exc:  # never run the wrapper's code twice
+        _fail(exec_fd, f"cannot start the command: {exc}")
+    finally:
+        os._exit(START_FAILED_EXIT)
+
+
+############################################################################
+# The wrapper's side: watch, fence, kill the tree
+
+
+def _ours(me: int) -> list[int]:
+    """Every live process in our group or below us in the process tree (not us)."""
+    children: dict[int, list[int]] = {}
+    found: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            children.setdefault(int(fields[1]), []).append(int(name))
+            if int(fields[2]) == me:
+                found.add(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    frontier = [me]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found.update(below)
+        frontier.extend(below)
+    found.discard(me)
+    return sorted(found)
+
+
+class _Watch:
+    """The wrapper's state once the command runs."""
+
+    def __init__(self, child: int, spec: dict[str, Any], status_fd: int) -> None:
+        self.child = child
+        self.status: int | None = None  # the command's wait status, once reaped
+        self.cgroup: str | None = spec.get("cgroup")
+        self.status_fd = status_fd
+        self.deadline: float | None = spec.get("deadline")
+        grace = spec.get("fence_grace")
+        self.grace: float = 1.0 if grace is None else float(grace)
+        self.fenced = False  # SIGTERM sent for the fence: past the point of no return
+        self.pending = b""
+
+    def reap(self, block: bool) -> bool:
+        """Reap children; False once none is left."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return False
+            if pid == 0:
+                return True
+            if pid == self.child:
+                self.status = status
+            if block:
+                return True
+
+    def kill_tree(self) -> None:
+        """SIGKILL the group, the cgroup and every descendant until none is left."""
+        me = os.getpid()
+        while True:
+            if self.cgroup:
+                with contextlib.suppress(OSError), open(f"{self.cgroup}/cgroup.kill", "w") as f:
+                    f.write("1")
+            for pid in _ours(me):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if not self.reap(block=True):
+                return
+
+    def control(self, data: bytes) -> None:
+        """Take ``fence DEADLINE GRACE`` lines; a fence that already began stays."""
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            words = line.split()
+            if len(words) == 3 and words[0] == b"fence" and not self.fenced:
+                with contextlib.suppress(ValueError):
+                    deadline, grace = float(words[1]), float(words[2])
+                    if math.isfinite(deadline) and math.isfinite(grace):
+                        self.deadline, self.grace = deadline, max(0.0, grace)
+
+    def fence_step(self) -> float | None:
+        """Act on the fence now; seconds until it next needs us (None: no fence)."""
+        if self.deadline is None:
+            return None
+        now = time.monotonic()
+        if not self.fenced and now >= self.deadline - self.grace:
+            self.fenced = True
+            with contextlib.suppress(OSError):
+                os.write(self.status_fd, b"fenced\n")
+            if now < self.deadline:  # no TERM to whom the KILL goes at once
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgrp(), signal.SIGTERM)  # we ignore it; the task does not
+        if now >= self.deadline:
+            self.kill_tree()
+            return 0.0
+        return (self.deadline if self.fenced else self.deadline - self.grace) - now
+
+
+def _watch(watch: _Watch, control_fd: int, wake_fd: int) -> None:
+    """Until the command ends (or the fence or the daemon's death ends it)."""
+    poller = select.poll()
+    poller.register(control_fd, select.POLLIN)
+    poller.register(wake_fd, select.POLLIN)
+    while watch.status is None:
+        wait = watch.fence_step()
+        if watch.status is not None:
+            break
+        timeout = None if wait is None else max(0, int(wait * 1000) + 1)
+        for fd, _ in poller.poll(timeout):
+            if fd == wake_fd:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_fd, 4096)
+                watch.reap(block=False)
+            elif fd == control_fd:
+                data = os.read(control_fd, 4096)
+                if not data:  # the daemon is gone: so is its task
+                    watch.kill_tree()
+                    os._exit(START_FAILED_EXIT)
+                watch.control(data)
+    watch.kill_tree()
+
+
+def _end_like(status: int) -> None:
+    """Exit the way the command did, so our parent reads its status as ours."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's action is fixed
+            signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal whose default is not to end a process
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
 def main(argv: list[str]) -> None:
-    spec_fd, status_fd = int(argv[1]), int(argv[2])
-    os.set_inheritable(status_fd, False)
+    spec_fd, status_fd, control_fd = int(argv[1]), int(argv[2]), int(argv[3])
+    for fd in (status_fd, control_fd):
+        os.set_inheritable(fd, False)
     with os.fdopen(spec_fd, "rb") as f:
         spec = json.loads(f.read())
-    _apply(spec, status_fd)
-    command: list[str] = spec["argv"]
-    env: dict[str, str] = spec["env"]
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # re-raising SIGSEGV dumps nothing
     try:
-        os.execvpe(command[0], command, env)
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
     except OSError as exc:
-        _fail(status_fd, f"cannot run {command[0]!r}: {exc.strerror}")
-    except ValueError as exc:  # a NUL in an argument, '=' in a variable name, ...
-        _fail(status_fd, f"cannot run {command[0]!r}: {exc}")
+        _fail(status_fd, f"fail cannot become the task's subreaper: {exc.strerror}\n")
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    exec_r, exec_w = os.pipe()
+    # Blocked across the fork: a stop's SIGTERM then reaches the child after it
+    # restored the default action, instead of meeting our SIG_IGN.
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(_IGNORED))
+    wrapper = os.getpid()
+    child = os.fork()
+    if child == 0:
+        _become_command(spec, exec_w, wrapper)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_IGNORED))
+    os.close(exec_w)
+    with os.fdopen(exec_r, "rb") as f:
+        failure = f.read(2048)  # EOF with nothing: the exec happened (close-on-exec)
+    watch = _Watch(child, spec, status_fd)
+    if failure:
+        os.write(status_fd, b"fail " + failure.replace(b"\n", b" ") + b"\n")
+        watch.kill_tree()
+        os._exit(START_FAILED_EXIT)
+    with contextlib.suppress(OSError):  # a dead daemon: the control pipe says so next
+        os.write(status_fd, b"ok\n")
+    try:
+        _watch(watch, control_fd, wake_r)
+    except BaseException:
+        watch.kill_tree()  # our bug must not leave the task unowned
+        raise
+    assert watch.status is not None
+    _end_like(watch.status)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,25 @@
 """The executor service: HOW a task runs on this node, once the lease service says WHAT.
 
-Events in: `start(task_id, epoch, spec, gpu_uuids)` and `stop(task_id, reason)` from
-the lease service. Events out: one `TaskExited` per `start`, on `exits`.
+Events in: `start(task_id, epoch, spec, gpu_uuids, deadline=...)`, `fence(task_id,
+epoch, deadline)` and `stop(task_id, reason, grace)` from the lease service. Events
+out: one `TaskExited` per `start`, on `exits`; and once, at start-up, the tasks a
+previous daemon left behind, killed (`reap_leftovers`).
 
 The parts, one type each: `_task_checks` (hostile arguments, the task user),
 `_task_launch.TaskLauncher` (directories, log files, cgroup or rlimits, the wrapper
 process), `_task_supervisor.TaskSupervisor` (one per running task, in this service's
 nursery: timeout, watchdog, stop, reap) and `_task_record.TaskRecord` (the state they
-share). See docs/executor.md for the limits and why.
+share), `_task_leftovers.Leftovers` (a record per running task, for the next start).
+See docs/executor.md for the limits and why.
 
 On node shutdown every running task is killed (SIGKILL, no grace) and reported
-``shutdown``.
+``shutdown``; if the daemon dies instead, each task's wrapper kills its tree.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import time
@@ -32,6 +36,7 @@ from ._executor_config import ExecutorConfig
 from ._task_checks import TASK_ID, check_arguments, resolve_task_user
 from ._task_launch import WRAPPER as _WRAPPER  # noqa: F401 (the hostile tests run it)
 from ._task_launch import TaskLauncher
+from ._task_leftovers import Leftovers
 from ._task_record import StartFailed, TaskRecord
 from ._task_supervisor import TaskSupervisor
 from ._task_types import RunningTask, TaskExited, TaskLimits
@@ -66,7 +71,10 @@ class ExecutorService:
         self.config = config
         uid, gid, self.user = resolve_task_user(config.task_user)
         self._launcher = TaskLauncher(uid, gid)
-        self._supervisor = TaskSupervisor(config, self._launcher)
+        self._leftovers = Leftovers(config.tasks_dir / ".running")
+        self._reaped: list[tuple[str, int]] | None = None
+        self._reaping = trio.Lock()
+        self._supervisor = TaskSupervisor(config, self._launcher, self._leftovers)
         self.limiter_detail = "rlimits (cgroup v2 disabled by configuration)"
         self._tasks: dict[str, TaskRecord] = {}
         self._nursery: trio.Nursery | None = None
@@ -77,7 +85,11 @@ class ExecutorService:
     # The interface the lease service uses
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled; on cancellation every running task is killed."""
+        """Serve until cancelled; on cancellation every running task is killed.
+
+        Before it reports started, whatever a previous daemon on this ``tasks_dir``
+        left running is killed (`reap_leftovers`).
+        """
         if self.config.use_cgroup:
             cgroup, self.limiter_detail = probe(self.config.cgroup_parent)
             self._launcher.cgroup = cgroup
@@ -85,6 +97,7 @@ class ExecutorService:
                 self.limiter_detail = f"rlimits and a watchdog ({self.limiter_detail})"
         self.config.tasks_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.config.tasks_dir.chmod(0o711)  # mkdir's mode is masked by the umask
+        await self.reap_leftovers()
         event(_log, 20, "executor.ready", limiter=self.limiter_detail, user=self.user)
         try:
             async with trio.open_nursery() as nursery:
@@ -103,11 +116,15 @@ class ExecutorService:
         gpu_uuids: list[str],
         *,
         limits: TaskLimits | None = None,
+        deadline: float | None = None,
+        fence_grace: float | None = None,
     ) -> None:
         """Start running `spec` at `epoch`; its end arrives on `exits`, always exactly once.
 
         Every argument is treated as hostile: a bad one ends in a ``start_failed``
         event with the reason, never an exception. Must be called after `run` started.
+        `deadline` fences the task from its first instant (see `fence`);
+        `fence_grace` overrides the configured one for this task.
         """
         if self._nursery is None:
             raise RuntimeError("ExecutorService.start before run() started")  # our bug
@@ -118,6 +135,8 @@ class ExecutorService:
         if cpu_time is None:
             cpu_time = spec.timeout * max(1.0, spec.requirements.cpu_cores)
         problem = check_arguments(task_id, epoch, gpu_uuids)
+        if problem is None and not _finite(deadline, fence_grace):
+            problem = "deadline and fence_grace must be finite numbers (or None)"
         if problem is None and task_id in self._tasks:
             problem = f"task {task_id} is already running here (epoch {self._tasks[task_id].epoch})"
         safe_id = task_id if problem is None else "invalid"
@@ -131,6 +150,8 @@ class ExecutorService:
             cpu_time=cpu_time,
             started_at=now,
             epoch_dir=self.config.tasks_dir / safe_id / str(epoch if problem is None else 0),
+            deadline=deadline,
+            fence_grace=self.config.fence_grace if fence_grace is None else max(0.0, fence_grace),
         )
         try:
             if problem is not None:
@@ -146,15 +167,47 @@ class ExecutorService:
         self._tasks[task_id] = task
         self._nursery.start_soon(self._supervise, task)
 
-    def stop(self, task_id: str, reason: str) -> None:
-        """Stop the task's whole group: SIGTERM, then SIGKILL after ``grace_period``.
+    def stop(self, task_id: str, reason: str, grace: float | None = None) -> None:
+        """Stop the task's whole group: SIGTERM, then SIGKILL after `grace` seconds
+        (None: ``grace_period``; 0: SIGKILL at once).
 
         Unknown or finished tasks are ignored (the end was or will be reported). The
         `TaskExited` says ``cancelled`` and carries `reason` as its detail.
         """
         task = self._tasks.get(task_id)
         if task is not None:
-            task.request("cancelled", reason[:200])
+            task.request("cancelled", reason[:200], None if grace is None else max(0.0, grace))
+
+    def fence(self, task_id: str, epoch: int, deadline: float) -> None:
+        """Let the task run until `deadline` (a ``time.monotonic()`` value) unless a
+        later call moves it; then it ends ``cancelled``/``fenced``.
+
+        The task's wrapper enforces it, not this event loop: SIGTERM to the group at
+        ``deadline - fence_grace``, SIGKILL to its tree at `deadline`, even while the
+        daemon is frozen. Unknown ids and other epochs are ignored. Once the SIGTERM
+        went out the fence holds: a later deadline no longer saves the task.
+        """
+        task = self._tasks.get(task_id)
+        if task is None or task.epoch != epoch or deadline is None or not _finite(deadline):
+            return
+        task.move_fence(float(deadline))
+        self._launcher.fence(task)
+
+    async def reap_leftovers(self) -> list[tuple[str, int]]:
+        """Kill what a previous daemon's tasks left running; once per service.
+
+        `run` does it before it reports started; later calls return the same list.
+
+        Returns:
+            (task_id, epoch) of every task recorded as running by an earlier daemon
+            whose processes are now verified gone, so its lease may be released.
+        """
+        async with self._reaping:
+            if self._reaped is None:
+                self._reaped = await self._leftovers.reap()
+                if self._reaped:
+                    event(_log, 30, "executor.reaped", tasks=len(self._reaped))
+            return list(self._reaped)
 
     def running(self) -> dict[str, RunningTask]:
         """The tasks started and not yet reported, by id."""
@@ -235,7 +288,17 @@ class ExecutorService:
         self._release(task)
 
     def _release(self, task: TaskRecord) -> None:
-        """Count the end, close our files, remove the cgroup."""
+        """Count the end, close our files, remove the cgroup and the task's record."""
         key = task.reason or "exited"
         self._counts[key] = self._counts.get(key, 0) + 1
         task.release()
+        if task.process is not None:
+            self._leftovers.forget(task.task_id, task.epoch)
+
+
+def _finite(*values: object) -> bool:
+    """Each value is None or a finite number (a NaN deadline would never pass)."""
+    return all(
+        v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+        for v in values
+    )

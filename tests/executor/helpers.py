@@ -57,3 +57,20 @@ async def run_one(service: ExecutorService, task_id: str, task: TaskSpec, **kw: 
     ended = await next_exit(service)
     assert ended.task_id == task_id
     return ended
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw.rpartition(b")")[2].split()[0] != b"Z"
+
+
+def children(pid: int) -> list[int]:
+    """`pid`'s child processes (a task's wrapper has one: the command)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []

@@ -20,18 +20,10 @@ import trio
 from populi_p2p.services._cgroup import probe
 from populi_p2p.services.executor import ExecutorConfig, TaskLimits
 
-from .helpers import executor, next_exit, python, run_one, spec
+from .helpers import alive as _alive
+from .helpers import children, executor, next_exit, python, run_one, spec
 
 MiB = 1 << 20
-
-
-def _alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return raw.rpartition(b")")[2].split()[0] != b"Z"
 
 
 async def test_child_sees_its_env_gpus_and_workdir(tmp_path: Path) -> None:
@@ -274,7 +266,10 @@ async def test_cgroup_path_against_a_fake_hierarchy(tmp_path: Path) -> None:
         assert ex.running()["cg"].limiter == "cgroup"
         assert (cgroup / "memory.max").read_text() == str(64 * MiB)
         assert (cgroup / "cpu.max").read_text() == "50000 100000"
-        assert (cgroup / "cgroup.procs").read_text() == str(ex.running()["cg"].pid)
+        # The command joins, not its wrapper (the wrapper's memory is not the task's).
+        wrapper = ex.running()["cg"].pid
+        assert wrapper is not None
+        assert (cgroup / "cgroup.procs").read_text() == str(children(wrapper)[0])
         (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
         ended = await next_exit(ex)
     assert ended.reason == "memory" and ended.exit_code == -signal.SIGKILL

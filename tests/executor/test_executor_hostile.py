@@ -85,23 +85,24 @@ def test_the_wrapper_isolates_the_network_for_a_non_root_daemon_or_says_why_not(
     """As a non-root daemon would: a user namespace plus a network namespace, or a clear refusal."""
     spec_r, spec_w = os.pipe()
     status_r, status_w = os.pipe()
+    control_r, control_w = os.pipe()  # held open: the "daemon" lives while it runs
     code = "import socket; print(socket.if_nameindex())"
     instructions = {"argv": [_SYSTEM_PY, "-c", code], "env": {}, "no_network": True}
     os.write(spec_w, json.dumps(instructions).encode())
     os.close(spec_w)
     done = subprocess.run(
-        [_SYSTEM_PY, "-I", "-S", _WRAPPER, str(spec_r), str(status_w)],
-        pass_fds=(spec_r, status_w),
+        [_SYSTEM_PY, "-I", "-S", _WRAPPER, str(spec_r), str(status_w), str(control_r)],
+        pass_fds=(spec_r, status_w, control_r),
         user="nobody",
         capture_output=True,
         cwd="/",
         timeout=60,
     )
-    os.close(spec_r)
-    os.close(status_w)
+    for fd in (spec_r, status_w, control_r, control_w):
+        os.close(fd)
     status = os.read(status_r, 4096)
     os.close(status_r)
-    if status:
+    if status != b"ok\n":
         assert done.returncode == 127 and b"refusing to run the task with network" in status
     else:
         # Only a loopback interface: the host's interfaces are out of reach.

@@ -479,11 +479,25 @@ class _Runner:
         self.calls: list[tuple[str, ...]] = []
         _send, self.exits = trio.open_memory_channel[TaskExited](1)
 
-    def start(self, task_id: str, epoch: int, spec: TaskSpec, gpu_uuids: list[str]) -> None:
+    def start(
+        self,
+        task_id: str,
+        epoch: int,
+        spec: TaskSpec,
+        gpu_uuids: list[str],
+        *,
+        deadline: float | None = None,
+    ) -> None:
         self.calls.append(("start", task_id))
 
-    def stop(self, task_id: str, reason: str) -> None:
+    def stop(self, task_id: str, reason: str, grace: float | None = None) -> None:
         self.calls.append(("stop", task_id, reason))
+
+    def fence(self, task_id: str, epoch: int, deadline: float) -> None:
+        pass  # nothing runs here, so nothing to fence
+
+    async def reap_leftovers(self) -> list[tuple[str, int]]:
+        return []
 
 
 @pytest.mark.parametrize(
