@@ -48,7 +48,7 @@ from populi_p2p.api import ApiClient, ApiError
 from . import probe
 from .checker import Ack, Killed, NodeTable, ProbeEvent, Report, Submit, check, load_events
 
-__all__ = ["Lab", "group_alive", "live_groups", "percentile"]
+__all__ = ["Lab", "group_alive", "live_groups", "percentile", "poll", "task_python"]
 
 #: The daemon's answer when a task is stored but too few members acked it in time.
 _STORED = re.compile(r"task ([0-9a-f]{32}) is stored on this node, but only")
@@ -193,8 +193,9 @@ class Lab:
         return time.monotonic() - t0
 
     def _track(self, d: Daemon) -> None:
-        self.live[d.name] = d
-        self.names[d.proc.pid] = d.name
+        with self._lock:
+            self.live[d.name] = d
+            self.names[d.proc.pid] = d.name
 
     def converged(self) -> bool:
         """Every live daemon counts every live daemon alive."""
@@ -208,7 +209,8 @@ class Lab:
         groups = children(pid)
         killed_at = time.time()
         d.proc.send_signal(signal.SIGKILL)
-        del self.live[d.name]
+        with self._lock:
+            del self.live[d.name]
         gone: dict[int, float | None] = dict.fromkeys(groups)
         while time.time() < killed_at + WATCH_S and None in gone.values():
             alive = live_groups()
@@ -250,7 +252,8 @@ class Lab:
     def submit(self, i: int, seconds: float, via: Via = "api", **spec: Any) -> str | None:
         """Submit task number `i` (a probe of `seconds`) through a live daemon picked by
         `i`; the task id, or None when no id came back."""
-        daemons = sorted(self.live.values(), key=lambda d: d.name)
+        with self._lock:  # kills and restarts change `live` from another thread
+            daemons = sorted(self.live.values(), key=lambda d: d.name)
         d = daemons[i % len(daemons)]
         body = {"command": self.command(seconds), "env": {"HISTORY_SEQ": str(i)}, **spec}
         t0 = time.time()
@@ -351,19 +354,25 @@ class Lab:
     def _settled(self, tids: Sequence[str]) -> bool:
         """Every task finished on every live daemon, all agreeing; successes first seen
         here become acks (the client learnt of them now)."""
-        tables = self.tables()
-        now = time.time()
+        tables = []
         known = {a.task for a in self.acks}
+        for d in list(self.live.values()):
+            table = NodeTable.from_api(d.name, d.client.get("/v1/tasks"))
+            now = time.time()  # when this answer reached the client
+            tables.append(table)
+            for tid in tids:
+                row = table.rows.get(tid)
+                if tid not in known and row is not None and row.phase == "succeeded":
+                    self.acks.append(Ack(tid, "success", now))
+                    known.add(tid)
         for tid in tids:
-            rows = [t.rows.get(tid) for t in tables]
-            if tid not in known and any(r is not None and r.phase == "succeeded" for r in rows):
-                self.acks.append(Ack(tid, "success", now))
-        finals = {
-            tid: {None if r is None else (r.phase, r.epoch, r.exit_code, r.finished)
-                  for r in (t.rows.get(tid) for t in tables)}
-            for tid in tids
-        }  # fmt: skip
-        return all(len(v) == 1 and None not in v and next(iter(v))[3] for v in finals.values())
+            rows = {t.rows.get(tid) for t in tables}
+            if len(rows) != 1:
+                return False
+            (row,) = rows
+            if row is None or not row.finished:
+                return False
+        return True
 
     def settle(self, tids: Sequence[str], timeout: float, interval: float = 0.2) -> bool:
         """Wait until every task is finished and agreed everywhere, then until no probe
