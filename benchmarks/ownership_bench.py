@@ -38,7 +38,6 @@ directory, removed at the end (`--keep` keeps it); every daemon and probe is kil
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 import threading
@@ -104,13 +103,16 @@ def churn(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     threads = [threading.Thread(target=submitter, args=(k,)) for k in range(args.submitters)]
     for t in threads:
         t.start()
+
+    def submitted() -> list[str]:
+        with lock:
+            return list(tids)
+
     missed = 0
     for _ in range(args.kills):
-        with lock:
-            current = list(tids)
         killed = None
-        if poll(functools.partial(lab.live_runs, current), 30, 0.1):
-            killed = lab.kill_owner(current, restart=True)
+        if poll(lambda: lab.live_runs(submitted()), 30, 0.1):
+            killed = lab.kill_owner(submitted(), restart=True)
         if killed is None:
             missed += 1
             continue
@@ -191,8 +193,8 @@ def report(lab: Lab, args: argparse.Namespace, r: dict[str, Any]) -> None:
     if lab.failovers:
         fo = lab.failover_times()
         print(f"  failover (kill -9 -> next start): {', '.join(f'{x:.2f}' for x in fo)} s")
-        if r.get("kills_missed"):
-            print(f"  kills skipped (no running task on a live daemon): {r['kills_missed']}")
+    if r.get("kills_missed"):
+        print(f"  kills skipped (no running task on a live daemon in 30 s): {r['kills_missed']}")
     if "idle" in r:
         for name in ("idle", "loaded"):
             sent, mean, peak = r[name]
