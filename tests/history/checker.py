@@ -19,19 +19,20 @@ Invariants:
 
 Theory of operation (I1). Two runs overlap iff one starts while the other is alive, so
 the probe's lock is the exact witness: a run that cannot take `flock(LOCK_EX)` on its
-task's lock file started while another run held it (the kernel drops a lock only when
-its holder dies). Every `overlap` line is one violation. Start and end times add what
-the lock cannot see: a run that itself failed to lock holds nothing, so a later run can
-take the lock while it is still alive. A run has a known end (its `end` line) or else
-died at some unknown moment; for it `Run.ends_by` is the *latest* moment it could
-have been alive, the earliest of: its planned end (start + SECONDS, after which it
-would have written `end`), the moment the harness saw its process gone (`Killed`), and,
-if it held the lock, the start of the next run that took the lock (which proves it
-dead by then). Treating a run as alive until `ends_by` is conservative: an overlap is
-never missed, and one can be over-reported only for a run that died unobserved
-without a later locking run (a cancelled run, say, whose task never ran again; then
-there is nothing for it to overlap). Taking the last line's time (the start) instead
-would miss every overlap with a run that was killed before writing `end`.
+task's lock file started while another run held it (the kernel drops the lock only
+when its holder dies; the probe never closes it). Every `overlap` line is one
+violation. Start and end times add what the lock cannot see: a run that itself failed
+to lock holds nothing, so a later run can take the lock while it is still alive. A run
+has a known end (its `end` line) or else died at some unknown moment; for it
+`Run.ends_by` is the *latest* moment it could have been alive, the earliest of: its
+planned end (start + SECONDS, after which it would have written `end`), a moment the
+harness saw its process gone (`Killed`, `seen_gone`), and, if it held the lock, the
+start of the next run that took the lock (which proves it dead by then). Treating a
+run as alive until `ends_by` is conservative: an overlap is never missed, and one can
+be over-reported only for a run that died unobserved without a later locking run.
+Taking the last line's time (its start) instead would miss every overlap with a run
+that was killed before writing `end`. (Check once no probe is alive: a run still
+sleeping has no end line yet.)
 
 All times are `time.time()` on one machine (probe, harness and client share a clock).
 """
@@ -225,6 +226,7 @@ class Report:
 
     tasks: int
     acknowledged: int
+    never_ran: int
     runs: int
     extra_runs: int
     same_epoch_runs: int
@@ -244,7 +246,8 @@ class Report:
     def summary(self) -> str:
         counts = ", ".join(f"{k} {n}" for k, n in self.by_invariant().items())
         return (
-            f"{self.tasks} tasks ({self.acknowledged} acknowledged), {self.runs} runs"
+            f"{self.tasks} tasks ({self.acknowledged} acknowledged, {self.never_ran} of them"
+            f" never ran), {self.runs} runs"
             f" ({self.extra_runs} beyond one per task, {self.same_epoch_runs} at an epoch"
             f" already run, {self.overlap_records} found their task's lock held);"
             f" violations: {counts}"
@@ -274,23 +277,31 @@ def load_events(logdir: Path) -> list[ProbeEvent]:
     return sorted(out, key=lambda e: e.time)
 
 
-def runs_from(events: Iterable[ProbeEvent], killed: Sequence[Killed] = ()) -> list[Run]:
-    """The runs of every task, by start time, with `ends_by` as documented above."""
-    gone: dict[int, float] = {}
+def runs_from(
+    events: Iterable[ProbeEvent],
+    killed: Sequence[Killed] = (),
+    seen_gone: Mapping[int, float] | None = None,
+) -> list[Run]:
+    """The runs of every task, by start time, with `ends_by` as documented above.
+
+    `seen_gone` maps a probe's pid to a moment the harness saw it gone (polling), the
+    killed daemons' `gone_at` are added to it; either bounds a run with no end line.
+    A run cut short between its `overlap` and `start` lines starts at its overlap."""
+    gone: dict[int, float] = dict(seen_gone or {})
     for k in killed:
         for pid, when in k.gone_at.items():
             if when is not None:
-                gone[pid] = when
+                gone[pid] = min(when, gone.get(pid, when))
     by_pid: dict[tuple[str, int], list[ProbeEvent]] = defaultdict(list)
     for e in events:
         by_pid[(e.task, e.pid)].append(e)
     partial: dict[str, list[Run]] = defaultdict(list)
     for (task, pid), lines in by_pid.items():
-        start = next((e for e in lines if e.event == "start"), None)
-        if start is None:
-            continue  # cut short between its overlap and start lines: no run
+        start = next((e for e in lines if e.event == "start"), lines[0])
         end = next((e.time for e in lines if e.event == "end"), None)
         overlap = next((e.time for e in lines if e.event == "overlap"), None)
+        if start.event == "end":
+            continue  # a foreign or torn log: an end with no start
         latest = start.time + start.seconds if end is None else end
         if end is None and pid in gone:
             latest = min(latest, gone[pid])
@@ -432,10 +443,24 @@ def check(
     tables: Sequence[NodeTable],
     killed: Sequence[Killed] = (),
     grace: float = GRACE_S,
+    seen_gone: Mapping[int, float] | None = None,
 ) -> Report:
-    """Every invariant over one history (every submitted task runs the probe)."""
+    """Every invariant over one history (every submitted task runs the probe).
+
+    Args:
+        events: every probe line (`load_events`).
+        submits: every submit as the client saw it.
+        acks: the successes and cancels acknowledged to the client.
+        tables: the final table of every live node, once healed.
+        killed: each daemon killed with SIGKILL, with its task groups' deaths.
+        grace: how long a task may outlive its killed daemon (I5).
+        seen_gone: probe pid -> a moment it was seen gone (bounds a run with no end).
+
+    Returns:
+        The `Report`: counts, and a readable line per violation.
+    """
     events = list(events)
-    runs = runs_from(events, killed)
+    runs = runs_from(events, killed, seen_gone)
     violations = [
         *check_overlaps(runs),
         *check_after_ack(runs, acks),
@@ -445,9 +470,11 @@ def check(
     ]
     epochs = [(r.task, r.epoch) for r in runs]
     tasks = {s.task for s in submits if s.task is not None}
+    acknowledged = {s.task for s in submits if s.acknowledged and s.task}
     return Report(
         tasks=len(tasks),
-        acknowledged=len({s.task for s in submits if s.acknowledged and s.task}),
+        acknowledged=len(acknowledged),
+        never_ran=len(acknowledged - {r.task for r in runs}),
         runs=len(runs),
         extra_runs=len(runs) - len({r.task for r in runs}),
         same_epoch_runs=len(epochs) - len(set(epochs)),

@@ -157,6 +157,7 @@ class Lab:
     acks: list[Ack] = attrs.field(init=False, factory=list)
     killed: list[Killed] = attrs.field(init=False, factory=list)
     failovers: list[tuple[str, float]] = attrs.field(init=False, factory=list)
+    seen_gone: dict[int, float] = attrs.field(init=False, factory=dict)  # probe pid -> when
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
     def __attrs_post_init__(self) -> None:
@@ -317,16 +318,22 @@ class Lab:
         ]
 
     def live_runs(self, tids: Iterable[str] | None = None) -> list[ProbeEvent]:
-        """Start lines of runs with no end line yet whose process is still alive."""
+        """Start lines of runs of `tids` (default all) with no end line yet whose process
+        is still alive. A run found dead without its end line is noted in `seen_gone`."""
         want = None if tids is None else set(tids)
         events = self.events()
         ended = {(e.task, e.pid) for e in events if e.event == "end"}
-        alive = live_groups()
-        return [
-            e for e in events
-            if e.event == "start" and (e.task, e.pid) not in ended
-            and (want is None or e.task in want) and e.pid in alive
-        ]  # fmt: skip
+        alive, now = live_groups(), time.time()
+        out = []
+        for e in events:
+            if e.event != "start" or (e.task, e.pid) in ended:
+                continue
+            if e.pid not in alive:  # it died without its end line: by now at the latest
+                with self._lock:
+                    self.seen_gone.setdefault(e.pid, now)
+            elif want is None or e.task in want:
+                out.append(e)
+        return out
 
     def wait_running(self, tids: Iterable[str], timeout: float) -> bool:
         """Wait until each of `tids` has a live run; False on timeout."""
@@ -382,7 +389,10 @@ class Lab:
         return finished and quiet
 
     def report(self) -> Report:
-        return check(self.events(), self.submits, self.acks, self.tables(), self.killed)
+        self.live_runs()  # note the runs that died since the last look
+        tables = self.tables()
+        return check(self.events(), self.submits, self.acks, tables, self.killed,
+                     seen_gone=self.seen_gone)  # fmt: skip
 
     ####
     # Measures

@@ -119,9 +119,21 @@ def test_i1_a_run_without_an_end_line_is_alive_until_it_is_known_dead() -> None:
     report = check(unlocked, SUBMITS[:1], [], tables(row(A, epoch=2, phase="failed", code=1)),
                    [killed])  # fmt: skip
     assert report.ok, report.lines()
+    # Or seen gone by the harness's polling, at 11.1 at the latest.
+    assert runs_from(unlocked, seen_gone={1001: 11.1})[0].ends_by == 11.1
+    assert check(unlocked, SUBMITS[:1], [], tables(row(A, epoch=2, phase="failed", code=1)),
+                 seen_gone={1001: 11.1}).ok  # fmt: skip
     # A later run that took the lock proves the earlier lock holder dead.
     locked = [*run(A, 10.0, 1001), *run(A, 11.5, 1003, epoch=2, end=13.5)]
     assert runs_from(locked)[0].ends_by == 11.5
+
+
+def test_i1_an_overlap_line_without_its_start_line_still_counts() -> None:
+    # 1003 was killed between its overlap line and its start line.
+    events = [*run(A, 10.0, 1001, end=12.0), ev(A, "overlap", 11.0, 1003, locked=False)]
+    report = check(events, SUBMITS[:1], [Ack(A, "success", 12.5)], tables(row(A)))
+    assert invariants(report) == {"I1": 1} and report.runs == 2
+    assert "run pid 1003 epoch 1" in str(report.violations[0])
 
 
 def test_i2_a_start_after_the_cancel_or_success_was_acknowledged() -> None:
@@ -142,6 +154,7 @@ def test_i3_acknowledged_tasks_must_end_and_successes_must_come_from_a_run() -> 
     rows = [row(A), row(B, "running", code=None), row(c, epoch=3)]
     report = check(CLEAN_EVENTS, submits, CLEAN_ACKS, tables(*rows))
     assert invariants(report) == {"I3": 2}  # d was never acknowledged: nothing owed
+    assert (report.tasks, report.acknowledged, report.never_ran) == (4, 3, 1)  # c
     lines = [str(v) for v in report.violations]
     assert lines[0].startswith(f"I3 task {B[:12]}: not finished on n0: running epoch 1")
     assert "succeeded (exit 0) at epoch 3, but no run of it ended" in lines[1]
