@@ -1,0 +1,252 @@
+"""Ownership benchmark (issue 17): does each task have one owner, measured from outside?
+
+Real `populi-node up` daemons on loopback (`--preset local`) run probe tasks
+(`tests/history/probe.py`: each run logs its start and end, and an overlap when it finds
+its task's lock held by another live run). The history (runs, the client's submits and
+acks, every live daemon's final table, each killed daemon's task process groups) goes
+through `tests/history/checker.py`. Printed, never asserted:
+
+* the load average at start and end (the machine is shared: read the figures with it);
+* violations by invariant (I1 overlapping runs, I2 a start after success or cancel was
+  acknowledged, I3 an acknowledged task not finished, I4 nodes disagree, I5 a task
+  process outlived its killed daemon by more than 1 s), and the first few of them;
+* total starts against tasks (one start per task is the promise; a killed owner's task
+  starts once more), and starts at an epoch already run (two owners of one lease);
+* submit acknowledgement (each submit call's duration) p50/p99/max, and submit-to-start
+  (first start of a task minus its submit's return) p50/p99;
+* churn: failover, from kill -9 of a running task's owner to the task's next start;
+* scale: bytes/s sent per member (the status `traffic.bytes_out` counter) while idle and
+  while holding the leases of many running tasks (the difference is lease traffic), and
+  CPU per daemon (/proc/PID/stat) in each window.
+
+Scenarios::
+
+    python benchmarks/ownership_bench.py --scenario burst --daemons 20 --tasks 50 --submitters 8
+    python benchmarks/ownership_bench.py --scenario churn --daemons 10 --tasks 100 --kills 7
+    python benchmarks/ownership_bench.py --scenario scale --daemons 20 --tasks 1000
+
+burst: every task submitted at once from `--submitters` threads. churn: tasks submitted
+over the run while owners of running tasks are killed with SIGKILL and restarted, one
+at a time, each after the mesh converged again. scale: long tasks, all held at once
+(each probe is a Python process of about 8 MiB: 1000 tasks need about 8 GiB), then
+cancelled. Submits go through the control API as the CLI does (`--via cli` runs the CLI
+itself, a Python start per submit). Waits poll with deadlines; a wait that runs out is
+printed and the history is checked as it stands. Everything lives in a temporary
+directory, removed at the end (`--keep` keeps it); every daemon and probe is killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO / "tests"))  # last: tests/swim must not shadow the real swim
+
+from history.scenario import Lab, percentile, poll  # noqa: E402
+
+from populi_p2p.api import ApiError  # noqa: E402
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def ms(values: list[float], *qs: float) -> str:
+    if not values:
+        return "none"
+    return ", ".join(f"p{round(q * 100)} {percentile(values, q) * 1000:.0f} ms" for q in qs)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+####
+# Scenarios
+
+
+def burst(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
+    tids = lab.burst(args.tasks, args.submitters, args.seconds, args.via)
+    settled = lab.settle(tids, timeout=args.timeout)
+    return {"settled": settled}
+
+
+def churn(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
+    """Submit `tasks` over the run from the submitters while the main thread kills a
+    running task's owner, restarts it, waits for convergence, `kills` times."""
+    tids: list[str] = []
+    lock = threading.Lock()
+    gap = args.spread / max(1, args.tasks)
+
+    def submitter(k: int) -> None:
+        t0 = time.monotonic()
+        for i in range(k, args.tasks, args.submitters):
+            delay = t0 + i * gap - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # pacing the submits, not synchronisation
+            tid = lab.submit(i, args.seconds, args.via)
+            if tid is not None:
+                with lock:
+                    tids.append(tid)
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(args.submitters)]
+    for t in threads:
+        t.start()
+
+    def submitted() -> list[str]:
+        with lock:
+            return list(tids)
+
+    missed = 0
+    for _ in range(args.kills):
+        killed = None
+        if poll(lambda: lab.live_runs(submitted()), 30, 0.1):
+            killed = lab.kill_owner(submitted(), restart=True)
+        if killed is None:
+            missed += 1
+            continue
+        if not poll(lab.converged, 60, 0.5):
+            print("  (the mesh did not converge within 60 s after a restart)")
+    for t in threads:
+        t.join()
+    settled = lab.settle(tids, timeout=args.timeout, interval=0.5)
+    return {"settled": settled, "kills_missed": missed}
+
+
+def window(lab: Lab, seconds: float) -> tuple[float, float, float]:
+    """Per member over `seconds`: bytes/s sent, mean and max CPU (% of one core)."""
+
+    def sample() -> dict[str, tuple[float, float]]:
+        return {
+            d.name: (d.status()["traffic"]["bytes_out"], cpu_seconds(d.proc.pid))
+            for d in lab.live.values()
+        }
+
+    before, t0 = sample(), time.monotonic()
+    time.sleep(seconds)  # a measuring window, not a wait for an event
+    after, elapsed = sample(), time.monotonic() - t0
+    names = [n for n in before if n in after]
+    sent = sum(after[n][0] - before[n][0] for n in names) / elapsed / len(names)
+    cpu = [(after[n][1] - before[n][1]) / elapsed * 100 for n in names]
+    return sent, sum(cpu) / len(cpu), max(cpu)
+
+
+def scale(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
+    """Idle window, then `tasks` long probes all held at once, a loaded window, then
+    cancel them all (acknowledged cancels: I2 checks nothing starts after)."""
+    r: dict[str, Any] = {"idle": window(lab, args.window)}
+    tids = lab.burst(args.tasks, args.submitters, args.seconds, args.via)
+    r["all_running"] = poll(
+        lambda: len({e.task for e in lab.live_runs(tids)}) == len(tids), args.timeout, 1.0
+    )
+    r["running"] = len({e.task for e in lab.live_runs(tids)})
+    r["loaded"] = window(lab, args.window)
+
+    def cancel(tid: str) -> None:
+        try:
+            lab.cancel(tid)
+        except ApiError as exc:
+            print(f"  cancel {tid[:12]}: {exc}")
+
+    with ThreadPoolExecutor(args.submitters) as pool:
+        list(pool.map(cancel, tids))
+    r["settled"] = lab.settle(tids, timeout=args.timeout, interval=2.0)
+    return r
+
+
+SCENARIOS = {"burst": burst, "churn": churn, "scale": scale}
+
+
+####
+# Report
+
+
+def report(lab: Lab, args: argparse.Namespace, r: dict[str, Any]) -> None:
+    rep = lab.report()
+    tasks = len({s.task for s in lab.submits if s.task})
+    unacked = sum(1 for s in lab.submits if not s.acknowledged)
+    print(f"  settled (finished and agreed on every live daemon): {r.get('settled')}")
+    print("  violations: " + ", ".join(f"{k} {n}" for k, n in rep.by_invariant().items()))
+    for line in rep.lines(limit=args.show)[1:]:
+        print("  " + line)
+    print(
+        f"  starts {rep.runs} for {tasks} tasks ({rep.extra_runs} beyond one per task,"
+        f" {len(lab.killed)} owners killed; {rep.same_epoch_runs} at an epoch already run;"
+        f" {rep.overlap_records} found their task's lock held)"
+    )
+    print(
+        f"  submit ack: {ms(lab.submit_s, 0.5, 0.99)}, max {max(lab.submit_s) * 1000:.0f} ms"
+        f" ({len(lab.submits)} submits, {unacked} not acknowledged)"
+    )
+    print(f"  submit -> start: {ms(lab.submit_to_start(), 0.5, 0.99)}")
+    if lab.failovers:
+        fo = lab.failover_times()
+        print(f"  failover (kill -9 -> next start): {', '.join(f'{x:.2f}' for x in fo)} s")
+    if r.get("kills_missed"):
+        print(f"  kills skipped (no running task on a live daemon in 30 s): {r['kills_missed']}")
+    if "idle" in r:
+        for name in ("idle", "loaded"):
+            sent, mean, peak = r[name]
+            print(
+                f"  {name:>6}: {sent:.0f} B/s sent per member, CPU per daemon mean"
+                f" {mean:.1f}% max {peak:.1f}% of a core"
+            )
+        print(f"  lease traffic: {r['loaded'][0] - r['idle'][0]:.0f} B/s per member with"
+              f" {r['running']} tasks running (all running: {r['all_running']})")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="burst")
+    parser.add_argument("--daemons", type=int, default=20)
+    parser.add_argument("--tasks", type=int, default=50)
+    parser.add_argument("--submitters", type=int, default=8)
+    parser.add_argument("--kills", type=int, default=7, help="churn: owners killed")
+    parser.add_argument("--seconds", type=float, help="each task's run time (default:"
+                        " burst 2, churn 10, scale 600)")  # fmt: skip
+    parser.add_argument("--spread", type=float, help="churn: submits spread over this (s)")
+    parser.add_argument("--window", type=float, default=10.0, help="scale: window (s)")
+    parser.add_argument("--timeout", type=float, default=180.0, help="each wait's deadline")
+    parser.add_argument("--via", choices=("api", "cli"), default="api")
+    parser.add_argument("--preset", choices=("lan", "wan", "local"), default="local")
+    parser.add_argument("--show", type=int, default=10, help="violations printed")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args()
+    if args.seconds is None:
+        args.seconds = {"burst": 2.0, "churn": 10.0, "scale": 600.0}[args.scenario]
+    if args.spread is None:
+        args.spread = 8.0 * args.kills
+    print(
+        f"ownership_bench {args.scenario}: {args.daemons} daemons, {args.tasks} tasks of"
+        f" {args.seconds:g} s, {args.submitters} submitters via {args.via}, preset"
+        f" {args.preset}; {os.cpu_count()} cpus; load average {load()}",
+        flush=True,
+    )
+    lab = Lab(args.daemons, preset=args.preset, seed=args.seed)
+    try:
+        print(f"  mesh up in {lab.start():.1f} s", flush=True)
+        r = SCENARIOS[args.scenario](lab, args)
+        report(lab, args, r)
+    except (TimeoutError, RuntimeError, ApiError, AssertionError) as exc:
+        print(f"  FAILED: {exc} (lab in {lab.root})")
+        args.keep = True
+    finally:
+        lab.stop(keep=args.keep)
+    print(f"  load average at the end {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
