@@ -189,20 +189,22 @@ class Node:
         )  # fmt: skip
         parts.app.attach(membership.broadcast_app)
         try:
+            lease_config = _LEASE_PRESETS[config.preset]()
             runner = ExecutorService(ExecutorConfig(
                 tasks_dir=config.state_dir / "tasks", task_user=config.task_user,
-                tail_bytes=RESULT_TAIL_BYTES,
+                tail_bytes=RESULT_TAIL_BYTES, fence_grace=lease_config.fence_grace,
             ))  # fmt: skip
         except ValueError as exc:
             raise NodeStartError(str(exc)) from None
         self.executor = runner
         leases = self._leases = LeaseService(
-            _LEASE_PRESETS[config.preset](), creds.identity, config.state_dir / "leases.sqlite3",
-            runner=runner, channel=parts.app, submit_acks=config.submit_acks,
+            lease_config, creds.identity, config.state_dir / "leases.sqlite3",
+            runner=runner, channel=parts.app,
         )  # fmt: skip
         leases.attach(
             members=membership.members, record_of=parts.roster.records.get,
             allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
+            send=membership.send_app,
         )  # fmt: skip
         codec = parts.codec
 

@@ -156,6 +156,7 @@ class LeaseAgent:
     candidates: placement candidates for a spec, given the earned reliability.
     rng: ties and jitter.
     persist_grant: writes a changed `GrantRecord` durably before the agent answers.
+    forget_grant: deletes a final record compacted after `finished_retention`.
     table: the shown lease table (its own `persist` wired by the caller).
     """
 
@@ -171,11 +172,16 @@ class LeaseAgent:
         rng: random.Random,
         table: LeaseTable,
         persist_grant: Callable[[GrantRecord], None] | None = None,
+        forget_grant: Callable[[str], None] | None = None,
     ) -> None:
         self.config, self.me, self.table = config, me, table
         self._sign, self._verify = sign, verify
         self._members, self._candidates, self._rng = members, candidates, rng
         self._persist = persist_grant or (lambda _r: None)
+        self._forget = forget_grant or (lambda _t: None)
+        self._final_since: dict[str, float] = {}  # final granter records: since when
+        self._compacted: dict[str, float] = {}  # dropped final records: when
+        self._compact_at = 0.0
         self.grants: dict[str, GrantRecord] = {}
         self.why: dict[str, str] = {}  # task -> last placement explanation here
         self.ready = True  # a restarted node proposes nothing until its driver says so
@@ -396,6 +402,9 @@ class LeaseAgent:
         rec = self.grants.get(tid)
         if rec is not None:
             return rec
+        if tid in self._compacted:
+            self._count("offers_compacted")
+            return None
         by = spec.submitted_by
         if self._open_by.get(by, 0) >= OPEN_OFFERS_PER_MEMBER_MAX:
             self._count("offers_over_bound")
@@ -803,7 +812,28 @@ class LeaseAgent:
         if self.ready and now >= self._check_at:
             out += self._check(now)
         self.table.tick(now)
+        self._compact(now)
         return out
+
+    def _compact(self, now: float) -> None:
+        """Drop final granter records after `finished_retention`; their ids are kept
+        for `tombstone_retention`, so a late offer cannot bring one back open."""
+        if now < self._compact_at:
+            return
+        keep = self.config.finished_retention
+        self._compact_at = now + min(keep / 4, PLACE_INTERVAL * 10)
+        for tid, rec in list(self.grants.items()):
+            if not rec.final:
+                continue
+            since = self._final_since.setdefault(tid, now)
+            if since + keep <= now:
+                del self.grants[tid]
+                del self._final_since[tid]
+                self._forget(tid)
+                self._compacted[tid] = now
+        horizon = now - self.config.tombstone_retention
+        for tid in [t for t, at in self._compacted.items() if at <= horizon]:
+            del self._compacted[tid]
 
     def statistics(self) -> dict[str, int]:
         stats = dict(self.counters)

@@ -36,8 +36,9 @@ class AppKind(enum.IntEnum):
     the protocol."""
 
     LEASES = 1  # a lease-table delta (`LeaseTable` wire format)
-    LEASE_ACK = 2  # a signed "I have persisted task T" (`LeaseService`)
+    LEASE_ACK = 2  # retired (submit acks are now the replicas' `OfferAck`s): never reuse
     REVOCATIONS = 3  # reserved for the revocation list
+    LEASE_AGENT = 4  # a `LeaseAgent` message to one member (`leases.agent_wire`)
 
 
 Handler = Callable[[AppMessage, bytes], Awaitable[None]]

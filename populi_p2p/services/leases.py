@@ -1,20 +1,21 @@
-"""The lease service: the node's replica of the lease table, the owner election, and the
-tasks this node runs.
+"""The lease service: the trio driver of this node's `LeaseAgent`, and its queries.
 
-Events in: membership events (who is gone, whose record changed), lease deltas and
-submit acks on the application channel (`AppKind.LEASES`, `AppKind.LEASE_ACK`), the
-push-pull section (`LeaseSection`), and the runner's `TaskExited`. Commands out: every
-local delta is persisted (SQLite, WAL, synced, through the table's `persist`) before it
-is broadcast; `runner.start/stop`; GPU allocations (Layer B shrinks while a task runs);
-the draining status of our signed record. Queries: `rows`, `detail`, `explain`.
+All the rules of ownership live in `populi_p2p.leases.agent` (sans-IO, the same object
+the simulator drives). This service only carries its commands out and feeds it input:
 
-The election follows `leases.election`: every node places each task needing an owner
-over its own view; the top-ranked one claims the next epoch, waits `settle_time`,
-starts only if its claim stands, and stops at once if it loses. A lease whose owner
-SWIM declares dead or left, or that has not been renewed for `lease_ttl` on our own
-clock, is re-placed at the next epoch without the old owner. The owner renews every
-`lease_renew_interval` and posts the signed result of its epoch when the process ends.
-Placing and claiming live in `lease_claims`, what owning a task does in `lease_host`.
+* **In:** agent messages (`AppKind.LEASE_AGENT`, sent to one member with swim's
+  `send_app`), lease-table deltas (`AppKind.LEASES`) and the push-pull section
+  (`LeaseSection`), the executor's `TaskExited`, and time (`tick` at
+  `next_deadline`, and whenever membership changes).
+* **Out:** `SendTo` and `Gossip` on the channel; `StartTask`, `FenceTask`, `StopTask`
+  to the executor (deadlines turned into `time.monotonic()` values, which the task's
+  wrapper enforces by itself); GPU allocations (Layer B shrinks while a task runs);
+  `Acknowledged` wakes the `submit` or `cancel` that waits for it.
+* **Durability:** `STATE/leases.sqlite3` (0600): the table's entries and the granter
+  records, each committed before the agent answers or gossips.
+* **Restart:** the executor first kills whatever a previous run left (`reap_leftovers`);
+  then the agent loads its records and releases the epochs it held, and proposes
+  nothing until `READY_AFTER` has passed (records of the others arrive meanwhile).
 """
 
 from __future__ import annotations
@@ -31,65 +32,85 @@ import trio
 from swim import AppMessage, Event, Member, MemberState
 
 from .._log import event, get_logger
+from ..api import ConflictError
 from ..identity import NodeIdentity, verify_signature
 from ..leases import (
     LeaseConfig,
-    LeaseError,
     LeaseEvent,
-    LeaseExpired,
     LeaseTable,
-    TableStalled,
     TaskChanged,
-    TaskCompacted,
     TaskEntry,
+    TaskResult,
+    TaskSpec,
 )
-from ..leases.election import replacement_epoch
+from ..leases.agent import LeaseAgent
+from ..leases.agent_commands import (
+    Acknowledged,
+    AgentCommand,
+    FenceTask,
+    Gossip,
+    SendTo,
+    StartTask,
+    StopTask,
+)
+from ..leases.placement import Candidate
+from ..leases.reliability import prior_reliability
 from ..leases.store import LeaseStore
 from ..record import NodeRecord
 from .app_channel import AppChannel, AppKind
-from .lease_acks import ACKERS_MIN, SubmitAcks, ackers
-from .lease_claims import LeaseClaims
-from .lease_gossip import DeltaGossip
-from .lease_host import LeaseHost
 from .lease_view import (
     LeaseSection,
+    build_candidates,
     entry_detail,
     entry_row,
     explain_view,
     find_entry,
+    pick_gpus,
     spec_from,
 )
-from .task_runner import TaskRunner
+from .task_results import result_of
+from .task_runner import TaskExited, TaskRunner
 
-__all__ = ["ACK_TIMEOUT", "LeaseService", "SubmitError"]
+__all__ = ["ACK_TIMEOUT", "LeaseService", "SubmitError", "hands_back"]
 
-#: Signature context of lease-table parts (specs, claims, progress, cancels).
+#: Signature context of lease-table parts and agent messages.
 LEASE_CONTEXT: Final = b"populi/lease/v1"
-#: How long `submit` waits for its acknowledgements, seconds.
+#: How long `submit` and `cancel` wait for a majority of the task's replicas, seconds.
 ACK_TIMEOUT: Final = 10.0
-#: Pending tasks are placed again at least this often (views change without events).
-PLACE_INTERVAL: Final = 1.0
+#: Seconds after a start before the agent proposes anything: the records of the
+#: members it knows arrive meanwhile, so it places over a verified view.
+READY_AFTER: Final = 1.0
 #: Seconds after a start during which the stored table is loaded again as records
 #: arrive (a part signed by another node verifies only once its record is known).
 RELOAD_WINDOW: Final = 120.0
+#: Stop reasons that hand the epoch back rather than end the task.
+_RELEASES: Final = ("handoff", "shutdown", "fenced")
 
 _log = get_logger("leases")
 _GONE: Final = (MemberState.DEAD, MemberState.LEFT)
 
 
+def hands_back(exited: TaskExited) -> TaskResult | None:
+    """The result to post for a task's end, or None when the end was not the task's
+    doing (a shutdown, a handoff, a lapsed lease): the epoch is released and no retry
+    is counted."""
+    released = exited.reason == "shutdown" or (
+        exited.reason == "cancelled" and exited.detail in _RELEASES
+    )
+    return None if released else result_of(exited)
+
+
 class SubmitError(TimeoutError):
-    """`submit` could not be acknowledged as asked (one line for the API)."""
+    """`submit` or `cancel` could not be acknowledged as asked (one line for the API)."""
 
 
 class LeaseService:
     """Args:
     config: the lease preset matched to the swim preset.
-    identity: signs our claims, results, cancels and acks.
+    identity: signs our messages, claims, results and cancels.
     store_path: ``STATE_DIR/leases.sqlite3`` (created 0600).
     runner: runs the processes (`TaskRunner`).
     channel: the application channel (kinds registered here).
-    submit_acks: other members that must persist a submitted task before `submit`
-        returns (capped at the live peers; 0 on a one-node mesh).
     """
 
     def __init__(
@@ -100,7 +121,6 @@ class LeaseService:
         *,
         runner: TaskRunner,
         channel: AppChannel,
-        submit_acks: int = 1,
         ack_timeout: float = ACK_TIMEOUT,
         rng: random.Random | None = None,
     ) -> None:
@@ -109,40 +129,33 @@ class LeaseService:
         self._identity = identity
         self._runner = runner
         self._channel = channel
-        self._submit_acks = submit_acks
         self._ack_timeout = ack_timeout
         fd = os.open(store_path, os.O_CREAT | os.O_RDWR, 0o600)
         os.close(fd)
         self._store = LeaseStore(store_path)
+        sign = lambda data: identity.sign(LEASE_CONTEXT, data)  # noqa: E731
         self.table = LeaseTable(
-            config, self.me, lambda data: identity.sign(LEASE_CONTEXT, data), self._verify,
+            config, self.me, sign, self._verify,
             persist=self._store.put, forget=self._store.delete,
         )  # fmt: skip
-        self.section = LeaseSection(self.table, self._handle, trio.current_time)
+        self.agent = LeaseAgent(
+            config, self.me, sign, self._verify,
+            members=self._live, candidates=self._candidates,
+            rng=rng if rng is not None else random.Random(), table=self.table,
+            persist_grant=self._store.put_grant, forget_grant=self._store.delete_grant,
+        )  # fmt: skip
+        self.section = LeaseSection(self.table, self._on_sync, trio.current_time)
         self._members: Callable[[], list[Member]] = list
         self._record_of: Callable[[str], NodeRecord | None] = lambda _n: None
         self._allocate: Callable[[list[tuple[str, int]]], None] = lambda _a: None
         self._set_draining: Callable[[bool], Awaitable[None]] | None = None
-        self.draining = False
+        self._send: Callable[[str, str, bytes], Awaitable[None]] | None = None
         self._wake = trio.Event()
-        self._acks = SubmitAcks(
-            identity, channel, lambda node: self._record_of(node),
-            interval=config.lease_renew_interval, span=config.lease_ttl,
-        )  # fmt: skip
-        self._host = LeaseHost(
-            config, self.table, self.me, runner, record_of=lambda n: self._record_of(n),
-            allocate=lambda a: self._allocate(a), gossip=self._gossip, local=self._local,
-        )  # fmt: skip
-        self._place_at = 0.0
-        self._deltas = DeltaGossip(channel, config.lease_renew_interval, config.lease_ttl)
-        self._claims = LeaseClaims(
-            config, self.table, self.me, rng if rng is not None else random.Random(),
-            members=lambda: self._members(), record_of=lambda n: self._record_of(n),
-            draining=lambda: self.draining, gossip=self._gossip, local=self._local,
-            recheck_at=self._recheck_at,
-        )  # fmt: skip
+        self._waiters: dict[tuple[str, str], tuple[trio.Event, list[Acknowledged]]] = {}
+        self._held: dict[str, list[tuple[str, int]]] = {}  # task -> (gpu uuid, vram)
         self._reload: list[TaskEntry] = []
-        self._reload_at = self._reload_until = 0.0
+        self._reload_at = self._reload_until = self._ready_at = 0.0
+        self.send_failures = 0
 
     def attach(
         self,
@@ -151,10 +164,16 @@ class LeaseService:
         record_of: Callable[[str], NodeRecord | None],
         allocate: Callable[[list[tuple[str, int]]], None],
         set_draining: Callable[[bool], Awaitable[None]],
+        send: Callable[[str, str, bytes], Awaitable[None]],
     ) -> None:
-        """Membership and record queries; GPU allocations; our record's draining flag."""
+        """Membership and record queries; GPU allocations; our record's draining flag;
+        `send(member, key, payload)`, an application message to one member."""
         self._members, self._record_of = members, record_of
-        self._allocate, self._set_draining = allocate, set_draining
+        self._allocate, self._set_draining, self._send = allocate, set_draining, send
+
+    @property
+    def draining(self) -> bool:
+        return self.agent.draining
 
     def _verify(self, node: str, data: bytes, sig: bytes) -> bool:
         if node == self.me:
@@ -165,6 +184,15 @@ class LeaseService:
                 return False
             key = record.public_key
         return verify_signature(key, LEASE_CONTEXT, data, sig)
+
+    def _live(self) -> list[str]:
+        return [m.name for m in self._members() if m.state not in _GONE] + [self.me]
+
+    def _candidates(self, spec: TaskSpec, reliability: dict[str, float] | Any) -> list[Candidate]:
+        return build_candidates(
+            self._members(), self._record_of, reliability, prior_reliability(self.config),
+            me=self.me, draining=self.agent.draining, accepting=spec.submitted_by,
+        )  # fmt: skip
 
     ####################################################################################
     # Running
@@ -177,21 +205,22 @@ class LeaseService:
     ) -> None:
         now = trio.current_time()
         entries, bad = self._store.load()
-        self.table.load(entries, now)
+        grants, bad_grants = self._store.load_grants()
+        if bad or bad_grants:
+            event(_log, 30, "leases.corrupt_rows", skipped=bad + bad_grants)
+        self.agent.load(grants, entries, now)
+        self.agent.ready = False
+        self._ready_at = now + READY_AFTER
         self._reload, self._reload_until = entries, now + RELOAD_WINDOW
-        if bad:
-            event(_log, 30, "leases.corrupt_rows", skipped=bad)
         self._channel.register(AppKind.LEASES, self._on_delta, self.section)
-        self._channel.register(AppKind.LEASE_ACK, self._acks.on_ack)
+        self._channel.register(AppKind.LEASE_AGENT, self._on_message)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch, events)
                 nursery.start_soon(self._exits)
-                # Leases we held before a restart: the processes died with us; hand them
-                # back so the next epoch re-places them (a node-side loss, not a retry).
-                for e in self.table.held_by(self.me):
-                    delta = self.table.release(e.task_id, now)
-                    await self._gossip(f"l/{e.task_id}/{e.epoch}", delta)
+                # What a previous run left is dead before its epochs are handed back.
+                await self._runner.reap_leftovers()
+                await self._execute(self.agent.release_held(trio.current_time()))
                 task_status.started()
                 await self._loop()
         finally:
@@ -203,148 +232,179 @@ class LeaseService:
 
     async def _exits(self) -> None:
         async for exited in self._runner.exits:
-            await self._host.on_exit(exited, trio.current_time())
-            self._wake.set()
+            await self._on_exit(exited)
+
+    async def _on_exit(self, exited: TaskExited) -> None:
+        tid = exited.task_id
+        if self._held.pop(tid, None):
+            self._allocate([a for held in self._held.values() for a in held])
+        event(_log, 20, "task.exited", task=tid, epoch=exited.epoch, code=exited.exit_code,
+              reason=exited.reason, detail=exited.detail)  # fmt: skip
+        now = trio.current_time()
+        await self._execute(self.agent.task_exited(tid, exited.epoch, hands_back(exited), now))
 
     async def _loop(self) -> None:
         while True:
             now = trio.current_time()
-            deadline = now + PLACE_INTERVAL
-            table_due = self.table.next_deadline()
-            if table_due is not None and table_due > now:  # expired leases: handled below
-                deadline = min(deadline, table_due)
-            if self._host.running:
-                deadline = min(deadline, self._host.renew_at)
-            if self._deltas.pending:
-                deadline = min(deadline, self._deltas.due)
-            for _epoch, at in self._claims.settling.values():
-                deadline = min(deadline, at + self.config.settle_time)
+            deadline = now + 1.0
+            due = self.agent.next_deadline()
+            if due is not None:
+                deadline = min(deadline, due)
+            if not self.agent.ready:
+                deadline = min(deadline, self._ready_at)
             with trio.move_on_at(deadline):
                 await self._wake.wait()
             self._wake = trio.Event()
             await self._step(trio.current_time())
 
-    def _recheck_at(self, when: float) -> None:
-        self._place_at = min(self._place_at, when)
-
-    async def _gossip(self, key: str, delta: bytes) -> None:
-        await self._deltas.send(key, delta, trio.current_time())
-
-    def _local(self, op: Callable[..., bytes], *args: Any) -> bytes | None:
-        """A local table operation whose precondition may have lapsed while we awaited
-        (a delta superseded our claim meanwhile): skipped and logged, never a crash."""
-        try:
-            return op(*args)
-        except LeaseError as exc:
-            event(_log, 20, "lease.skipped", op=op.__name__, reason=str(exc))
-            return None
-
-    def _handle(self, events: list[LeaseEvent]) -> None:
-        """Events from a remote delta or a sync: queue acks for specs now on disk."""
-        for ev in events:
-            if not isinstance(ev, TaskChanged):
-                continue
-            spec = ev.entry.spec
-            if (
-                spec is not None
-                and spec.submitted_by != self.me
-                and self._acker(ev.task_id, spec.submitted_by)
-            ):
-                self._acks.persisted(ev.task_id)
-            if ev.entry.needs_owner():
-                self._place_at = 0.0  # place it now, not at the next interval
-        if events:
-            self._wake.set()
-
-    def _acker(self, task_id: str, submitter: str) -> bool:
-        """Whether we are one of the few members that ack this task (`lease_acks`)."""
-        live = [m.name for m in self._members() if m.state not in _GONE] + [self.me]
-        count = max(ACKERS_MIN, 2 * self._submit_acks)
-        return self.me in ackers(task_id, live, submitter, count)
-
-    async def _on_delta(self, message: AppMessage, body: bytes) -> None:
-        events = self.table.apply(body, trio.current_time())
-        if any(isinstance(e, TaskChanged) for e in events):
-            # New to us: pass it on (the core does not re-gossip application broadcasts).
-            await self._deltas.relay(message.key, body)
-        self._handle(events)
-        await self._acks.flush(trio.current_time())
-
     async def _step(self, now: float) -> None:
-        await self._acks.flush(now)
+        if not self.agent.ready and now >= self._ready_at:
+            self.agent.ready = True
         if self._reload and now >= self._reload_at:
             # Parts signed by others verify only once their records are known: load the
-            # disk copy again as records arrive (merging is idempotent; nothing is lost
-            # from the file meanwhile), for `RELOAD_WINDOW` after the start.
-            self._reload_at = now + PLACE_INTERVAL
+            # disk copy again as records arrive (merging is idempotent).
+            self._reload_at = now + 1.0
             self.table.load(self._reload, now)
             if now >= self._reload_until:
                 self._reload = []
-        await self._deltas.echo(now)
-        gone = {m.name for m in self._members() if m.state in _GONE}
-        for ev in self.table.tick(now, gone):
-            if isinstance(ev, LeaseExpired):
-                entry = self.table.get(ev.task_id)
-                epoch = None if entry is None else replacement_epoch(entry, ev)
-                if entry is not None and epoch is not None:
-                    await self._claims.try_claim(entry, epoch, now, exclude={ev.owner})
-            elif isinstance(ev, TableStalled):
-                event(_log, 20, "leases.stalled", gap=round(ev.gap, 3))
-                self._claims.hold(ev.until)
-            elif isinstance(ev, TaskCompacted):
-                self._acks.forget(ev.task_id)
-                self._claims.why.pop(ev.task_id, None)
-        for entry, epoch in self._claims.settled(now):
-            await self._host.start(entry, epoch, now)
-        await self._host.check(now)
-        if now >= self._place_at:
-            self._place_at = now + PLACE_INTERVAL
-            await self._claims.place_pending(now)
+        await self._execute(self.agent.tick(now))
+
+    ####################################################################################
+    # Commands of the agent
+
+    def _monotonic(self, deadline: float) -> float:
+        """An agent (trio clock) deadline as a `time.monotonic()` value, which the
+        task's wrapper compares with the same system clock."""
+        return time.monotonic() + (deadline - trio.current_time())
+
+    async def _execute(self, commands: list[AgentCommand]) -> None:
+        for cmd in commands:
+            match cmd:
+                case SendTo(node, payload):
+                    await self._send_to(node, payload)
+                case Gossip(key, payload):
+                    await self._channel.broadcast(AppKind.LEASES, key, payload)
+                case StartTask():
+                    await self._start(cmd)
+                case FenceTask(tid, epoch, deadline):
+                    self._runner.fence(tid, epoch, self._monotonic(deadline))
+                case StopTask(tid, _epoch, reason):
+                    self._runner.stop(tid, reason, grace=0.0 if reason == "fenced" else None)
+                case Acknowledged(tid, what):
+                    waiter = self._waiters.get((what, tid))
+                    if waiter is not None:
+                        waiter[1].append(cmd)
+                        waiter[0].set()
+        if commands:
+            self._wake.set()
+
+    async def _send_to(self, node: str, payload: bytes) -> None:
+        if self._send is None:
+            return
+        try:
+            await self._send(node, "lease", bytes([AppKind.LEASE_AGENT]) + payload)
+        except ValueError:  # not a member (yet, or any more): the agent repeats
+            self.send_failures += 1
+
+    async def _start(self, cmd: StartTask) -> None:
+        """Our lease stands: allocate GPUs and start the process, fenced at once."""
+        tid, epoch, spec = cmd.task_id, cmd.epoch, cmd.spec
+        busy = {uuid for held in self._held.values() for uuid, _ in held}
+        gpus = pick_gpus(self._record_of(self.me), busy, spec.requirements)
+        if gpus is None:  # our view moved since placement: hand it back at once
+            now = trio.current_time()
+            await self._execute(self.agent.task_exited(tid, epoch, None, now))
+            return
+        self._held[tid] = gpus
+        self._allocate([a for held in self._held.values() for a in held])
+        event(_log, 20, "task.started", task=tid, epoch=epoch, gpus=len(gpus))
+        self._runner.start(
+            tid, epoch, spec, [uuid for uuid, _ in gpus], deadline=self._monotonic(cmd.deadline)
+        )
+
+    ####################################################################################
+    # Input
+
+    async def _on_message(self, message: AppMessage, body: bytes) -> None:
+        await self._execute(self.agent.receive(body, trio.current_time()))
+
+    async def _on_delta(self, message: AppMessage, body: bytes) -> None:
+        changed, commands = self.agent.apply_delta(body, trio.current_time())
+        if changed:  # new to us: pass it on (the core does not re-gossip broadcasts)
+            await self._channel.broadcast(AppKind.LEASES, message.key, body)
+        await self._execute(commands)
+
+    def _on_sync(self, events: list[LeaseEvent]) -> None:
+        if any(isinstance(ev, TaskChanged) for ev in events):
+            self._wake.set()
+
+    async def _acknowledged(
+        self, what: str, tid: str, commands: list[AgentCommand]
+    ) -> Acknowledged | None:
+        """Carry out `commands` and wait for the agent's `Acknowledged` (None: timeout)."""
+        done, got = self._waiters[(what, tid)] = (trio.Event(), [])
+        try:
+            await self._execute(commands)
+            with trio.move_on_after(self._ack_timeout):
+                await done.wait()
+        finally:
+            del self._waiters[(what, tid)]
+        return got[0] if got else None
 
     ####################################################################################
     # Commands (the API)
 
     async def submit(self, spec_fields: dict[str, Any]) -> dict[str, Any]:
-        """Accept a task here; return once it is on our disk and acknowledged.
+        """Accept a task here; return once a majority of its replicas stored it.
 
         Raises:
             ValueError: a bad spec (one line); nothing is stored.
-            SubmitError: stored, but too few members acknowledged in time.
+            SubmitError: stored here, but its replicas did not acknowledge in time.
         """
         spec = spec_from(spec_fields, self.me, time.time())
-        live = [m for m in self._members() if m.name != self.me and m.state not in _GONE]
-        needed = min(self._submit_acks, len(live))
-        tid, delta = self.table.submit(spec, trio.current_time())
-        self._acks.expect(tid)
-        await self._gossip(f"s/{tid}", delta)
-        self._place_at = 0.0
-        self._wake.set()
-        acked = await self._acks.wait(tid, needed, self._ack_timeout)
-        if acked < needed:
+        tid, commands = self.agent.submit(spec, trio.current_time())
+        ack = await self._acknowledged("submit", tid, commands)
+        if ack is None or ack.refusal is not None:
+            entry = self.table.get(tid)
+            replicas = entry.spec.replicas if entry is not None and entry.spec else ()
             raise SubmitError(
-                f"task {tid} is stored on this node, but only {acked} of {needed} members"
-                f" acknowledged it within {self._ack_timeout:.0f} s (it may still spread;"
-                f" see populi-node task {tid})"
+                f"task {tid} is stored on this node, but a majority of its replicas"
+                f" ({', '.join(r[:12] for r in replicas)}) did not acknowledge it within"
+                f" {self._ack_timeout:.0f} s (it is offered again; see populi-node task {tid})"
             )
-        return {"id": tid, "acks": acked}
+        return {"id": tid, "acks": ack.acks}
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
+        """Cancel once a majority of the task's replicas recorded it.
+
+        Raises:
+            KeyError: no such task here. ConflictError: it already finished.
+            SubmitError: the replicas did not answer in time.
+        """
         if self.table.get(task_id) is None:
             raise KeyError(f"no task {task_id} here (see populi-node tasks)")
-        await self._gossip(f"c/{task_id}", self.table.cancel(task_id, trio.current_time()))
-        self._wake.set()
+        ack = await self._acknowledged(
+            "cancel", task_id, self.agent.cancel(task_id, trio.current_time())
+        )
+        if ack is None:
+            raise SubmitError(
+                f"task {task_id}: a majority of its replicas did not confirm the cancel"
+                f" within {self._ack_timeout:.0f} s (it is sent again until they do)"
+            )
+        if ack.refusal is not None:
+            raise ConflictError(ack.refusal)
         return {"id": task_id, "cancelled": True}
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
-        self.draining = True
+        self.agent.draining = True
         if self._set_draining is not None:
             await self._set_draining(True)
         if handoff:
-            self._host.handoff()
-        return {"draining": True, "handoff": handoff, "running": len(self._host.running)}
+            await self._execute(self.agent.handoff())
+        return {"draining": True, "handoff": handoff, "running": len(self.agent.running())}
 
     async def undrain(self) -> dict[str, Any]:
-        self.draining = False
+        self.agent.draining = False
         if self._set_draining is not None:
             await self._set_draining(False)
         self._wake.set()
@@ -368,17 +428,18 @@ class LeaseService:
 
     def explain(self, task_id: str) -> dict[str, Any]:
         entry = self.find(task_id)
-        return explain_view(entry, self._claims.why.get(entry.task_id))
+        return explain_view(entry, self.agent.why.get(entry.task_id))
 
     def summary(self) -> dict[str, Any]:
-        """``status``'s tasks section; ``stale_results_rejected`` counts results of
-        superseded epochs fenced out (a late result from a lost owner)."""
+        """``status``'s tasks section: what runs here, and the agent's counters
+        (refused grants and renewals by reason, fenced owners, decode errors)."""
         return {
-            "draining": self.draining,
-            "running": len(self._host.running),
+            "draining": self.agent.draining,
+            "running": len(self.agent.running()),
             "known": len(self.table),
             "stale_results_rejected": self.table.statistics().stale_results_rejected,
+            "agent": self.agent.statistics(),
         }
 
     def _why_of(self, entry: TaskEntry) -> str | None:
-        return self._claims.why.get(entry.task_id) if entry.needs_owner() else None
+        return self.agent.why.get(entry.task_id) if entry.needs_owner() else None

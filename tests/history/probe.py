@@ -15,7 +15,8 @@ Lines go to ``LOGDIR/<task>.log``, one JSON object each, written with one ``writ
 an ``O_APPEND`` descriptor, so the runs of one task never tear each other's lines:
 ``{"task", "epoch", "event", "time", "pid", "ppid", "node", "seconds", "locked"}``.
 ``time`` is ``time.time()`` (the harness runs on the same machine, so one clock).
-``ppid`` is the daemon that started the run (the executor's wrapper execs the command);
+``ppid`` is the daemon that started the run (the parent of the executor's wrapper, which
+stays the command's parent);
 ``node`` is ``POPULI_NODE`` when the executor sets it (it does not yet: the harness maps
 ``ppid`` to a daemon). Stdlib only: it runs as ``nobody`` under ``python -I``.
 """
@@ -29,6 +30,19 @@ import sys
 import time
 
 
+def _daemon_pid() -> int:
+    """The daemon's pid: our parent, or its parent when our parent is the task wrapper."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            if b"_task_wrapper" not in f.read():
+                return parent
+        with open(f"/proc/{parent}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return parent
+
+
 def _line(fd: int, event: str, task: str, epoch: int, seconds: float, locked: bool) -> None:
     record = {
         "task": task,
@@ -36,7 +50,7 @@ def _line(fd: int, event: str, task: str, epoch: int, seconds: float, locked: bo
         "event": event,
         "time": time.time(),
         "pid": os.getpid(),
-        "ppid": os.getppid(),
+        "ppid": _daemon_pid(),
         "node": os.environ.get("POPULI_NODE"),
         "seconds": seconds,
         "locked": locked,

@@ -91,8 +91,10 @@ def task_python() -> str:
 
 
 def live_groups() -> set[int]:
-    """The process groups with a live (non-zombie) process in them: a killed task's
-    zombie, whose parent is gone, waits for init to reap it but runs nothing."""
+    """The live (non-zombie) processes and the process groups with one in them: a
+    killed task's zombie, whose parent is gone, waits for init to reap it but runs
+    nothing. A probe is not its group's leader (the executor's wrapper is), so its
+    own pid is looked up too."""
     out = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -101,6 +103,7 @@ def live_groups() -> set[int]:
             continue
         if fields[0] != "Z":
             out.add(int(fields[2]))
+            out.add(int(stat.parent.name))
     return out
 
 

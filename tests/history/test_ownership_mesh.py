@@ -19,8 +19,6 @@ import pytest
 
 from .scenario import Lab
 
-ISSUE_17 = pytest.mark.xfail(strict=False, reason="issue 17: ownership by agreement not landed yet")
-
 
 @pytest.fixture
 def lab() -> Iterator[Lab]:
@@ -31,7 +29,6 @@ def lab() -> Iterator[Lab]:
         lab.stop()
 
 
-@ISSUE_17
 @pytest.mark.slow
 def test_a_burst_from_three_submitters_runs_each_task_once(lab: Lab) -> None:
     lab.start(timeout=60)
@@ -44,7 +41,6 @@ def test_a_burst_from_three_submitters_runs_each_task_once(lab: Lab) -> None:
     assert report.acknowledged == 10 and report.runs == 10, report.summary()
 
 
-@ISSUE_17
 @pytest.mark.slow
 def test_a_killed_owners_task_finishes_elsewhere_and_dies_with_it(lab: Lab) -> None:
     lab.start(timeout=60)

@@ -12,6 +12,7 @@ the tables agree once healed.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from collections.abc import Callable
 from typing import Any
@@ -141,8 +142,11 @@ class Cluster:
 
     def submit(self, at_node: str, duration: float, code: int = 0, retries: int = 2) -> str:
         node = self.nodes[at_node]
-        spec = TaskSpec(TaskKind.BATCH, Requirements(cpu_cores=1.0), ("work", str(len(self.durations))),
-                        retry_limit=retries, submitted_by=at_node, submitted_at=self.now)  # fmt: skip
+        command = ("work", str(len(self.durations)))
+        spec = TaskSpec(
+            TaskKind.BATCH, Requirements(cpu_cores=1.0), command,
+            retry_limit=retries, submitted_by=at_node, submitted_at=self.now,
+        )  # fmt: skip
         tid, cmds = node.agent.submit(spec, node.local(self.now))
         self.durations[tid] = (duration, code)
         self.runs.setdefault(tid, [])
@@ -201,14 +205,15 @@ class Cluster:
                     self._end(node.name, tid, epoch, None)
 
     def _ack(self, cmd: AgentCommand) -> None:
-        if isinstance(cmd, Acknowledged) and cmd.refusal is None:
-            if cmd.what == "submit":
-                self.acked.setdefault(cmd.task_id, self.now)
+        if isinstance(cmd, Acknowledged) and cmd.refusal is None and cmd.what == "submit":
+            self.acked.setdefault(cmd.task_id, self.now)
 
     def _start(self, node: Node, tid: str, epoch: int, deadline: float) -> None:
         finished = self.final_at.get(tid)
         if finished is not None:
-            self.violations.append(f"I2 {tid}: started at {self.now:.3f} after final at {finished:.3f}")
+            self.violations.append(
+                f"I2 {tid}: started at {self.now:.3f} after final at {finished:.3f}"
+            )
         self.runs[tid].append(Run(tid, epoch, node.name, self.now))
         duration, code = self.durations[tid]
         self._push(self.now + duration, "exit", (node.name, tid, epoch, code))
@@ -218,7 +223,7 @@ class Cluster:
         for r in self.runs[tid]:
             if r.node == name and r.epoch == epoch and r.end is None:
                 r.end, r.code = self.now, code
-                node = self.nodes[name]
+                self.nodes[name]
                 result = TaskResult(code if code is not None else -9, b"", 0.0)
                 self._push(self.now, "exited", (name, tid, epoch, result))
 
@@ -305,7 +310,7 @@ class Cluster:
         out = list(self.violations)
         for tid, runs in self.runs.items():
             ordered = sorted(runs, key=lambda r: r.start)
-            for a, b in zip(ordered, ordered[1:], strict=False):
+            for a, b in itertools.pairwise(ordered):
                 end = a.end if a.end is not None else float("inf")
                 if end > b.start:
                     out.append(f"I1 {tid}: {a.node}@{a.epoch} [{a.start:.3f}, {end:.3f}] "
@@ -333,7 +338,7 @@ def chaos(seed: int, *, nodes: int = 7, tasks: int = 30, faults: bool = True) ->
     rng = random.Random(seed * 7919)
     names = sorted(c.nodes)
     plan: list[tuple[float, str, Any]] = []
-    for i in range(tasks):
+    for _i in range(tasks):
         plan.append((rng.uniform(0, 20), "submit", (rng.choice(names), rng.uniform(0.5, 6))))
     if faults:
         for _ in range(3):

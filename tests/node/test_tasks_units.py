@@ -37,7 +37,6 @@ from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
 from populi_p2p.services.api_backend import NodeBackend
 from populi_p2p.services.app_channel import AppChannel, AppKind
 from populi_p2p.services.executor import TaskExited
-from populi_p2p.services.lease_host import LeaseHost
 from populi_p2p.services.lease_view import (
     LeaseSection,
     cancel_refusal,
@@ -45,7 +44,7 @@ from populi_p2p.services.lease_view import (
     gpu_slots,
     spec_from,
 )
-from populi_p2p.services.leases import SubmitError
+from populi_p2p.services.leases import SubmitError, hands_back
 from populi_p2p.services.task_results import START_FAILED_CODE, result_of
 from swim import AppMessage, Member, MemberState
 
@@ -98,8 +97,8 @@ async def test_channel_routes_by_kind_and_counts_junk() -> None:
     async def on_ack(message: AppMessage, body: bytes) -> None:
         got.append(body)
 
-    channel.register(AppKind.LEASE_ACK, on_ack)
-    await channel.deliver(AppMessage("x", "k", bytes([AppKind.LEASE_ACK]) + b"hello"))
+    channel.register(AppKind.LEASE_AGENT, on_ack)
+    await channel.deliver(AppMessage("x", "k", bytes([AppKind.LEASE_AGENT]) + b"hello"))
     await channel.deliver(AppMessage("x", "k", bytes([AppKind.LEASES]) + b"nobody"))
     await channel.deliver(AppMessage("x", "k", b""))
     assert got == [b"hello"]
@@ -501,41 +500,27 @@ class _Runner:
 
 
 @pytest.mark.parametrize(
-    ("reason", "detail", "code", "phase"),
+    ("reason", "detail", "code", "released"),
     [
-        ("shutdown", "the node shut down while the task ran", -9, Phase.RELEASED),
-        ("cancelled", "handoff", -15, Phase.RELEASED),
-        ("exited", "exited with code 3", 3, Phase.FAILED),
-        ("start_failed", "no such program", None, Phase.FAILED),
+        ("shutdown", "the node shut down while the task ran", -9, True),
+        ("cancelled", "handoff", -15, True),
+        ("cancelled", "fenced", -9, True),
+        ("cancelled", "cancelled", -15, False),
+        ("exited", "exited with code 3", 3, False),
+        ("start_failed", "no such program", None, False),
     ],
 )
-async def test_node_side_losses_release_and_task_failures_post_results(
-    reason: str, detail: str, code: int | None, phase: Phase
+def test_node_side_losses_release_and_task_failures_post_results(
+    reason: str, detail: str, code: int | None, released: bool
 ) -> None:
-    table = _table("me")
-    tid, _ = table.submit(_spec("me", 1), 0.0)
-    table.claim(tid, 1, 0, "placed", 0.0)
-    sent: list[str] = []
-
-    async def gossip(key: str, delta: bytes) -> None:
-        sent.append(key)
-
-    host = LeaseHost(
-        LeaseConfig.local(), table, "me", _Runner(), record_of=lambda _n: None,
-        allocate=lambda _a: None, gossip=gossip, local=lambda op, *a: op(*a),
-    )  # fmt: skip
-    entry = table.get(tid)
-    assert entry is not None
-    await host.start(entry, 1, 0.0)
-    assert host.running == {tid: 1}
-    await host.on_exit(TaskExited(tid, 1, code, reason, b"", b"", 0.0, 1.0, detail), 1.0)
-    claim = table.get(tid).claims[-1]  # type: ignore[union-attr]
-    assert claim.phase is phase and host.running == {}
-    if phase is Phase.RELEASED:  # re-placed at the next epoch; no retry used
-        assert claim.result is None and table.get(tid).needs_owner()  # type: ignore[union-attr]
+    """A shutdown, a handoff or a lapsed lease hands the epoch back (no retry used);
+    anything else is the task's own end, posted as its result."""
+    exited = TaskExited("t", 1, code, reason, b"", b"", 0.0, 1.0, detail)
+    result = hands_back(exited)
+    if released:
+        assert result is None
     else:
-        assert claim.result is not None and claim.result.exit_code == (code or START_FAILED_CODE)
-    assert sent[-1] == f"l/{tid}/1"
+        assert result is not None and result.exit_code == (code or START_FAILED_CODE)
 
 
 def test_up_task_user_errors_are_one_line(
