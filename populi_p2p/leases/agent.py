@@ -569,12 +569,16 @@ class LeaseAgent:
     ####################################################################################
     # Proposer side
 
-    def _placement(self, tid: str, spec: TaskSpec, exclude: set[str], now: float) -> Placement:
+    def _placement(
+        self, tid: str, spec: TaskSpec, exclude: set[str], now: float, failed_on: set[str]
+    ) -> Placement:
+        """Over our view, preferring nodes the task has not failed on (the table's
+        history, and the owner a granter saw fail, which the table may not show yet)."""
         entry = self.table.get(tid)
         rel = earned_reliability(self.table.outcomes(), now, self.config)
         candidates = self._candidates(spec, rel)
         committed = committed_resources([e for e in self.table if e.task_id != tid])
-        failed = failed_nodes(entry) if entry is not None else frozenset()
+        failed = (failed_nodes(entry) if entry is not None else frozenset()) | failed_on
         p = place(spec, candidates, config=self.config, rng=self._rng,
                   committed=committed, failed_on=failed, exclude=exclude)  # fmt: skip
         if p.chosen is None and failed:  # prefer other nodes, but retry there if none
@@ -582,14 +586,17 @@ class LeaseAgent:
                       committed=committed, exclude=exclude)  # fmt: skip
         return p
 
-    def _propose(self, tid: str, epoch: int, exclude: set[str], now: float) -> list[AgentCommand]:
+    def _propose(
+        self, tid: str, epoch: int, exclude: set[str], now: float,
+        failed_on: set[str] | None = None,
+    ) -> list[AgentCommand]:  # fmt: skip
         """Place the task over our view and ask its replicas to grant `epoch` to the
         node ranked first."""
         known = self.spec_of(tid)
         if known is None or tid in self._proposals:
             return []
         spec = known[0]
-        p = self._placement(tid, spec, exclude, now)
+        p = self._placement(tid, spec, exclude, now, failed_on or set())
         self.why[tid] = p.explain() if p.chosen is None else f"placed: {p.explain()}"
         if p.chosen is None:
             self._retry_at[tid] = now + PLACE_INTERVAL
@@ -673,7 +680,8 @@ class LeaseAgent:
             entry = self.table.get(tid)
             epoch = max(rec.epoch, 0 if entry is None else entry.epoch) + 1
             expired = {rec.owner} if rec.epoch and rec.ended is Ended.NO else set()
-            out += self._propose(tid, epoch, expired, now)
+            failed = {rec.owner} if rec.ended is Ended.FAILED else set()
+            out += self._propose(tid, epoch, expired, now, failed)
         for tid, (_spec, _sig) in self._offers.items():  # first epochs we still owe
             entry = self.table.get(tid)
             if tid in self.grants or tid in self._proposals or entry is None:
@@ -763,13 +771,14 @@ class LeaseAgent:
         if o.started:
             return [FenceTask(tid, o.epoch, o.lease_until)]
         o.started = True
-        out: list[AgentCommand] = []
         entry = self.table.get(tid)
         if entry is None or entry.epoch < o.epoch:
-            out += self._table_op(
-                tid, lambda: self.table.claim(tid, o.epoch, 0, o.why, now), f"l/{tid}"
-            )
-        out += self._table_op(tid, lambda: self.table.mark_running(tid, now), f"l/{tid}")
+            self._table_op(tid, lambda: self.table.claim(tid, o.epoch, 0, o.why, now), "")
+        out = self._table_op(tid, lambda: self.table.mark_running(tid, now), f"l/{tid}")
+        # And the whole entry, spec included: a member that missed the submit (its
+        # accepting node died right after) learns the task from its owner. (A spec too
+        # big for gossip travels by push-pull instead.)
+        out += self._table_op(tid, lambda: self.table.full_delta(tid), f"s/{tid}")
         out.append(StartTask(tid, o.epoch, o.spec, o.lease_until))
         return out
 

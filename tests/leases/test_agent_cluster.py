@@ -1,0 +1,216 @@
+"""`LeaseAgent`s in a discrete-event cluster (`agent_harness`): one run per task in
+calm weather, failover after a crash, fencing across a partition, small meshes,
+cancels, insiders, and many seeds of chaos with controls that show the checks bite."""
+
+from __future__ import annotations
+
+import pytest
+
+from populi_p2p.leases import grants as grants_module
+from populi_p2p.leases.agent import LeaseAgent, majority
+from populi_p2p.leases.agent_commands import Acknowledged, SendTo
+from populi_p2p.leases.agent_wire import Finish, GrantRequest, encode
+from populi_p2p.leases.grants import Ended
+
+from .agent_harness import Cluster, chaos, sign_as
+
+
+def _owner_of(c: Cluster, tid: str) -> str:
+    run = c.runs[tid][-1]
+    return run.node
+
+
+def test_calm_weather_runs_every_task_once() -> None:
+    c = Cluster(5, seed=1)
+    tids = [c.submit(f"n{i % 5}", 2.0) for i in range(20)]
+    c.run_until(2.5)
+    assert set(c.acked) == set(tids)
+    assert max(c.acked.values()) < 0.1, "acknowledged within a few round trips"
+    c.run_until(30)
+    c.heal_and_sync()
+    assert c.check() == []
+    assert c.starts() == 20
+    first = [c.runs[t][0].start for t in tids]
+    assert max(first) < 0.2, "started within a few round trips of the submit"
+
+
+def test_a_crashed_owner_is_replaced_after_its_lease_and_the_margin() -> None:
+    c = Cluster(5, seed=2, drift=0.0)
+    tid = c.submit("n0", 30.0)
+    c.run_until(1.0)
+    owner = _owner_of(c, tid)
+    c.crash(owner)
+    c.run_until(60)
+    c.heal_and_sync()
+    assert c.check() == []
+    runs = c.runs[tid]
+    assert len(runs) == 2 and runs[1].node != owner
+    cfg = c.config
+    failover = runs[1].start - 1.0
+    assert cfg.lease_ttl * cfg.clock_margin - cfg.lease_renew_interval <= failover
+    assert failover <= cfg.lease_ttl * cfg.clock_margin + cfg.lease_renew_interval + 0.5
+
+
+def test_the_minority_side_of_a_partition_fences_itself_before_the_majority_starts() -> None:
+    c = Cluster(5, seed=3)
+    tid = c.submit("n0", 40.0)
+    c.run_until(1.0)
+    owner = _owner_of(c, tid)
+    spec = c.nodes[owner].agent.spec_of(tid)
+    assert spec is not None
+    replicas = spec[0].replicas
+    # The owner alone on one side: it cannot renew with a majority of its replicas.
+    c.partition({owner})
+    c.run_until(30)
+    runs = c.runs[tid]
+    assert runs[0].end is not None, "the cut-off owner stopped its task (fenced)"
+    assert len(runs) == 2 and runs[1].node != owner
+    assert runs[0].end <= runs[1].start
+    assert c.nodes[owner].agent.counters.get("fenced") == 1
+    c.heal()
+    c.run_until(120)
+    c.heal_and_sync()
+    assert c.check() == []
+    assert majority(replicas) == 2
+
+
+def test_one_member_runs_its_tasks_and_two_members_wait_for_each_other() -> None:
+    one = Cluster(1, seed=4)
+    tid = one.submit("n0", 1.0)
+    one.run_until(10)
+    assert one.check() == [] and len(one.runs[tid]) == 1
+    two = Cluster(2, seed=5)
+    tid = two.submit("n0", 20.0)
+    two.run_until(1.0)
+    owner = _owner_of(two, tid)
+    spec = two.nodes[owner].agent.spec_of(tid)
+    assert spec is not None and len(spec[0].replicas) == 2
+    two.crash(owner)
+    two.run_until(40)
+    assert len(two.runs[tid]) == 1, "no majority of two without the other: it waits"
+    two.restart(owner)
+    two.run_until(120)
+    two.heal_and_sync()
+    assert two.check() == [] and len(two.runs[tid]) == 2
+
+
+def _acks(c: Cluster, node: str, cmds: list) -> list[Acknowledged]:  # type: ignore[type-arg]
+    return [x for x in cmds if isinstance(x, Acknowledged)]
+
+
+def test_a_cancel_stops_the_run_and_a_finished_task_refuses_it() -> None:
+    c = Cluster(3, seed=6)
+    long, short = c.submit("n0", 60.0), c.submit("n1", 0.5)
+    c.run_until(3.0)
+    c.cancel("n2", long)
+    c.run_until(4.0)
+    assert c.runs[long][0].end is not None and c.runs[long][0].end < 3.5
+    assert long in c.final_at
+    seen: list[Acknowledged] = []
+    node = c.nodes["n2"]
+    original = c._apply
+
+    def spy(n, cmds):  # type: ignore[no-untyped-def]
+        seen.extend(x for x in cmds if isinstance(x, Acknowledged) and x.what == "cancel")
+        original(n, cmds)
+
+    c._apply = spy  # type: ignore[method-assign]
+    c._apply(node, node.agent.cancel(short, node.local(c.now)))
+    c.run_until(6.0)
+    assert [a.refusal for a in seen if a.task_id == short] == [
+        f"task {short} already succeeded; nothing to cancel"
+    ]
+    c.run_until(30)
+    c.heal_and_sync()
+    assert c.check() == []
+    assert len(c.runs[short]) == 1
+
+
+def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
+    c = Cluster(4, seed=7)
+    tid = c.submit("n0", 30.0)
+    c.run_until(1.0)
+    owner = _owner_of(c, tid)
+    spec = c.nodes[owner].agent.spec_of(tid)
+    assert spec is not None
+    evil = next(n for n in c.nodes if n != owner)
+    for epoch in (2**62, (1 << 62) - 1, 2):
+        for r in spec[0].replicas:
+            if r != evil:
+                c._push(c.now, "msg", (evil, r, encode(GrantRequest(tid, epoch, evil), evil,
+                                                       sign_as(evil))))  # fmt: skip
+        c._push(c.now, "msg", (evil, spec[0].replicas[0],
+                               encode(Finish(tid, 1, Ended.SUCCEEDED), evil, sign_as(evil))))  # fmt: skip
+    for i in range(500):  # cancels of made-up tasks: nothing stored
+        fake = f"{i:032x}"
+        c._push(c.now, "msg", (evil, spec[0].replicas[0],
+                               encode(Finish(fake, 1, Ended.CANCELLED), evil, sign_as(evil))))  # fmt: skip
+    c.run_until(2.0)
+    counters: dict[str, int] = {}
+    for n in c.nodes.values():
+        for k, v in n.agent.counters.items():
+            counters[k] = counters.get(k, 0) + v
+    assert counters.get("grants_refused_epoch_jump", 0) >= 2
+    assert counters.get("grants_refused_lease_live", 0) >= 1
+    assert counters.get("finishes_refused_not_owner", 0) >= 1
+    assert counters.get("finishes_refused_unknown", 0) >= 500
+    assert all(len(n.agent.grants) <= 1 for n in c.nodes.values()), "no record for fakes"
+    c.run_until(60)
+    c.heal_and_sync()
+    assert c.check() == [] and len(c.runs[tid]) == 1, "the real run went on"
+    assert c.runs[tid][0].code == 0
+
+
+def test_a_restarted_granter_waits_a_whole_lease_again() -> None:
+    c = Cluster(3, seed=8, drift=0.0)
+    tid = c.submit("n0", 40.0)
+    c.run_until(1.0)
+    owner = _owner_of(c, tid)
+    others = [n for n in c.nodes if n != owner]
+    c.crash(owner)
+    c.crash(others[0])
+    c.run_until(2.0)
+    c.restart(others[0])  # its record says the lease was live; it cannot know since when
+    c.run_until(2.0 + c.config.lease_ttl * c.config.clock_margin - 0.5)
+    assert len(c.runs[tid]) == 1
+    c.run_until(60)
+    c.heal_and_sync()
+    assert c.check() == [] and len(c.runs[tid]) == 2
+
+
+SEEDS = range(40)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_chaos_keeps_every_invariant(seed: int) -> None:
+    c = chaos(seed)
+    assert c.check() == []
+
+
+def test_the_checks_catch_an_election_without_majorities(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: one grant is enough (no agreement) → the checks see overlaps."""
+    monkeypatch.setattr("populi_p2p.leases.agent.majority", lambda replicas: 1)
+    bad = [s for s in range(15) if chaos(s).check()]
+    assert len(bad) >= 3, bad
+
+
+def test_the_checks_catch_granters_that_ignore_live_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: granters that give the next epoch while the owner still renews."""
+    real = grants_module.on_grant
+
+    def eager(rec, me, epoch, owner, now, wait):  # type: ignore[no-untyped-def]
+        return real(rec, me, epoch, owner, now, 0.0)
+
+    monkeypatch.setattr("populi_p2p.leases.agent.on_grant", eager)
+    bad = [s for s in range(15) if any(v.startswith("I1") for v in chaos(s).check())]
+    assert len(bad) >= 3, bad
+
+
+def test_agent_has_no_io() -> None:
+    import populi_p2p.leases.agent as module
+
+    source = open(module.__file__).read()
+    for word in ("import trio", "import socket", "import time", "sqlite3"):
+        assert word not in source
+    assert LeaseAgent.__module__ == "populi_p2p.leases.agent"
+    assert SendTo.__module__.endswith("agent_commands")
