@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Each task names a small replica set in its spec (`TaskSpec.replicas`: 3 members by
+Each task names a small replica set in its spec (`TaskSpec.replicas`: 5 members by
 rendezvous hash, all of them in a smaller mesh). Those members are its **granters**
 (`grants.py`): each keeps a durable `GrantRecord` and grants every epoch at most once.
 
@@ -34,6 +34,7 @@ or trio: the node's `LeaseService` and the simulator drive this same object.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -41,7 +42,7 @@ from typing import Final
 
 import attrs
 
-from ._entry import TaskEntry, TaskResult
+from ._entry import Phase, TaskEntry, TaskResult
 from ._spec import Signer, TaskSpec, Verifier
 from ._table import LeaseError, LeaseTable
 from .agent_commands import (
@@ -83,6 +84,13 @@ PLACE_INTERVAL: Final = 1.0
 OPEN_OFFERS_PER_MEMBER_MAX: Final = 20_000
 #: Renewal rounds remembered for late answers.
 ROUNDS_KEPT: Final = 64
+
+#: The ends an owner writes into the table, as the granters record them.
+_ENDS: Final = {
+    Phase.RELEASED: Ended.RELEASED,
+    Phase.FAILED: Ended.FAILED,
+    Phase.SUCCEEDED: Ended.SUCCEEDED,
+}
 
 Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
 
@@ -143,8 +151,8 @@ class _Pending:
     refused: dict[str, int] = attrs.field(factory=dict)
     resend_at: float = 0.0
     done: bool = False
-    result: TaskResult | None = None
     failures: int = 0
+    delta: bytes | None = None  # our table's change, gossiped once agreed
 
 
 class LeaseAgent:
@@ -181,6 +189,8 @@ class LeaseAgent:
         self._forget = forget_grant or (lambda _t: None)
         self._final_since: dict[str, float] = {}  # final granter records: since when
         self._compacted: dict[str, float] = {}  # dropped final records: when
+        self._echo: dict[str, tuple[bytes, float]] = {}  # key -> (delta, echo until)
+        self._echo_at: float | None = None
         self._compact_at = 0.0
         self.grants: dict[str, GrantRecord] = {}
         self.why: dict[str, str] = {}  # task -> last placement explanation here
@@ -189,6 +199,7 @@ class LeaseAgent:
         self._wait = config.lease_ttl * config.clock_margin
         self._proposals: dict[str, _Proposal] = {}
         self._retry_at: dict[str, float] = {}
+        self._settled: set[str] = set()  # refused as final by a majority: not proposed
         self._need_since: dict[str, float] = {}
         self._owned: dict[str, _Owned] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}  # (what, task) -> pending
@@ -230,6 +241,8 @@ class LeaseAgent:
         times = [self._check_at] if self.ready else []
         if self._renew_at is not None:
             times.append(self._renew_at)
+        if self._echo_at is not None:
+            times.append(self._echo_at)
         times += [o.lease_until for o in self._owned.values() if o.started and not o.stopping]
         times += [p.resend_at for p in self._proposals.values()]
         times += [p.resend_at for p in self._pending.values()]
@@ -263,7 +276,7 @@ class LeaseAgent:
         signature = spec.sign(self._sign)
         tid, delta = self.table.submit(spec, now)
         self._offers[tid] = (spec, signature)
-        out: list[AgentCommand] = [Gossip(f"s/{tid}", delta)]
+        out: list[AgentCommand] = [self._gossip(f"s/{tid}", delta, now)]
         pending = self._pending[("offer", tid)] = _Pending(
             "offer", 0, Ended.NO, spec.replicas, now + self.config.lease_ttl
         )
@@ -305,9 +318,16 @@ class LeaseAgent:
             ended = Ended.SUCCEEDED if result.exit_code == 0 else Ended.FAILED
         failures = owned.failures + (ended is Ended.FAILED)
         pending = self._pending[("finish", task_id)] = _Pending(
-            "finish", epoch, ended, owned.spec.replicas, now + 4 * self._wait, result=result,
+            "finish", epoch, ended, owned.spec.replicas, now + 4 * self._wait,
             failures=failures,
         )  # fmt: skip
+        # Written here first (durable, not yet gossiped): if we die before a majority
+        # answers, the restart finds it and sends it again (`release_held`).
+        if ended is Ended.RELEASED:
+            pending.delta = self._table_local(lambda: self.table.release(task_id, now))
+        else:
+            assert result is not None
+            pending.delta = self._table_local(lambda: self.table.post_result(task_id, result, now))
         return self._repeat(task_id, pending, now)
 
     def handoff(self) -> list[AgentCommand]:
@@ -321,16 +341,26 @@ class LeaseAgent:
 
     def release_held(self, now: float) -> list[AgentCommand]:
         """After a restart, once the executor killed what survived us: release the
-        epochs the table says we held, so they are granted again without a wait."""
+        epochs the table says we held (granted again without a wait), and send again
+        the ends we wrote but may not have had agreed before we died."""
         out: list[AgentCommand] = []
-        for entry in self.table.held_by(self.me):
-            known = self.spec_of(entry.task_id)
-            if known is None or entry.task_id in self._owned:
+        for entry in list(self.table):
+            cur, tid = entry.current, entry.task_id
+            known = self.spec_of(tid)
+            if cur is None or cur.owner != self.me or known is None or tid in self._owned:
                 continue
-            pending = self._pending[("finish", entry.task_id)] = _Pending(
-                "finish", entry.epoch, Ended.RELEASED, known[0].replicas, now + 4 * self._wait
-            )
-            out += self._repeat(entry.task_id, pending, now)
+            if cur.phase in (Phase.CLAIMED, Phase.RUNNING):
+                ended = Ended.RELEASED
+                delta = self._table_local(functools.partial(self.table.release, tid, now))
+            elif cur.phase in _ENDS and entry.cancel is None:
+                ended, delta = _ENDS[cur.phase], self.table.full_delta(tid)
+            else:
+                continue
+            pending = self._pending[("finish", tid)] = _Pending(
+                "finish", cur.epoch, ended, known[0].replicas, now + 4 * self._wait,
+                failures=entry.failures(), delta=delta,
+            )  # fmt: skip
+            out += self._repeat(tid, pending, now)
         return out
 
     def apply_delta(self, delta: bytes, now: float) -> tuple[bool, list[AgentCommand]]:
@@ -535,13 +565,9 @@ class LeaseAgent:
                 out += self._propose(tid, 1, set(), now)
         elif what == "cancel":
             out.append(Acknowledged(tid, "cancel", len(p.acks)))
-            out += self._table_op(tid, lambda: self.table.cancel(tid, now), f"c/{tid}")
-        elif p.ended is Ended.RELEASED:
-            out += self._table_op(tid, lambda: self.table.release(tid, now), f"l/{tid}")
-        else:
-            assert p.result is not None
-            result = p.result
-            out += self._table_op(tid, lambda: self.table.post_result(tid, result, now), f"l/{tid}")
+            out += self._table_op(tid, lambda: self.table.cancel(tid, now), f"c/{tid}", now)
+        elif p.delta is not None:
+            out.append(self._gossip(f"l/{tid}", p.delta, now))
         self._check_at = min(self._check_at, now)
         return out
 
@@ -557,11 +583,41 @@ class LeaseAgent:
             return [Acknowledged(tid, "submit", len(p.acks), f"task {tid}: replicas refused it")]
         return []  # a superseded result: fenced out, never shown
 
-    def _table_op(self, tid: str, op: Callable[[], bytes], key: str) -> list[AgentCommand]:
+    def _table_local(self, op: Callable[[], bytes]) -> bytes | None:
+        """A shown-table change made (and persisted) now, gossiped later."""
+        try:
+            return op()
+        except LeaseError:
+            self._count("table_ops_skipped")
+            return None
+
+    def _gossip(self, key: str, payload: bytes, now: float) -> Gossip:
+        """Broadcast a delta of ours, and again every `lease_renew_interval` for
+        `lease_ttl`: one broadcast reaches only a few members, some maybe dead."""
+        self._echo[key] = (payload, now + self.config.lease_ttl)
+        if self._echo_at is None:
+            self._echo_at = now + self.config.lease_renew_interval
+        return Gossip(key, payload)
+
+    def _echoes(self, now: float) -> list[AgentCommand]:
+        if self._echo_at is None or now < self._echo_at:
+            return []
+        out: list[AgentCommand] = []
+        for key, (payload, until) in list(self._echo.items()):
+            if now >= until:
+                del self._echo[key]
+            else:
+                out.append(Gossip(key, payload))
+        self._echo_at = now + self.config.lease_renew_interval if self._echo else None
+        return out
+
+    def _table_op(
+        self, tid: str, op: Callable[[], bytes], key: str, now: float
+    ) -> list[AgentCommand]:
         """A shown-table change after agreement; skipped if the table moved on (an
         epoch above ours arrived meanwhile)."""
         try:
-            return [Gossip(key, op())]
+            return [self._gossip(key, op(), now)]
         except LeaseError:
             self._count("table_ops_skipped")
             return []
@@ -646,7 +702,9 @@ class LeaseAgent:
         """No majority: try again later, past what the granters hold and wait for."""
         del self._proposals[tid]
         self._count("grants_lost")
-        if Refusal.FINISHED in prop.refused.values():
+        finished = sum(1 for r in prop.refused.values() if r == Refusal.FINISHED)
+        if finished >= majority(prop.replicas):
+            self._settled.add(tid)  # final at a majority: nothing can be granted again
             return []
         jitter = self._rng.uniform(0.0, self.config.lease_renew_interval)
         self._retry_at[tid] = now + max(prop.wait, self.config.lease_renew_interval) + jitter
@@ -660,7 +718,7 @@ class LeaseAgent:
         live = set(self._members()) | {self.me}
         nxt = now + max(PLACE_INTERVAL, self.config.lease_renew_interval)
         for tid, rec in self.grants.items():
-            if rec.final or tid in self._proposals or tid in self._owned:
+            if rec.final or tid in self._proposals or tid in self._owned or tid in self._settled:
                 self._need_since.pop(tid, None)
                 continue
             live_for = rec.live(now, self._wait)
@@ -773,12 +831,12 @@ class LeaseAgent:
         o.started = True
         entry = self.table.get(tid)
         if entry is None or entry.epoch < o.epoch:
-            self._table_op(tid, lambda: self.table.claim(tid, o.epoch, 0, o.why, now), "")
-        out = self._table_op(tid, lambda: self.table.mark_running(tid, now), f"l/{tid}")
+            self._table_local(lambda: self.table.claim(tid, o.epoch, 0, o.why, now))
+        out = self._table_op(tid, lambda: self.table.mark_running(tid, now), f"l/{tid}", now)
         # And the whole entry, spec included: a member that missed the submit (its
         # accepting node died right after) learns the task from its owner. (A spec too
         # big for gossip travels by push-pull instead.)
-        out += self._table_op(tid, lambda: self.table.full_delta(tid), f"s/{tid}")
+        out += self._table_op(tid, lambda: self.table.full_delta(tid), f"s/{tid}", now)
         out.append(StartTask(tid, o.epoch, o.spec, o.lease_until))
         return out
 
@@ -805,6 +863,7 @@ class LeaseAgent:
                 del self._owned[tid]  # no majority renewed it in time: never started
         if self._renew_at is not None and now >= self._renew_at:
             out += self._renew(now)
+        out += self._echoes(now)
         self._acks = {
             k: v for k, v in self._acks.items() if k[2] >= now - 2 * self.config.lease_ttl
         }

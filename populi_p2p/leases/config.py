@@ -83,8 +83,9 @@ class LeaseConfig:
     anti_entropy_entries_max: int = attrs.field(default=20_000, validator=_positive)
     #: Members that grant each task's epochs (its replica set, named in its spec): an
     #: epoch needs a majority of them, so 3 survive one failure and 5 two. A mesh with
-    #: fewer members uses all of them (docs/leases.md, "Small meshes").
-    replica_count: int = attrs.field(default=3, validator=_positive)
+    #: fewer members uses all of them (docs/leases.md, "Small meshes"). 5, since the set
+    #: does not move: a task submitted just before two machines go away still runs.
+    replica_count: int = attrs.field(default=5, validator=_positive)
     #: A granter waits `lease_ttl * clock_margin` on its own clock after the owner's last
     #: renewal before it grants the next epoch; the owner stops its task by `lease_ttl`
     #: on its clock. The margin covers clocks that run at different rates (1.25: up to

@@ -151,8 +151,9 @@ def on_finish(
         rec.ended = Ended.CANCELLED
         return None
     if rec.final:
-        same = rec.ended is ended and epoch == rec.epoch and sender == rec.owner
-        return None if same else Refusal.FINISHED
+        # The same outcome again, from this epoch or another: a task that succeeded
+        # twice (a result whose answers were lost, then a re-run) succeeded; say so.
+        return None if rec.ended is ended else Refusal.FINISHED
     if epoch < rec.epoch:
         return Refusal.SUPERSEDED
     if epoch > rec.epoch or sender != rec.owner:

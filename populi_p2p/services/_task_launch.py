@@ -153,7 +153,10 @@ class TaskLauncher:
         """
         if task.control_fd is None or task.deadline is None:
             return
-        line = f"fence {task.deadline!r} {task.fence_grace!r}\n".encode()
+        # The wrapper counts on CLOCK_BOOTTIME, which runs through a suspend (a laptop's
+        # sleep): a lease that ran out while the machine slept is over at wake-up.
+        asleep = time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic()
+        line = f"fence {task.deadline + asleep!r} {task.fence_grace!r}\n".encode()
         with contextlib.suppress(OSError):
             os.write(task.control_fd, line)
 

@@ -16,9 +16,11 @@ that something outside the daemon's event loop owns the task's processes:
 
 ``CONTROL_FD`` is a pipe whose only writer is the daemon: end of file means the daemon
 is gone (even by SIGKILL), and the wrapper then kills the task's whole tree. Lines on
-it (``fence DEADLINE GRACE``) move the fence: at ``DEADLINE - GRACE``
-(``time.monotonic()``, CLOCK_MONOTONIC, the same clock system-wide) the group gets
-SIGTERM, at ``DEADLINE`` the tree is killed, whether or not the daemon's loop runs.
+it (``fence DEADLINE GRACE``) move the fence: at ``DEADLINE - GRACE`` (CLOCK_BOOTTIME,
+the same clock system-wide, which unlike CLOCK_MONOTONIC runs while the machine is
+suspended) the group gets SIGTERM, at ``DEADLINE`` the tree is killed, whether or not
+the daemon's loop runs. The wrapper looks at the clock at least every
+``FENCE_CHECK_MAX`` seconds, since a poll's timeout does not count a suspend.
 
 ``STATUS_FD`` carries lines to the daemon: ``ok`` once the command was exec'd, or
 ``fail REASON`` (the wrapper then exits 127), and later ``fenced`` if the fence stopped
@@ -237,7 +239,7 @@ class _Watch:
         """Act on the fence now; seconds until it next needs us (None: no fence)."""
         if self.deadline is None:
             return None
-        now = time.monotonic()
+        now = time.clock_gettime(time.CLOCK_BOOTTIME)
         if not self.fenced and now >= self.deadline - self.grace:
             self.fenced = True
             with contextlib.suppress(OSError):
@@ -248,7 +250,13 @@ class _Watch:
         if now >= self.deadline:
             self.kill_tree()
             return 0.0
-        return (self.deadline if self.fenced else self.deadline - self.grace) - now
+        due = (self.deadline if self.fenced else self.deadline - self.grace) - now
+        return min(due, FENCE_CHECK_MAX)
+
+
+#: Longest wait between two looks at the fence clock: a poll's timeout does not count
+#: a suspend, so after a wake-up the fence fires within this.
+FENCE_CHECK_MAX = 0.25
 
 
 def _watch(watch: _Watch, control_fd: int, wake_fd: int) -> None:

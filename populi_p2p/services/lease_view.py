@@ -226,6 +226,7 @@ def spec_view(spec: TaskSpec) -> dict[str, Any]:
         "no_network": spec.no_network,
         "submitted_by": spec.submitted_by,
         "submitted_at": spec.submitted_at,
+        "replicas": list(spec.replicas),
         "requirements": {
             "gpus": r.gpu_count,
             "vram_per_gpu": r.vram_per_gpu,
