@@ -183,6 +183,7 @@ class LeaseHistory:
             "failovers": len(self.failovers),
             "failover_mean": _mean(self.failovers),
             "failover_max": max(self.failovers, default=None),
+            "failover_times": [round(t, 3) for t in self.failovers],
             "crashed_owners_not_failed_over": sum(1 for t in tasks if t.crashed is not None),
         }
 
