@@ -137,9 +137,7 @@ class LeaseHistory:
         for tid, task in self.tasks.items():
             if task.acked is None:
                 continue
-            if task.replicas and sum(1 for r in task.replicas if r in up) < majority(
-                task.replicas
-            ):
+            if task.replicas and sum(1 for r in task.replicas if r in up) < majority(task.replicas):
                 continue  # stranded: counted in `stranded()`
             entries = [t.get(tid) for t in tables.values()]
             held = sorted({"-" if e is None else f"{e.phase.name}@{e.epoch}" for e in entries})

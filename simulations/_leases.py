@@ -266,7 +266,7 @@ class LeaseSim:
         table = LeaseTable(
             self.config, name, _sign(name), _verify,
             persist=lambda entry: entries.__setitem__(entry.task_id, entry),
-            forget=lambda tid: entries.pop(tid, None),
+            forget=lambda tid: _forget(entries, tid),
         )  # fmt: skip
         life = self.sim.life(index)  # the engine counts the new life before the factory
         if index not in self._rates:
@@ -571,7 +571,7 @@ class LeaseSim:
         spec = TaskSpec(
             kind=TaskKind.BATCH,
             requirements=self._requirements,
-            command=("sim-task", str(number)),
+            command=("sim-task", str(number)),  # type: ignore[arg-type]
             retry_limit=self.spec.retry_limit,
             submitted_by=n.name,
             submitted_at=self.sim.now,
@@ -688,3 +688,6 @@ class LeaseSim:
             "agents": dict(sorted(agents.items())),
         }
 
+
+def _forget(disk: dict[str, TaskEntry], tid: str) -> None:
+    disk.pop(tid, None)

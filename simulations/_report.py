@@ -122,7 +122,8 @@ def _lease_lines(m: dict[str, Any]) -> list[str]:
     ends = ", ".join(f"{n} {k}" for k, n in sorted(m["execution_ends"].items()))
     lines = [
         f"  leases: {m['submitted']} tasks submitted, {m['acknowledged']} acknowledged: "
-        f"{outcomes}" + (f"; not finished: {pending}" if pending else "")
+        f"{outcomes}"
+        + (f"; not finished: {pending}" if pending else "")
         + (f"; {m['stranded']} without a live replica majority" if m["stranded"] else ""),
         f"  leases: invariant violations: {checks}"
         + ("" if m["checked_end"] else " (I3 and I4 not checked: the run did not drain)"),

@@ -438,7 +438,8 @@ class _Run:
             k = min(self.scenario.formation.seeds, len(members))
             known = known + self.reconnect_rng.sample(members, k)
         targets = [
-            t for t in dict.fromkeys([*policy.targets(failed, known, alone=alone), *missing])
+            t
+            for t in dict.fromkeys([*policy.targets(failed, known, alone=alone), *missing])
             if t != node
         ]
         if not targets:

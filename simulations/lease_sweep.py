@@ -86,7 +86,8 @@ def report(name: str, runs: Sequence[dict[str, Any]]) -> str:
         f"{sum(r['submitted'] for r in runs)} tasks submitted, "
         f"{sum(r['acknowledged'] for r in runs)} acknowledged, "
         f"{sum(r['executions'] for r in runs)} executions",
-        "  violations: " + ", ".join(f"{k} {v}" for k, v in totals.items())
+        "  violations: "
+        + ", ".join(f"{k} {v}" for k, v in totals.items())
         + f" (in {len(broken)} seeds)",
         f"  I3/I4 checked after the drain in {sum(1 for r in runs if r['checked_end'])} seeds; "
         f"{sum(r['stranded'] for r in runs)} acknowledged tasks without a live replica "
