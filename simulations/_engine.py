@@ -589,6 +589,27 @@ class Simulator:
             raise TypeError(f"node {node}'s core has no application channel")
         self._apply(node, broadcast(key, payload, self.local_time(node)), self.now)
 
+    def send_app(self, node: int, to: str, key: str, payload: bytes) -> bool:
+        """Have `node`'s core send an application message to member `to`
+        (`Membership.send_app`) from outside a core call; False when it could not (the
+        node is down or asleep, or its core refused: `to` unknown, left, too big)."""
+        core = self.cores[node]
+        if core is None or self._mode[node] in (_DOWN, _PAUSED):
+            return False
+        send = getattr(core, "send_app", None)
+        if send is None:
+            raise TypeError(f"node {node}'s core has no application channel")
+        try:
+            outputs = send(to, key, payload, self.local_time(node))
+        except ValueError:
+            return False
+        self._apply(node, outputs, self.now)
+        return True
+
+    def stalled(self, node: int) -> bool:
+        """Whether `node` is starved of CPU right now (`stall`)."""
+        return self._tick_at[node] == -_INF
+
     def _set_mode(self, node: int, mode: int) -> None:
         old = self._mode[node]
         if old == mode:

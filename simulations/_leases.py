@@ -1,39 +1,39 @@
-"""The lease table inside every simulated node: the same code, virtual time and network.
+"""One `LeaseAgent` in every simulated node: the daemon's lease logic, virtual time.
 
 Theory of operation
 -------------------
-Each simulated node runs one `populi_p2p.leases.LeaseTable` and the package's own
-placement and election helpers; this module only models time, the network and the
-execution of tasks, and never re-implements a protocol rule:
+Each simulated node life runs one `populi_p2p.leases.agent.LeaseAgent`, the sans-IO
+object that holds all of a node's lease logic (the daemon's `LeaseService` drives the
+same object). This module is a driver, as `tests/leases/agent_harness.py` is, but over
+the real swim cores and the simulated network; it decides nothing about ownership:
 
-- **Replication.** Every local operation's delta rides the swim core's application
-  channel (`Membership.broadcast_app`), keyed by task and epoch so a newer delta of the
-  same claim replaces a queued older one. The core does not re-gossip, so a node that
-  learns something from a delta (the table reports `TaskChanged`) re-broadcasts it under
-  the same key, as Serf does. The table is the core's `AppState` delegate: swim's sync
-  carries `digest()` and the one-way `state_for(digest, direct=True)` answer, so lost
-  broadcasts are repaired by anti-entropy.
-- **Membership.** Each node's `gone` set (members its core holds dead or left) feeds
-  `LeaseTable.tick`, and its alive and suspect members become placement `Candidate`s
-  with the node's own RTT and earned reliability; `lease_ttl` expiry is measured on the
-  node's own (offset) clock.
-- **Election.** As `election`'s docstring says: place, `should_claim`, claim, wait
-  `settle_time`, start only if `claim_stands`; a running owner renews every
-  `lease_renew_interval`, posts its result when its virtual run time is over, and
-  stops at once when `must_stop`. `LeaseExpired` re-places at `replacement_epoch`
-  with the old owner excluded.
-- **Durability.** Each node's table persists to a per-name "disk" (a dict standing in
-  for the SQLite file): a crashed node that restarts reloads it (`LeaseTable.load`),
-  as after kill -9. A crash stops the node's executions; a graceful leave releases its
-  leases first.
+- **Messages.** `SendTo` goes through the node's swim core (`Membership.send_app`), so
+  the network's loss, delays and partitions and the nodes' stalls apply to it; the
+  receiving core yields an `AppMessage`. Payloads start with a one-byte kind, as the
+  daemon's `app_channel` frames them: `TABLE_KIND` (1, `AppKind.LEASES`) for a
+  lease-table delta and `AGENT_KIND` (4, `AppKind.LEASE_AGENT`) for an agent message.
+- **Table.** `Gossip` goes out by `Membership.broadcast_app` under the agent's key; a
+  node whose table a delta changed re-broadcasts it under the same key (the core does
+  not re-gossip). The table is the core's `AppState` (digest, one-way state, merge),
+  so push-pull repairs what gossip lost.
+- **Execution.** `StartTask` starts a simulated process: it exits by itself after the
+  task's drawn duration (`task_exited` with its result), at `StopTask`, or when the
+  node's clock reaches its deadline (`StartTask.deadline`, moved by `FenceTask`): the
+  executor's own fence, checked on the node's clock. A crash kills the node's
+  processes at once. A graceful leave hands every lease back first (`handoff`).
+- **Clocks.** The agent's `now` is the node's monotonic clock (the engine's random
+  offset) times a rate drawn per node in ``1 +- clock_drift``: clocks run apart.
+- **Restarts.** A node's grant records and table entries persist to a per-name "disk"
+  (dicts standing in for SQLite). A restarted node's new agent `load`s them and stays
+  `ready = False` until its core sees another member alive (checked from
+  `READY_AFTER` on); then `release_held`.
+- **Stalls.** A stalled or sleeping node's agent runs nothing (its ticks, exits and
+  messages wait) while its processes run on.
 
-The observer side is ground truth the nodes never see: which nodes are executing which
-task (duplicate starts, and whether the two owners could reach each other), when an
-owner crashed (failover time), and every replica's changes (safety invariants: at most
-one accepted result per task and epoch, epochs never decrease on any replica). At the
-end, after the run's liveness phase, a drain phase runs until every task is finished
-everywhere (bounded) and every submitted task is classified: finished, pending with a
-reason, or lost.
+The observer (`LeaseHistory`) records every execution and checks the invariants I1 to
+I4 of docs/leases.md; see `_lease_history.py`. At the end, after the run's liveness
+phase, a drain phase runs (bounded) until every acknowledged task is finished and
+alike in every live table, and then I3 and I4 are checked.
 """
 
 from __future__ import annotations
@@ -42,69 +42,60 @@ import hashlib
 import math
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from populi_p2p.leases import (
     LeaseConfig,
-    LeaseEvent,
-    LeaseExpired,
     LeaseTable,
     Requirements,
-    TableStalled,
-    TaskChanged,
     TaskEntry,
     TaskKind,
-    TaskPhase,
     TaskResult,
     TaskSpec,
 )
-from populi_p2p.leases.election import (
-    claim_stands,
-    claim_wait,
-    must_stop,
-    replacement_epoch,
-    should_claim,
-    start_time,
+from populi_p2p.leases.agent import LeaseAgent
+from populi_p2p.leases.agent_commands import (
+    Acknowledged,
+    AgentCommand,
+    FenceTask,
+    Gossip,
+    SendTo,
+    StartTask,
+    StopTask,
 )
-from populi_p2p.leases.placement import (
-    Candidate,
-    Gpu,
-    committed_resources,
-    failed_nodes,
-    place,
-)
-from populi_p2p.leases.reliability import Outcome, earned_reliability, prior_reliability
-from swim import (
-    Address,
-    AppMessage,
-    DecodeCache,
-    Event,
-    MemberFailed,
-    MemberLeft,
-    Membership,
-    MemberState,
-    SwimConfig,
-)
+from populi_p2p.leases.grants import GrantRecord
+from populi_p2p.leases.placement import Candidate, Gpu
+from populi_p2p.leases.reliability import prior_reliability
+from swim import Address, AppMessage, DecodeCache, Event, Membership, MemberState, SwimConfig
 
-from ._engine import InvariantViolation, NodeStatus, Simulator
+from ._engine import NodeStatus, Simulator
+from ._lease_history import Execution, LeaseHistory
 from ._rng import child_rng
 from ._tasks import TasksSpec
 
-__all__ = ["LeaseSim", "lease_swim_config"]
+__all__ = ["AGENT_KIND", "TABLE_KIND", "LeaseSim", "lease_swim_config"]
 
-GIB = 1 << 30
-#: A node's lease loop runs at most this often (it batches what arrived meanwhile).
-STEP_MIN = 0.05
-#: And at least this often, as the daemon's periodic loop does (placement retries).
-STEP_MAX = 5.0
-#: Each node's table checks its own consistency (`check_invariants`, O(table)) this
-#: often in safety mode; the lease invariants themselves are checked on every change.
-CHECK_EVERY = 5.0
+GIB: Final = 1 << 30
+#: The first payload byte (the daemon's `app_channel.AppKind`): a lease-table delta...
+TABLE_KIND: Final = 1
+#: ... and a `LeaseAgent` message (`AppKind.LEASE_AGENT`).
+AGENT_KIND: Final = 4
+#: The `send_app` key of agent messages.
+AGENT_KEY: Final = "lease-agent"
+#: A (re)started node's agent proposes nothing before this, nor before its core sees
+#: another member alive.
+READY_AFTER: Final = 1.0
+#: A stalled or sleeping node's agent is looked at again this often.
+POLL: Final = 0.25
+#: Each node's table checks its own consistency this often in safety mode.
+CHECK_EVERY: Final = 5.0
+#: A deadline checked this close to the clock counts as reached (float rounding of
+#: the clock conversion; early is the safe side).
+CLOCK_EPSILON: Final = 1e-6
 #: Ed25519 signatures are 64 bytes; the simulated ones are too, so bytes are honest.
-SIGNATURE_BYTES = 64
-_LIVE_PHASES = (TaskPhase.CLAIMED, TaskPhase.RUNNING)
+SIGNATURE_BYTES: Final = 64
 _PRESETS: dict[str, Callable[[], LeaseConfig]] = {
     "lan": LeaseConfig.lan,
     "wan": LeaseConfig.wan,
@@ -117,11 +108,8 @@ def lease_swim_config(config: SwimConfig, tasks: TasksSpec) -> SwimConfig:
 
     The lease table's digest is 4 bytes per bucket with at least 256 buckets (1 KiB and
     more), over the core's default `app_digest_size_max` of 256, so the limit is raised
-    to 64 KiB. Anti-entropy (push-pull) runs at least every `lease_ttl / 2`: a final
-    delta (the result) that gossip happened to miss at one member must reach it before
-    that member's `lease_ttl` runs out, or it re-places a finished task (a sequential
-    re-run; the later epoch's result then wins). With the lan preset's 30 s push-pull
-    and a 10 s ttl, that happened to about one task in 25 on small clusters.
+    to 64 KiB. Anti-entropy (push-pull) runs at least every `lease_ttl / 2`, so a table
+    delta that gossip happened to miss reaches every member soon after.
     """
     ttl = _PRESETS[tasks.lease_preset]().lease_ttl
     interval = config.push_pull_interval
@@ -131,6 +119,13 @@ def lease_swim_config(config: SwimConfig, tasks: TasksSpec) -> SwimConfig:
         app_digest_size_max=64 * 1024,
         push_pull_interval=min(interval, ttl / 2) if interval > 0 else ttl / 2,
     )
+
+
+def lease_config(tasks: TasksSpec) -> LeaseConfig:
+    """The preset, with finished entries kept through the run (no compaction), so
+    every live table can be compared at the end."""
+    preset = _PRESETS[tasks.lease_preset]()
+    return attrs.evolve(preset, finished_retention=1e6, tombstone_retention=2e6)
 
 
 def _sign(node: str) -> Callable[[bytes], bytes]:
@@ -147,25 +142,28 @@ def _verify(node: str, data: bytes, signature: bytes) -> bool:
     return _sign(node)(data) == signature
 
 
-@attrs.define
-class _Agent:
-    """One node's lease service for one life of the node."""
+@attrs.define(eq=False)
+class _Run:
+    """A simulated process: the history's record, and its deadline on the node's clock."""
 
-    node: int
+    execution: Execution
+    deadline: float
+
+
+@attrs.define(eq=False)
+class _Node:
+    """One node life's lease service: its agent, clock, processes and wake-up."""
+
+    index: int
     name: str
     life: int
-    table: LeaseTable
-    rng: random.Random
-    #: task -> (epoch, local time it may start): claimed, settling.
-    starting: dict[str, tuple[int, float]] = attrs.Factory(dict)
-    #: task -> (epoch, local end time, local time of the last renewal).
-    running: dict[str, tuple[int, float, float]] = attrs.Factory(dict)
-    #: (task, epoch) -> local time first seen unclaimed, while waiting to claim it.
-    unclaimed: dict[tuple[str, int], float] = attrs.Factory(dict)
+    agent: LeaseAgent
+    rate: float
+    last_now: float = -math.inf
     wake_at: float = math.inf
     wake_token: int = 0
-    last_step: float = -math.inf
     checked: float = -math.inf
+    runs: dict[tuple[str, int], _Run] = attrs.Factory(dict)
 
 
 class _Section:
@@ -176,58 +174,36 @@ class _Section:
         self._node = node
 
     def digest(self) -> bytes:
-        agent = self._owner.agent(self._node)
-        if agent is None:
+        n = self._owner.node(self._node)
+        if n is None:
             return b""
-        data = agent.table.digest()
+        data = n.agent.table.digest()
         self._owner.count_bytes(len(data), "sync")
         return data
 
     def state_for(self, remote_digest: bytes) -> bytes | None:
-        agent = self._owner.agent(self._node)
-        if agent is None or not remote_digest:
+        n = self._owner.node(self._node)
+        if n is None or not remote_digest:
             return None
-        data = agent.table.state_for(remote_digest, direct=True)
+        data = n.agent.table.state_for(remote_digest, direct=True)
         if data:
             self._owner.count_bytes(len(data), "sync")
         return data
 
     def merge(self, payload: bytes) -> None:
-        self._owner.merge_state(self._node, payload)
-
-
-@attrs.define
-class _Task:
-    """Ground truth about one submitted task (the nodes never see this)."""
-
-    number: int
-    submitted: float  # virtual time
-    duration: float
-    agreed: float | None = None  # virtual time every live member first agreed on an owner
-    first_start: float | None = None
-    #: node -> epoch: who is executing it right now.
-    executing: dict[int, int] = attrs.Factory(dict)
-    #: (virtual crash time, epoch) of an owner crash not yet followed by a start elsewhere.
-    crashed: tuple[float, int] | None = None
-    #: The greatest epoch any replica has applied from a remote delta or sync.
-    max_epoch: int = 0
-    #: epoch -> signature of the result some replica accepted for it.
-    accepted: dict[int, bytes] = attrs.Factory(dict)
-    finished: str | None = None  # phase name, once any replica saw it finished
-    #: Starts that happened after some replica had seen the task succeed.
-    reruns: int = 0
-    starts: int = 0
+        n = self._owner.node(self._node)
+        if n is not None:
+            n.agent.table.merge_state(payload, self._owner.clock(n))
 
 
 class LeaseSim:
-    """Runs the lease table in every node of a `Simulator` and measures it.
+    """Runs a `LeaseAgent` in every node of a `Simulator` and checks the history.
 
     Args:
         sim: the engine (its observer list gets this object).
         tasks: the scenario's `[tasks]` table.
-        seed: the run's root seed (child seeds "tasks" and "lease-node").
-        safety: check the lease invariants on every change (raises
-            `InvariantViolation`).
+        seed: the run's root seed (child seeds "tasks", "lease-node", "lease-clock").
+        safety: each table runs its own `check_invariants()` every `CHECK_EVERY`.
     """
 
     def __init__(self, sim: Simulator, tasks: TasksSpec, seed: int, *, safety: bool) -> None:
@@ -235,23 +211,21 @@ class LeaseSim:
         self.spec = tasks
         self.seed = seed
         self.safety = safety
-        self.config = _PRESETS[tasks.lease_preset]()
+        self.config = lease_config(tasks)
+        self.history = LeaseHistory()
         self._rng = child_rng(seed, "tasks")
-        self._agents: dict[int, _Agent] = {}
-        self._disks: dict[str, dict[str, TaskEntry]] = {}
-        self._tasks: dict[str, _Task] = {}
-        self._epochs: dict[tuple[int, str], int] = {}
+        self._exit_rng = child_rng(seed, "lease-exits")
+        self._nodes: dict[int, _Node] = {}
+        self._grant_disks: dict[str, dict[str, GrantRecord]] = {}
+        self._table_disks: dict[str, dict[str, TaskEntry]] = {}
+        self._rates: dict[int, float] = {}
         self._window: tuple[float, float] | None = None
-        self._window_bytes = {"broadcast": 0, "sync": 0}
-        self._window_messages = {"broadcast": 0, "sync": 0}
+        self._bytes = {"table": 0, "agent": 0, "sync": 0}
         self._member_seconds = 0.0
         self._members_at = (0.0, 0)
-        self.duplicate_starts = 0
-        self.duplicate_starts_partitioned = 0
-        self.failovers: list[float] = []
-        self.stops = 0
-        self.relays_refused = 0
+        self.counters: dict[str, int] = {}
         self.drain_seconds: float | None = None
+        self.drained = False
         self._gpus = tuple(
             Gpu(int(tasks.node_vram_gib * GIB), (8, 6)) for _ in range(tasks.node_gpus)
         )
@@ -262,14 +236,15 @@ class LeaseSim:
         )
         sim.add_observer(self)
 
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
     ####################################################################################
     # Nodes
-    ####################################################################################
 
     def core_factory(self, config: SwimConfig) -> Callable[..., Membership]:
         """A `CoreFactory` that gives each new node life a lease agent and a core whose
-        `AppState` is that agent's table (the cores share a `DecodeCache`, as in
-        `swim_factory`)."""
+        `AppState` is that agent's table (the cores share a `DecodeCache`)."""
         cache = DecodeCache()
 
         def make(
@@ -277,188 +252,296 @@ class LeaseSim:
         ) -> Membership:
             node = self.sim.index_of(name)
             assert node is not None
-            self._new_agent(node, name, now)
+            self._new_node(node, name)
             return Membership(
-                config,
-                name,
-                address,
-                rng,
-                now,
-                incarnation=incarnation,
-                app_state=_Section(self, node),
-                decode_cache=cache,
-            )
+                config, name, address, rng, now, incarnation=incarnation,
+                app_state=_Section(self, node), decode_cache=cache,
+            )  # fmt: skip
 
         return make
 
-    def _new_agent(self, node: int, name: str, now: float) -> None:
-        disk = self._disks.setdefault(name, {})
+    def _new_node(self, index: int, name: str) -> None:
+        grants = self._grant_disks.setdefault(name, {})
+        entries = self._table_disks.setdefault(name, {})
         table = LeaseTable(
-            self.config,
-            name,
-            _sign(name),
-            _verify,
-            persist=lambda entry: disk.__setitem__(entry.task_id, entry),
-            forget=lambda tid: _forget(disk, tid),
-        )
-        if disk:
-            table.load(list(disk.values()), now)
-        life = self.sim.life(node)  # the engine counts the new life before the factory
-        agent = _Agent(node, name, life, table, child_rng(self.seed, "lease-node", node, life))
-        self._agents[node] = agent
-        for entry in table:
-            self._epochs[(node, entry.task_id)] = max(
-                self._epochs.get((node, entry.task_id), 0), entry.epoch
+            self.config, name, _sign(name), _verify,
+            persist=lambda entry: entries.__setitem__(entry.task_id, entry),
+            forget=lambda tid: _forget(entries, tid),
+        )  # fmt: skip
+        life = self.sim.life(index)  # the engine counts the new life before the factory
+        if index not in self._rates:
+            drift = self.spec.clock_drift
+            self._rates[index] = child_rng(self.seed, "lease-clock", index).uniform(
+                1.0 - drift, 1.0 + drift
             )
-        self.sim.call_at(self.sim.now, self._first_wake, (node, life))
+        agent = LeaseAgent(
+            self.config, name, _sign(name), _verify,
+            members=lambda: self._members(index),
+            candidates=lambda spec, rel: self._candidates(index, rel),
+            rng=child_rng(self.seed, "lease-node", index, life), table=table,
+            persist_grant=lambda rec: self._persist(name, rec),
+        )  # fmt: skip
+        n = self._nodes[index] = _Node(index, name, life, agent, self._rates[index])
+        agent.load([attrs.evolve(r) for r in grants.values()], list(entries.values()),
+                   self.clock(n))  # fmt: skip
+        agent.ready = False
+        self.sim.call_at(self.sim.now + READY_AFTER, self._ready_check, (index, life))
 
-    def _first_wake(self, arg: tuple[int, int]) -> None:
-        agent = self._agents.get(arg[0])
-        if agent is not None and agent.life == arg[1]:
-            self._wake(agent, self.sim.now)
+    def node(self, index: int) -> _Node | None:
+        """The running lease service of node `index`, or None when it is down."""
+        return self._nodes.get(index)
 
-    def agent(self, node: int) -> _Agent | None:
-        """The running lease agent of `node`, or None when it is down."""
-        return self._agents.get(node)
+    def _current(self, index: int, life: int) -> _Node | None:
+        n = self._nodes.get(index)
+        return n if n is not None and n.life == life else None
+
+    def clock(self, n: _Node) -> float:
+        """What the node's agent reads as `now` (never less than it read before)."""
+        n.last_now = max(n.last_now, n.rate * self.sim.local_time(n.index))
+        return n.last_now
+
+    def _global(self, n: _Node, local: float) -> float:
+        """The virtual time at which the node's clock reads `local` (if it runs on)."""
+        return self.sim.now + max(0.0, (local - self.clock(n)) / n.rate)
+
+    def _runnable(self, n: _Node) -> bool:
+        """The daemon gets CPU: not stalled, not asleep."""
+        status = self.sim.status(n.index)
+        return status.is_member and status != NodeStatus.PAUSED and not self.sim.stalled(n.index)
+
+    def _core(self, index: int) -> Membership | None:
+        core = self.sim.cores[index]
+        return core if isinstance(core, Membership) else None
+
+    def _members(self, index: int) -> list[str]:
+        """The node's core's alive and suspect members, itself included."""
+        core = self._core(index)
+        me = self.sim.names[index]
+        if core is None:
+            return [me]
+        live = (MemberState.ALIVE, MemberState.SUSPECT)
+        names = [m.name for m in core.members() if m.state in live]
+        return names if me in names else [*names, me]
+
+    def _candidates(self, index: int, reliability: dict[str, float] | Any) -> list[Candidate]:
+        """The node's view as placement candidates: every live member offers the
+        scenario's GPUs, cores and RAM."""
+        core = self._core(index)
+        if core is None:
+            return []
+        prior = prior_reliability(self.config)
+        spec = self.spec
+        return [
+            Candidate(
+                m.name,
+                state="alive" if m.state == MemberState.ALIVE else "suspect",
+                gpus=self._gpus,
+                cpu_cores=spec.node_cpu_cores,
+                ram=int(spec.node_ram_gib * GIB),
+                rtt=None,  # the accepting node's RTTs are not everyone's: none, as before
+                reliability=reliability.get(m.name, prior),
+            )
+            for m in core.members()
+            if m.state in (MemberState.ALIVE, MemberState.SUSPECT)
+        ]
+
+    def _persist(self, name: str, rec: GrantRecord) -> None:
+        self._grant_disks.setdefault(name, {})[rec.task_id] = attrs.evolve(rec)
+        self.history.persisted(rec, self._grant_disks, self.sim.now)
+
+    def _ready_check(self, arg: tuple[int, int]) -> None:
+        n = self._current(*arg)
+        if n is None or n.agent.ready:
+            return
+        core = self._core(n.index)
+        alone = core is None or not any(
+            m.state == MemberState.ALIVE and m.name != n.name for m in core.members()
+        )
+        if alone or not self._runnable(n):
+            self.sim.call_at(self.sim.now + 2 * POLL, self._ready_check, arg)
+            return
+        n.agent.ready = True
+        self._do(n, n.agent.release_held(self.clock(n)))
 
     ####################################################################################
-    # Observer: app messages in, status changes
-    ####################################################################################
+    # The agent's inputs and commands
+
+    def _do(self, n: _Node, cmds: list[AgentCommand]) -> None:
+        """Carry out the agent's commands, then schedule its next tick."""
+        for cmd in cmds:
+            if isinstance(cmd, SendTo):
+                payload = bytes([AGENT_KIND]) + cmd.payload
+                if not self.sim.send_app(n.index, cmd.node, AGENT_KEY, payload):
+                    self._count("sends_refused")
+            elif isinstance(cmd, Gossip):
+                self._broadcast(n, cmd.key, bytes([TABLE_KIND]) + cmd.payload)
+            elif isinstance(cmd, StartTask):
+                self._start(n, cmd)
+            elif isinstance(cmd, FenceTask):
+                run = n.runs.get((cmd.task_id, cmd.epoch))
+                if run is not None:
+                    run.deadline = cmd.deadline
+            elif isinstance(cmd, StopTask):
+                self._stop(n, cmd.task_id, cmd.epoch, "stopped", None)
+            elif isinstance(cmd, Acknowledged):
+                self._acknowledged(n, cmd)
+        self._reschedule(n)
+
+    def _broadcast(self, n: _Node, key: str, payload: bytes) -> None:
+        core = self._core(n.index)
+        if core is None or core.has_left:
+            return
+        try:
+            self.sim.broadcast_app(n.index, key, payload)
+        except ValueError:
+            self._count("broadcasts_refused")
+
+    def _acknowledged(self, n: _Node, cmd: Acknowledged) -> None:
+        if cmd.refusal is not None:
+            self._count(f"{cmd.what}_refused")
+            return
+        if cmd.what == "submit":
+            known = n.agent.spec_of(cmd.task_id)
+            replicas = known[0].replicas if known is not None else ()
+            self.history.acknowledged(cmd.task_id, replicas, self.sim.now)
 
     def on_event(self, now: float, node: int, event: Event) -> None:
-        agent = self._agents.get(node)
-        if agent is None:
+        """An `AppMessage` reached a node's core: handed to its agent just after the
+        core call (so the agent's sends are not issued from inside it)."""
+        if event.__class__ is not AppMessage:
             return
-        if event.__class__ is AppMessage:
-            assert isinstance(event, AppMessage)
-            self.count_bytes(len(event.payload), "broadcast")
-            local = self.sim.local_time(node)
-            events = agent.table.apply(event.payload, local)
-            if any(e.__class__ is TaskChanged for e in events):
-                core = self.sim.cores[node]
-                if isinstance(core, Membership) and not core.has_left:
-                    try:  # re-gossip what was new to us (the core does not)
-                        core.broadcast_app(event.key, event.payload, local)
-                    except ValueError:
-                        self.relays_refused += 1
-            self._absorb(agent, events, remote=True)
-        elif isinstance(event, MemberFailed | MemberLeft):
-            self._wake(agent, now)
+        assert isinstance(event, AppMessage)
+        n = self._nodes.get(node)
+        if n is None or not event.payload:
+            return
+        kind = event.payload[0]
+        self.count_bytes(len(event.payload), "agent" if kind == AGENT_KIND else "table")
+        self.sim.call_at(now, self._deliver, (node, n.life, event))
+
+    def _deliver(self, arg: tuple[int, int, AppMessage]) -> None:
+        index, life, event = arg
+        n = self._current(index, life)
+        if n is None:
+            return
+        kind, body = event.payload[0], event.payload[1:]
+        if kind == AGENT_KIND:
+            self._do(n, n.agent.receive(body, self.clock(n)))
+        elif kind == TABLE_KIND:
+            changed, cmds = n.agent.apply_delta(body, self.clock(n))
+            if changed:  # re-gossip what was new to us (the core does not)
+                self._broadcast(n, event.key, event.payload)
+            self._do(n, cmds)
+        else:
+            self._count("unknown_kind")
 
     def on_status(self, now: float, node: int, old: NodeStatus, new: NodeStatus) -> None:
         self._count_members(now)
-        agent = self._agents.get(node)
-        if agent is None:
+        n = self._nodes.get(node)
+        if n is None:
             return
         if new == NodeStatus.LEAVING:
-            # The daemon drains before it leaves: hand every lease back.
-            local = self.sim.local_time(node)
-            for tid in list(agent.running) + list(agent.starting):
-                entry = agent.table.get(tid)
-                if entry is not None and entry.owner == agent.name:
-                    epoch = entry.epoch
-                    if claim_stands(entry, agent.name, epoch):
-                        self._send(agent, tid, epoch, agent.table.release(tid, local))
-                self._stopped(agent, tid)
-            agent.starting.clear()
-            agent.running.clear()
+            # The daemon drains before it leaves: hand every lease back, while its core
+            # can still send (the leave is announced right after this).
+            n.agent.draining = True
+            clock = self.clock(n)
+            for cmd in n.agent.handoff():
+                assert isinstance(cmd, StopTask)
+                if self._stop(n, cmd.task_id, cmd.epoch, "stopped", None, report=False):
+                    self._do(n, n.agent.task_exited(cmd.task_id, cmd.epoch, None, clock))
         elif new == NodeStatus.DOWN:
-            del self._agents[node]
-            for tid, (epoch, _, _) in agent.running.items():
-                task = self._tasks.get(tid)
-                if task is not None:
-                    task.executing.pop(node, None)
-                    if task.crashed is None:
-                        task.crashed = (now, epoch)
-            for tid, (epoch, _) in agent.starting.items():
-                task = self._tasks.get(tid)
-                if task is not None and task.crashed is None:
-                    task.crashed = (now, epoch)
+            del self._nodes[node]
+            for run in n.runs.values():  # processes die with their daemon
+                self.history.ended(run.execution, now, "crashed")
+            n.runs.clear()
 
     ####################################################################################
-    # Anti-entropy and bookkeeping
-    ####################################################################################
+    # Time
 
-    def merge_state(self, node: int, payload: bytes) -> None:
-        """`AppState.merge` of `node`: merge a peer's one-way answer."""
-        agent = self._agents.get(node)
-        if agent is None:
+    def _reschedule(self, n: _Node) -> None:
+        due = n.agent.next_deadline()
+        if due is None:
             return
-        merged = agent.table.merge_state(payload, self.sim.local_time(node))
-        self._absorb(agent, merged.events, remote=True)
+        at = self._global(n, due)
+        if at < n.wake_at:
+            n.wake_at = at
+            n.wake_token += 1
+            self.sim.call_at(at, self._tick, (n, n.wake_token, due))
 
-    def count_bytes(self, size: int, kind: str) -> None:
-        window = self._window
-        if window is not None and window[0] <= self.sim.now <= window[1]:
-            self._window_bytes[kind] += size
-            self._window_messages[kind] += 1
-
-    def _count_members(self, now: float) -> None:
-        since, count = self._members_at
-        window = self._window
-        if window is not None:
-            lo, hi = max(since, window[0]), min(now, window[1])
-            if hi > lo:
-                self._member_seconds += (hi - lo) * count
-        members = len(self.sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW))
-        self._members_at = (now, members)
-
-    def _absorb(self, agent: _Agent, events: list[LeaseEvent], *, remote: bool) -> None:
-        """Check the invariants on what changed, update ground truth, wake the node."""
-        changed = False
-        for event in events:
-            if event.__class__ is not TaskChanged:
-                continue
-            assert isinstance(event, TaskChanged)
-            changed = True
-            tid = event.task_id
-            key = (agent.node, tid)
-            last = self._epochs.get(key, 0)
-            if event.epoch < last:
-                raise InvariantViolation(
-                    f"t={self.sim.now:.3f} {agent.name}: epoch of {tid[:12]} went from "
-                    f"{last} back to {event.epoch}"
-                )
-            self._epochs[key] = event.epoch
-            task = self._tasks.get(tid)
-            if task is None:
-                continue
-            if remote:
-                task.max_epoch = max(task.max_epoch, event.epoch)
-            entry = event.entry
-            result = entry.accepted_result
-            if result is not None:
-                seen = task.accepted.setdefault(entry.epoch, result.signature)
-                if seen != result.signature and self.safety:
-                    raise InvariantViolation(
-                        f"t={self.sim.now:.3f} {agent.name}: two accepted results for "
-                        f"epoch {entry.epoch} of {tid[:12]}"
-                    )
-            if entry.finished():
-                task.finished = entry.phase.name.lower()
-            if task.agreed is None and event.owner is not None:
-                self._check_agreement(tid, task)
-        if changed:
-            self._wake(agent, self.sim.now)
-
-    def _check_agreement(self, tid: str, task: _Task) -> None:
-        """Every live member holds the task with one and the same (epoch, owner)."""
-        lease: tuple[int, str | None] | None = None
-        for node in self.sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW):
-            agent = self._agents.get(node)
-            entry = None if agent is None else agent.table.get(tid)
-            if entry is None or entry.owner is None:
-                return
-            if lease is None:
-                lease = (entry.epoch, entry.owner)
-            elif lease != (entry.epoch, entry.owner):
-                return
-        if lease is not None:
-            task.agreed = self.sim.now
+    def _tick(self, arg: tuple[_Node, int, float]) -> None:
+        n, token, due = arg
+        if token != n.wake_token or self._nodes.get(n.index) is not n:
+            return
+        n.wake_at = math.inf
+        if not self._runnable(n):
+            n.wake_at = self.sim.now + POLL
+            n.wake_token += 1
+            self.sim.call_at(n.wake_at, self._tick, (n, n.wake_token, due))
+            return
+        # The conversion back to the node's clock may round just below `due`.
+        n.last_now = max(self.clock(n), due)
+        self._do(n, n.agent.tick(n.last_now))
+        if self.safety and self.sim.now >= n.checked + CHECK_EVERY:
+            n.checked = self.sim.now
+            n.agent.table.check_invariants()
 
     ####################################################################################
-    # Submissions
+    # Executions
+
+    def _start(self, n: _Node, cmd: StartTask) -> None:
+        tid, epoch = cmd.task_id, cmd.epoch
+        execution = self.history.started(tid, epoch, n.name, self.sim.now)
+        run = n.runs[(tid, epoch)] = _Run(execution, cmd.deadline)
+        self.sim.note("lease-start", f"{n.name} {tid[:12]} {epoch}")
+        task = self.history.tasks.get(tid)
+        duration = task.duration if task is not None else self.spec.duration_min
+        self.sim.call_at(self.sim.now + duration, self._exited, (n, run))
+        self.sim.call_at(self._global(n, cmd.deadline), self._fence, (n, run))
+
+    def _exited(self, arg: tuple[_Node, _Run]) -> None:
+        """The process finished its work (if it still runs)."""
+        n, run = arg
+        e = run.execution
+        if e.end is not None:
+            return
+        failed = self._exit_rng.random() < self.spec.failure_rate
+        result = TaskResult(1 if failed else 0, f"{n.name} e{e.epoch}".encode(), 0.0)
+        self._stop(n, e.task, e.epoch, "exited", result)
+
+    def _fence(self, arg: tuple[_Node, _Run]) -> None:
+        """The executor's own fence: kill the process when the node's clock reaches
+        its deadline, unless a `FenceTask` moved the deadline on."""
+        n, run = arg
+        if run.execution.end is not None:
+            return
+        if self.clock(n) + CLOCK_EPSILON >= run.deadline:
+            self._stop(n, run.execution.task, run.execution.epoch, "fenced", None)
+        else:
+            self.sim.call_at(self._global(n, run.deadline), self._fence, arg)
+
+    def _stop(
+        self, n: _Node, tid: str, epoch: int, how: str, result: TaskResult | None,
+        *, report: bool = True,
+    ) -> bool:  # fmt: skip
+        """End a process now; its exit reaches the agent when the daemon next runs."""
+        run = n.runs.pop((tid, epoch), None)
+        if run is None:
+            return False
+        self.history.ended(run.execution, self.sim.now, how)
+        if report:
+            self.sim.call_at(self.sim.now, self._report_exit, (n, tid, epoch, result))
+        return True
+
+    def _report_exit(self, arg: tuple[_Node, str, int, TaskResult | None]) -> None:
+        n, tid, epoch, result = arg
+        if self._nodes.get(n.index) is not n:
+            return  # the daemon died meanwhile
+        if not self._runnable(n):
+            self.sim.call_at(self.sim.now + POLL, self._report_exit, arg)
+            return
+        self._do(n, n.agent.task_exited(tid, epoch, result, self.clock(n)))
+
     ####################################################################################
+    # Submissions and cancels
 
     def begin(self, t0: float, end: float) -> None:
         """Schedule the submissions over the timeline `[t0, end]` and open the window."""
@@ -475,261 +558,85 @@ class LeaseSim:
             self.sim.call_at(when, self._submit, number)
             number += 1
 
+    def _ready_nodes(self) -> list[_Node]:
+        return [n for _, n in sorted(self._nodes.items()) if n.agent.ready and self._runnable(n)]
+
     def _submit(self, number: int) -> None:
-        # A slow member (its receive queue lags) still accepts submissions.
-        up = self.sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW)
-        members = [n for n in up if n in self._agents]
         duration = self.spec.draw_duration(self._rng)
-        if not members:
+        ready = self._ready_nodes()
+        if not ready:
+            self._count("submits_nowhere")
             return
-        node = self._rng.choice(members)
-        agent = self._agents[node]
-        local = self.sim.local_time(node)
+        n = self._rng.choice(ready)
         spec = TaskSpec(
             kind=TaskKind.BATCH,
             requirements=self._requirements,
             command=("sim-task", str(number)),  # type: ignore[arg-type]
             retry_limit=self.spec.retry_limit,
-            submitted_by=agent.name,
+            submitted_by=n.name,
             submitted_at=self.sim.now,
         )
-        tid, delta = agent.table.submit(spec, local)
-        self._tasks[tid] = _Task(number, self.sim.now, duration)
-        self._epochs[(node, tid)] = 0
-        self.sim.note("lease-submit", f"{agent.name} {tid[:12]}")
-        self._broadcast(agent, f"{tid}/s", delta)
-        self._wake(agent, self.sim.now)
+        tid, cmds = n.agent.submit(spec, self.clock(n))
+        self.history.submitted(tid, number, self.sim.now, duration)
+        self.sim.note("lease-submit", f"{n.name} {tid[:12]}")
+        if self._rng.random() < self.spec.cancel_fraction:
+            at = self.sim.now + self._rng.uniform(0.0, 2.0 * duration)
+            self.sim.call_at(at, self._cancel, tid)
+        self._do(n, cmds)
+
+    def _cancel(self, tid: str) -> None:
+        """A user cancels the task at some live member."""
+        ready = self._ready_nodes()
+        if not ready:
+            return
+        n = self._rng.choice(ready)
+        try:
+            cmds = n.agent.cancel(tid, self.clock(n))
+        except KeyError:
+            self._count("cancels_unknown_here")
+            return
+        self._count("cancels")
+        self._do(n, cmds)
 
     ####################################################################################
-    # A node's lease loop
-    ####################################################################################
+    # Traffic
 
-    def _wake(self, agent: _Agent, at: float) -> None:
-        at = max(at, agent.last_step + STEP_MIN)
-        if at >= agent.wake_at:
-            return
-        agent.wake_at = at
-        agent.wake_token += 1
-        self.sim.call_at(at, self._step_call, (agent, agent.wake_token))
+    def count_bytes(self, size: int, kind: str) -> None:
+        window = self._window
+        if window is not None and window[0] <= self.sim.now <= window[1]:
+            self._bytes[kind] += size
 
-    def _step_call(self, arg: tuple[_Agent, int]) -> None:
-        agent, token = arg
-        if token != agent.wake_token or self._agents.get(agent.node) is not agent:
-            return
-        agent.wake_at = math.inf
-        if self.sim.status(agent.node) == NodeStatus.PAUSED:
-            # Asleep: the loop runs again when the node wakes (its clock stopped).
-            self._wake(agent, self.sim.now + STEP_MAX)
-            return
-        agent.last_step = self.sim.now
-        self._step(agent)
-        self._wake(agent, self._next_wake(agent))
-
-    def _gone(self, agent: _Agent) -> set[str]:
-        """The members this node's core holds dead or left."""
-        core = self.sim.cores[agent.node]
-        assert isinstance(core, Membership)
-        return {m.name for m in core.members() if m.state in (MemberState.DEAD, MemberState.LEFT)}
-
-    def _candidates(self, agent: _Agent, outcomes: list[Outcome]) -> list[Candidate]:
-        """This node's view as placement candidates (built only when placing)."""
-        core = self.sim.cores[agent.node]
-        assert isinstance(core, Membership)
-        alive = [m for m in core.members() if m.state in (MemberState.ALIVE, MemberState.SUSPECT)]
-        local = self.sim.local_time(agent.node)
-        earned = earned_reliability(outcomes, local, self.config)
-        prior = prior_reliability(self.config)
-        spec = self.spec
-        candidates = [
-            Candidate(
-                m.name,
-                state="alive" if m.state == MemberState.ALIVE else "suspect",
-                gpus=self._gpus,
-                cpu_cores=spec.node_cpu_cores,
-                ram=int(spec.node_ram_gib * GIB),
-                # The ranker wants RTT from the accepting node, which no other member
-                # knows; each member's own RTTs would rank itself first (RTT 0) and
-                # split the views, so the simulated candidates carry none.
-                rtt=None,
-                reliability=earned.get(m.name, prior),
-            )
-            for m in alive
-        ]
-        return candidates
-
-    def _step(self, agent: _Agent) -> None:
-        table, me = agent.table, agent.name
-        now = self.sim.local_time(agent.node)
-        expired: dict[str, LeaseExpired] = {}
-        for e in table.tick(now, self._gone(agent)):
-            if isinstance(e, LeaseExpired):
-                expired[e.task_id] = e
-            elif isinstance(e, TableStalled):  # starved: hold every settling claim too
-                agent.starting = {
-                    t: (epoch, max(at, e.until)) for t, (epoch, at) in agent.starting.items()
-                }
-        committed: dict[str, Any] | None = None
-        candidates: list[Candidate] | None = None
-        waited, agent.unclaimed = agent.unclaimed, {}
-        for entry in list(table):
-            tid = entry.task_id
-            if entry.spec is None or tid in agent.starting or tid in agent.running:
-                continue
-            epoch: int | None = None
-            exclude: frozenset[str] = frozenset()
-            lapsed = expired.get(tid)
-            if lapsed is not None:
-                epoch = replacement_epoch(entry, lapsed)
-                exclude = frozenset({lapsed.owner})
-            elif entry.needs_owner():
-                epoch = entry.epoch + 1
-            if epoch is None:
-                continue
-            if committed is None or candidates is None:
-                view, outcomes = table.placement_view(now)
-                committed = committed_resources(view)
-                candidates = self._candidates(agent, outcomes)
-            placement = place(
-                entry.spec,
-                candidates,
-                config=self.config,
-                rng=agent.rng,
-                committed=committed,
-                failed_on=failed_nodes(entry),
-                exclude=exclude,
-            )
-            fresh = None
-            if placement.chosen != me and table.hides(now):
-                fresh = place(
-                    entry.spec,
-                    self._candidates(agent, table.outcomes()),
-                    config=self.config,
-                    rng=agent.rng,
-                    committed=committed_resources(list(table)),
-                    failed_on=failed_nodes(entry),
-                    exclude=exclude,
-                )
-            wait = claim_wait(me, placement, fresh, self.config)
-            if wait is None:
-                continue
-            ambiguous = fresh is not None and fresh.chosen == me
-            if ambiguous:
-                assert fresh is not None
-                placement = fresh
-            if not exclude and should_claim(entry, me, placement) != epoch:
-                continue
-            since = waited.get((tid, epoch), now)
-            if now - since < wait:
-                agent.unclaimed[(tid, epoch)] = since
-                continue
-            delta = table.claim(tid, epoch, placement.rank_of(me), placement.explain(), now)
-            self._send(agent, tid, epoch, delta)
-            delayed = now > since and not ambiguous  # see `LeaseClaims.try_claim`
-            agent.starting[tid] = (epoch, start_time(now, self.config, waited=delayed))
-            committed = None
-        for tid, (epoch, at) in list(agent.starting.items()):
-            held = table.get(tid)
-            if held is None or not claim_stands(held, me, epoch):
-                del agent.starting[tid]
-            elif now >= at:
-                del agent.starting[tid]
-                self._send(agent, tid, epoch, table.mark_running(tid, now))
-                task = self._tasks.get(tid)
-                duration = task.duration if task is not None else self.spec.duration_min
-                agent.running[tid] = (epoch, now + duration, now)
-                self._started(agent, tid, epoch)
-        for tid, (epoch, end, renewed) in list(agent.running.items()):
-            held = table.get(tid)
-            if held is None or must_stop(held, me, epoch):
-                del agent.running[tid]
-                self._stopped(agent, tid)
-                self.stops += 1
-            elif now >= end:
-                del agent.running[tid]
-                self._stopped(agent, tid)
-                failed = agent.rng.random() < self.spec.failure_rate
-                result = TaskResult(1 if failed else 0, f"{me} e{epoch}".encode(), end - renewed)
-                self._send(agent, tid, epoch, table.post_result(tid, result, now))
-                self.sim.note("lease-result", f"{me} {tid[:12]} {epoch} {int(failed)}")
-            elif now - renewed >= self.config.lease_renew_interval:
-                self._send(agent, tid, epoch, table.renew(tid, now))
-                agent.running[tid] = (epoch, end, now)
-        if self.safety and self.sim.now >= agent.checked + CHECK_EVERY:
-            agent.checked = self.sim.now
-            table.check_invariants()
-
-    def _next_wake(self, agent: _Agent) -> float:
-        """The virtual time of the next thing this node's loop must do."""
-        offset = self.sim.local_time(agent.node) - self.sim.now
-        times = [self.sim.now + STEP_MAX]
-        times += [at - offset for _, at in agent.starting.values()]
-        if agent.unclaimed:
-            wait = self.config.self_view_lag  # `claim_wait` of a node first when fresh
-            times += [since + wait - offset for since in agent.unclaimed.values()]
-        interval = self.config.lease_renew_interval
-        for _, end, renewed in agent.running.values():
-            times.append(min(end, renewed + interval) - offset)
-        deadline = agent.table.next_deadline()
-        if deadline is not None:
-            times.append(deadline - offset)
-        return max(self.sim.now, min(times))
-
-    def _send(self, agent: _Agent, tid: str, epoch: int, delta: bytes) -> None:
-        self._broadcast(agent, f"{tid}/{epoch}/{agent.name}", delta)
-
-    def _broadcast(self, agent: _Agent, key: str, delta: bytes) -> None:
-        core = self.sim.cores[agent.node]
-        if isinstance(core, Membership) and not core.has_left:
-            self.sim.broadcast_app(agent.node, key, delta)
-
-    def _started(self, agent: _Agent, tid: str, epoch: int) -> None:
-        self.sim.note("lease-start", f"{agent.name} {tid[:12]} {epoch}")
-        task = self._tasks.get(tid)
-        if task is None:
-            return
-        task.starts += 1
-        if task.finished == "succeeded":
-            task.reruns += 1
-        if task.first_start is None:
-            task.first_start = self.sim.now
-        others = [n for n in task.executing if n != agent.node]
-        if others:
-            self.duplicate_starts += 1
-            network = self.sim.network
-            if any(
-                not network.reachable(agent.node, n) or not network.reachable(n, agent.node)
-                for n in others
-            ):
-                self.duplicate_starts_partitioned += 1
-        task.executing[agent.node] = epoch
-        if task.crashed is not None and epoch > task.crashed[1]:
-            self.failovers.append(self.sim.now - task.crashed[0])
-            task.crashed = None
-
-    def _stopped(self, agent: _Agent, tid: str) -> None:
-        task = self._tasks.get(tid)
-        if task is not None:
-            task.executing.pop(agent.node, None)
+    def _count_members(self, now: float) -> None:
+        since, count = self._members_at
+        window = self._window
+        if window is not None:
+            lo, hi = max(since, window[0]), min(now, window[1])
+            if hi > lo:
+                self._member_seconds += (hi - lo) * count
+        members = len(self.sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW))
+        self._members_at = (now, members)
 
     ####################################################################################
-    # The end: drain, classify, summarize
-    ####################################################################################
+    # The end: drain, check, summarize
 
-    def _live_tables(self) -> list[LeaseTable]:
+    def _live(self) -> dict[str, _Node]:
         nodes = self.sim.nodes_with(NodeStatus.UP, NodeStatus.SLOW)
-        return [self._agents[n].table for n in nodes if n in self._agents]
+        return {self._nodes[i].name: self._nodes[i] for i in nodes if i in self._nodes}
 
     def settled(self) -> bool:
-        """Every task finished on every live replica, and the replicas agree."""
-        tables = self._live_tables()
-        for tid in self._tasks:
-            held = [t.get(tid) for t in tables]
-            first = held[0] if held else None
-            if first is None or not first.finished():
-                if first is None and self._tasks[tid].finished is not None:
-                    continue  # compacted everywhere after it finished
+        """Every acknowledged task (with a live majority of replicas) finished, alike,
+        in every live table."""
+        live = self._live()
+        tables = [n.agent.table for n in live.values()]
+        for tid, task in self.history.tasks.items():
+            if task.acked is None:
+                continue
+            if sum(1 for r in task.replicas if r in live) * 2 <= len(task.replicas):
+                continue
+            entries = [t.get(tid) for t in tables]
+            if any(e is None or not e.finished() for e in entries):
                 return False
-            if any(e != first for e in held):
+            if len({(e.phase, e.epoch) for e in entries if e is not None}) > 1:
                 return False
         return True
 
@@ -737,6 +644,7 @@ class LeaseSim:
         """Run on (bounded by `drain_bound`) until `settled()`."""
         sim = self.sim
         start = sim.now
+        self.drained = True
         while not self.settled():
             if sim.now - start >= self.spec.drain_bound:
                 return
@@ -745,85 +653,41 @@ class LeaseSim:
 
     def summary(self) -> dict[str, Any]:
         """The lease measures of the run (plain data, for the report and `--json`)."""
-        tables = self._live_tables()
+        live = self._live()
+        tables = {name: n.agent.table for name, n in live.items()}
+        if self.drained:  # I3 and I4 hold only once healed and drained
+            self.history.check_end(tables, set(live))
         outcomes: dict[str, int] = {}
         pending: dict[str, int] = {}
-        lost = 0
-        stale = 0
-        disagree = 0
-        for tid, task in self._tasks.items():
-            entries = [e for t in tables if (e := t.get(tid)) is not None]
-            if not entries:
-                if task.finished is not None:
-                    outcomes[task.finished] = outcomes.get(task.finished, 0) + 1
-                else:
-                    lost += 1
-                continue
-            head = entries[0]
-            if any(e != head for e in entries) or len(entries) != len(tables):
-                disagree += 1
-            if head.finished():
-                name = head.phase.name.lower()
-                outcomes[name] = outcomes.get(name, 0) + 1
-                if head.accepted_result is not None and head.epoch < task.max_epoch:
-                    stale += 1
-            else:
-                reason = (
-                    f"{head.phase.name.lower()} by an owner"
-                    if head.phase in _LIVE_PHASES
-                    else "waiting for a feasible owner"
-                )
-                pending[reason] = pending.get(reason, 0) + 1
-        tasks = list(self._tasks.values())
-        agree = [t.agreed - t.submitted for t in tasks if t.agreed is not None]
-        first = [t.first_start - t.submitted for t in tasks if t.first_start is not None]
+        for tid in self.history.tasks:
+            entries = [e for t in tables.values() if (e := t.get(tid)) is not None]
+            phase = entries[0].phase.name.lower() if entries else "unknown"
+            bucket = outcomes if entries and entries[0].finished() else pending
+            bucket[phase] = bucket.get(phase, 0) + 1
         self._count_members(self.sim.now)
-        member_seconds = self._member_seconds
-        total = sum(self._window_bytes.values())
-        stats: dict[str, int] = {}
-        for table in tables:
-            for name, value in attrs.asdict(table.statistics()).items():
-                stats[name] = stats.get(name, 0) + value
+        total = sum(self._bytes.values())
+        agents: dict[str, int] = {}
+        for n in live.values():
+            for name, value in n.agent.statistics().items():
+                agents[name] = agents.get(name, 0) + value
         return {
-            "submitted": len(tasks),
+            "submitted": len(self.history.tasks),
+            **self.history.summary(),
             "outcomes": outcomes,
             "pending": pending,
-            "lost": lost,
-            "accepted_stale_results": stale,
-            "replicas_disagree": disagree,
-            "agreement_mean": _mean(agree),
-            "agreement_max": max(agree, default=None),
-            "agreed": len(agree),
-            "first_start_mean": _mean(first),
-            "duplicate_starts": self.duplicate_starts,
-            "duplicate_starts_partitioned": self.duplicate_starts_partitioned,
-            "duplicate_starts_connected": self.duplicate_starts - self.duplicate_starts_partitioned,
-            "stops": self.stops,
-            "failovers": len(self.failovers),
-            "failover_mean": _mean(self.failovers),
-            "failover_max": max(self.failovers, default=None),
-            "crashed_owners_not_failed_over": sum(1 for t in tasks if t.crashed is not None),
-            "reruns_after_success": sum(t.reruns for t in tasks),
-            "starts_per_task": (sum(t.starts for t in tasks) / len(tasks)) if tasks else None,
-            "lease_bytes_per_member_second": (
-                total / member_seconds if member_seconds > 0 else None
-            ),
-            "lease_broadcast_bytes": self._window_bytes["broadcast"],
-            "lease_sync_bytes": self._window_bytes["sync"],
-            "lease_delta_bytes_mean": (
-                self._window_bytes["broadcast"] / self._window_messages["broadcast"]
-                if self._window_messages["broadcast"]
-                else None
-            ),
-            "relays_refused": self.relays_refused,
+            "stranded": self.history.stranded(set(live)),
+            "checked_end": self.drained,
             "drain_seconds": self.drain_seconds,
-            "table": stats,
+            "lease_bytes_per_member_second": (
+                total / self._member_seconds if self._member_seconds > 0 else None
+            ),
+            "lease_table_bytes": self._bytes["table"],
+            "lease_agent_bytes": self._bytes["agent"],
+            "lease_sync_bytes": self._bytes["sync"],
+            "driver": dict(sorted(self.counters.items())),
+            "agents": dict(sorted(agents.items())),
         }
 
 
 def _forget(disk: dict[str, TaskEntry], tid: str) -> None:
     disk.pop(tid, None)
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None

@@ -115,22 +115,21 @@ def format_report(result: RunResult) -> str:
 
 
 def _lease_lines(m: dict[str, Any]) -> list[str]:
-    """The lease table's measures (scenarios with `[tasks]`)."""
+    """The lease agents' measures (scenarios with `[tasks]`)."""
     outcomes = ", ".join(f"{n} {k}" for k, n in sorted(m["outcomes"].items())) or "none"
     pending = ", ".join(f"{n} {k}" for k, n in sorted(m["pending"].items()))
+    checks = ", ".join(f"{k} {v}" for k, v in m["invariants"].items())
+    ends = ", ".join(f"{n} {k}" for k, n in sorted(m["execution_ends"].items()))
     lines = [
-        f"  leases: {m['submitted']} tasks submitted: {outcomes}"
-        + (f"; pending: {pending}" if pending else "")
-        + f"; LOST {m['lost']}; accepted stale results {m['accepted_stale_results']}",
-        f"  leases: every live member agreed on one owner after mean "
-        f"{_s(m['agreement_mean'])} (max {_s(m['agreement_max'])}, {m['agreed']} tasks); "
-        f"first start after mean {_s(m['first_start_mean'])}",
-        f"  leases: duplicate starts {m['duplicate_starts']} "
-        f"({m['duplicate_starts_partitioned']} between owners cut off from each other), "
-        f"{m['reruns_after_success']} re-runs after a success, "
-        f"{m['stops']} superseded executions stopped, "
-        f"{m['table']['stale_results_rejected']} results of superseded epochs seen by replicas",
-        f"  leases: owner crash to the task running elsewhere: {m['failovers']} failovers, "
+        f"  leases: {m['submitted']} tasks submitted, {m['acknowledged']} acknowledged: "
+        f"{outcomes}"
+        + (f"; not finished: {pending}" if pending else "")
+        + (f"; {m['stranded']} without a live replica majority" if m["stranded"] else ""),
+        f"  leases: invariant violations: {checks}"
+        + ("" if m["checked_end"] else " (I3 and I4 not checked: the run did not drain)"),
+        f"  leases: {m['executions']} executions ({ends}); first start after mean "
+        f"{_s(m['first_start_mean'])}",
+        f"  leases: owner crash to the task running again: {m['failovers']} failovers, "
         f"mean {_s(m['failover_mean'])}, max {_s(m['failover_max'])}"
         + (
             f" ({m['crashed_owners_not_failed_over']} crashed owners' tasks never ran again)"
@@ -138,12 +137,11 @@ def _lease_lines(m: dict[str, Any]) -> list[str]:
             else ""
         ),
         f"  leases: {_b(m['lease_bytes_per_member_second'])} of lease payload received per "
-        f"member per second (gossip {m['lease_broadcast_bytes']} B in deltas of "
-        f"{_b(m['lease_delta_bytes_mean'])} on average, "
-        f"anti-entropy {m['lease_sync_bytes']} B); drained in {_s(m['drain_seconds'])}",
+        f"member per second (table deltas {m['lease_table_bytes']} B, agent messages "
+        f"{m['lease_agent_bytes']} B, anti-entropy {m['lease_sync_bytes']} B); drained in "
+        f"{_s(m['drain_seconds'])}",
     ]
-    if m["replicas_disagree"]:
-        lines.append(f"  leases: {m['replicas_disagree']} tasks on which live replicas disagree")
+    lines += [f"  leases: {v}" for v in m["violation_examples"]]
     return lines
 
 

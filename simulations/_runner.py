@@ -267,10 +267,11 @@ class _Run:
         measures = self.metrics.summary(sim.now, self.config.probe_interval)
         if self.leases is not None:
             leases = measures["leases"] = self.leases.summary()
-            if failure is None and (leases["lost"] or leases["accepted_stale_results"]):
+            if failure is None and leases["violations"]:
+                counts = ", ".join(f"{k} {v}" for k, v in leases["invariants"].items() if v)
                 failure = (
-                    f"leases: {leases['lost']} tasks lost, {leases['accepted_stale_results']} "
-                    f"stale results accepted; reproduce with --seed {scenario.seed}"
+                    f"leases: {leases['violations']} invariant violations ({counts}): "
+                    f"{leases['violation_examples'][0]}; reproduce with --seed {scenario.seed}"
                 )
         engine = attrs.asdict(sim.statistics())
         engine["network"] = attrs.asdict(sim.network.statistics())
@@ -437,7 +438,8 @@ class _Run:
             k = min(self.scenario.formation.seeds, len(members))
             known = known + self.reconnect_rng.sample(members, k)
         targets = [
-            t for t in dict.fromkeys([*policy.targets(failed, known, alone=alone), *missing])
+            t
+            for t in dict.fromkeys([*policy.targets(failed, known, alone=alone), *missing])
             if t != node
         ]
         if not targets:

@@ -96,6 +96,16 @@ def _lease(key: str) -> Callable[[RunResult], float | None]:
     return read
 
 
+def _invariant(name: str) -> Callable[[RunResult], float | None]:
+    """Violations of one lease invariant in a run (None for runs without leases)."""
+
+    def read(result: RunResult) -> float | None:
+        leases = result.measures.get("leases")
+        return None if leases is None else float(leases["invariants"][name])
+
+    return read
+
+
 #: Per-run measures reduced over seeds, in print order: name -> how to read it.
 MEASURES: dict[str, Callable[[RunResult], float | None]] = {
     "healthy members declared dead": lambda r: _fp(r, "episodes_healthy"),
@@ -114,14 +124,14 @@ MEASURES: dict[str, Callable[[RunResult], float | None]] = {
     "messages per member per second": lambda r: float(r.measures["messages_per_member_second"]),
     "bytes per member per second": lambda r: float(r.measures["bytes_per_member_second"]),
     "leases: tasks submitted": _lease("submitted"),
-    "leases: all agree on one owner (s)": _lease("agreement_mean"),
     "leases: submission to first start (s)": _lease("first_start_mean"),
-    "leases: duplicate starts": _lease("duplicate_starts"),
-    "leases: duplicate starts, partitioned": _lease("duplicate_starts_partitioned"),
+    "leases: executions per task": _lease("starts_per_task"),
     "leases: owner crash to rerun (s)": _lease("failover_mean"),
     "leases: owner crashes failed over": _lease("failovers"),
-    "leases: tasks lost": _lease("lost"),
-    "leases: accepted stale results": _lease("accepted_stale_results"),
+    "leases: I1 overlapping executions": _invariant("I1"),
+    "leases: I2 starts after final": _invariant("I2"),
+    "leases: I3 acknowledged, unfinished": _invariant("I3"),
+    "leases: I4 live tables differ": _invariant("I4"),
     "leases: lease bytes per member-second": _lease("lease_bytes_per_member_second"),
 }
 

@@ -3,8 +3,8 @@
 A scenario with a `[tasks]` table runs the lease table (`populi_p2p.leases`) inside
 every simulated node (see `_leases.py`): tasks are submitted at a Poisson rate to
 random live members, run for a virtual-time duration drawn from a distribution, and
-the run reports agreement, duplicate starts, failover times, lost tasks and accepted
-stale results. Parsing is as strict as the rest of the scenario: an unknown key or an
+the run checks the history of executions against the lease invariants (I1 to I4) and
+reports failover times. Parsing is as strict as the rest of the scenario: an unknown key or an
 impossible value is one `ScenarioError` line.
 """
 
@@ -43,6 +43,12 @@ class TasksSpec:
     #: `retry_limit` times by the lease table, then failed for good.
     failure_rate: float = 0.0
     retry_limit: int = 2
+    #: Fraction of tasks a user cancels, at a random member, at a uniform time within
+    #: twice the task's run time after its submission.
+    cancel_fraction: float = 0.0
+    #: Each node's lease clock runs at a rate drawn in ``1 +- clock_drift`` (the
+    #: agent's `clock_margin` of 1.25 covers clocks up to 20 % apart).
+    clock_drift: float = 0.0
     #: What each task asks for.
     gpus: int = 1
     vram_gib: float = 8.0
@@ -69,6 +75,10 @@ class TasksSpec:
             raise ValueError("duration_mean must be > 0")
         if not 0 <= self.failure_rate <= 1:
             raise ValueError("failure_rate must be in [0, 1]")
+        if not 0 <= self.cancel_fraction <= 1:
+            raise ValueError("cancel_fraction must be in [0, 1]")
+        if not 0 <= self.clock_drift < 0.5:
+            raise ValueError("clock_drift must be in [0, 0.5)")
         if self.stop is not None and self.stop < self.start:
             raise ValueError("stop must not be before start")
 

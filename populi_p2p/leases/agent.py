@@ -210,6 +210,7 @@ class LeaseAgent:
         self._renew_at: float | None = None
         self._check_at = 0.0
         self._acks: dict[tuple[str, int, float], set[str]] = {}  # (task, epoch, round)
+        self._owned_before: dict[str, int] = {}  # task -> highest epoch we owned and gave up
         self.counters: dict[str, int] = {}
 
     ####################################################################################
@@ -310,6 +311,7 @@ class LeaseAgent:
             self._count("exits_unowned")
             return []
         del self._owned[task_id]
+        self._owned_before[task_id] = max(self._owned_before.get(task_id, 0), epoch)
         if owned.stopping in ("cancelled", "superseded"):
             return []  # nothing to post: someone else's decision ended it
         if result is None or owned.stopping in ("fenced", "handoff"):
@@ -762,6 +764,12 @@ class LeaseAgent:
         have = self._owned.get(tid)
         if have is not None and have.epoch >= msg.epoch:
             return []
+        if msg.epoch <= self._owned_before.get(tid, 0):
+            # A late or repeated `Own` of an epoch we already ran and ended: the proposer
+            # won the same grant again before it heard. Running it again would re-run a
+            # task that may have succeeded (found by the simulator, leases-starved).
+            self._count("owns_stale")
+            return []
         if self.table.get(tid) is None:
             self.table.apply(encode_entries([TaskEntry(tid, msg.spec, msg.spec_signature)]), now)
         if self.draining:  # granted while we began to drain: hand it back at once
@@ -819,6 +827,8 @@ class LeaseAgent:
         return out
 
     def _renewed(self, tid: str, o: _Owned, node: str, at: float, now: float) -> list[AgentCommand]:
+        if at < o.since:
+            return []  # a round sent before this ownership began (an earlier one's)
         acks = self._acks.setdefault((tid, o.epoch, at), set())
         acks.add(node)
         if len(acks) < majority(o.spec.replicas) or at + self.config.lease_ttl <= o.lease_until:
