@@ -73,3 +73,7 @@ class LeaseStatistics:
     anti_entropy_entries_sent: int = 0
     #: Ticks that found the table starved (`TableStalled`).
     stalls: int = 0
+    #: Claims or cancels of tasks this table does not hold, not stored.
+    unknown_dropped: int = 0
+    #: Claims far past the epoch held, or past the largest one (`_table._bounded`).
+    claims_out_of_bounds: int = 0

@@ -43,6 +43,7 @@ from ._events import (
 )
 from ._spec import Signer, TaskSpec, Verifier
 from .config import LeaseConfig
+from .grants import EPOCH_MAX as GRANT_EPOCH_MAX
 from .reliability import Outcome, outcomes_of
 from .wire import (
     DELTA_BYTES_MAX,
@@ -61,6 +62,10 @@ LEAF_BITS = 16
 _LEAVES = 1 << LEAF_BITS
 _PREFIX = 8  # bytes of task id in a summary
 _LIVE = (Phase.CLAIMED, Phase.RUNNING)
+
+
+#: A shown claim may be at most this many epochs past the one held (see `_bounded`).
+TABLE_EPOCH_JUMP_MAX = 1000
 
 
 class LeaseError(ValueError):
@@ -327,9 +332,31 @@ class LeaseTable:
         if entry.task_id in self._tombstones:
             self._stats["resurrections_blocked"] += 1
             return
-        checked, dropped = verify_entry(entry, self._verify, self._entries.get(entry.task_id))
+        old = self._entries.get(entry.task_id)
+        if old is None and entry.spec is None:
+            # A claim or cancel of a task we do not hold: not stored (what one member
+            # can make us keep stays bounded); the whole entry comes with its spec.
+            self._stats["unknown_dropped"] += 1
+            return
+        entry = self._bounded(entry, old)
+        checked, dropped = verify_entry(entry, self._verify, old)
         self._stats["forged_parts_dropped"] += dropped
         self._install(checked, now, events)
+
+    def _bounded(self, entry: TaskEntry, old: TaskEntry | None) -> TaskEntry:
+        """Drop claims that jump more than `TABLE_EPOCH_JUMP_MAX` epochs past what we hold
+        (or past the chain of claims before them in the delta), or past the largest
+        epoch the granters grant: nobody shows an epoch of 2**62. (Epochs are granted
+        one after another, but proposals that found no majority skip some.)"""
+        base = 0 if old is None else old.epoch
+        kept = []
+        for rec in entry.claims:
+            if rec.epoch <= min(base + TABLE_EPOCH_JUMP_MAX, GRANT_EPOCH_MAX):
+                kept.append(rec)
+                base = max(base, rec.epoch)
+            else:
+                self._stats["claims_out_of_bounds"] += 1
+        return entry if len(kept) == len(entry.claims) else attrs.evolve(entry, claims=tuple(kept))
 
     def _install(self, delta: TaskEntry, now: float, events: list[LeaseEvent]) -> None:
         tid = delta.task_id

@@ -70,7 +70,7 @@ from .agent_wire import (
     encode,
 )
 from .config import LeaseConfig
-from .grants import Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
+from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
 from .reliability import earned_reliability
 from .wire import DecodeError, encode_entries
@@ -295,7 +295,9 @@ class LeaseAgent:
             raise KeyError(f"no task {task_id} here (see populi-node tasks)")
         spec = known[0]
         entry = self.table.get(task_id)
-        epoch = 0 if entry is None else entry.epoch
+        rec = self.grants.get(task_id)
+        epoch = rec.epoch if rec is not None else 0 if entry is None else entry.epoch
+        epoch = min(epoch, EPOCH_MAX)  # a cancel's epoch is informational
         pending = self._pending[("cancel", task_id)] = _Pending(
             "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait
         )
@@ -693,6 +695,9 @@ class LeaseAgent:
         if len(prop.granted) >= need:
             del self._proposals[tid]
             self._count("grants_won")
+            # Not again before the owner could have let the lease lapse: a repeat would
+            # be granted alike (same epoch, same owner) and reach the owner late.
+            self._retry_at[tid] = now + self._wait
             known = self.spec_of(tid)
             assert known is not None
             return self._to(prop.owner, Own(tid, prop.epoch, *known, prop.failures), now)
@@ -764,7 +769,12 @@ class LeaseAgent:
         have = self._owned.get(tid)
         if have is not None and have.epoch >= msg.epoch:
             return []
-        if msg.epoch <= self._owned_before.get(tid, 0):
+        entry = self.table.get(tid)
+        ran = entry is not None and any(
+            c.owner == self.me and c.epoch >= msg.epoch and c.phase >= Phase.RELEASED
+            for c in entry.claims
+        )  # what survives a restart of `_owned_before`
+        if msg.epoch <= self._owned_before.get(tid, 0) or ran:
             # A late or repeated `Own` of an epoch we already ran and ended: the proposer
             # won the same grant again before it heard. Running it again would re-run a
             # task that may have succeeded (found by the simulator, leases-starved).

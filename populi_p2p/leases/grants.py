@@ -120,16 +120,17 @@ def on_grant(
 def on_renew(rec: GrantRecord, epoch: int, owner: str, now: float) -> Refusal | None:
     """Renew `owner`'s lease of `epoch`, or say why not.
 
-    Only an owner that a majority granted renews, so a granter that voted for another
-    node in that epoch, or missed it, takes the renewal (and promises, by the time it
-    records, to grant nothing above it for `lease_ttl * clock_margin`)."""
+    Only the node this granter granted the epoch to renews here: a granter that voted
+    for another node in that epoch, or missed it, refuses (the owner holds a majority
+    of grants, so a majority renews it), and no member can take over a lease by
+    renewing it in its own name."""
     if rec.final:
         return Refusal.FINISHED
     if epoch < rec.epoch or (epoch == rec.epoch and rec.ended is not Ended.NO):
         return Refusal.SUPERSEDED
-    if epoch > rec.epoch + EPOCH_STEP_MAX or epoch > EPOCH_MAX:
-        return Refusal.EPOCH_JUMP
-    rec.epoch, rec.owner, rec.ended, rec.heard_at = epoch, owner, Ended.NO, now
+    if epoch > rec.epoch or owner != rec.owner:
+        return Refusal.NOT_OWNER
+    rec.heard_at = now
     return None
 
 
