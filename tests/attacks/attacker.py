@@ -18,6 +18,7 @@ import json
 import random
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,13 @@ from overlay.auth import PacketAuthenticator
 from populi_p2p.authority import ClusterAuthority
 from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
+from populi_p2p.leases import agent_wire
+from populi_p2p.leases.agent_wire import AgentMessage
+from populi_p2p.leases.wire import DecodeError as LeaseDecodeError
+from populi_p2p.record import Capabilities, NodeRecord, NodeStatus, next_sequence
+from populi_p2p.services.app_channel import AppKind
+from populi_p2p.services.leases import LEASE_CONTEXT
+from swim import PROTOCOL_VERSION as SWIM_PROTOCOL_VERSION
 from swim import wire
 
 Address = tuple[str, int]
@@ -213,3 +221,119 @@ class Tally:
 
 #: The session's tally (written by conftest.py at the end of the session).
 TALLY = Tally()
+
+
+########################################################################################
+# An insider that is a member
+
+
+class Insider(Attacker):
+    """An enrolled attacker that joined the mesh as a member: its signed record (status
+    draining, so no work is placed on it) is in every daemon's roster, so the lease
+    agents verify the messages it signs. A thread answers the daemons' probes (it stays
+    alive, so its record stays trusted) and keeps the agent messages sent to it.
+
+    Packets are sealed under a lock: the responder thread seals acks while the test
+    thread seals attacks, and one authenticator's counter must not be used twice.
+    """
+
+    def __init__(self, host: str, authority: ClusterAuthority, *, seed: int = 7) -> None:
+        super().__init__(host, authority, seed=seed)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.inbox: list[tuple[str, Any]] = []  # (sender, agent message) received
+        self.acked = 0
+
+    def lease_sign(self, data: bytes) -> bytes:
+        """What `LeaseService` signs with: the lease context, our key."""
+        return self.identity.sign(LEASE_CONTEXT, data)
+
+    def record(self) -> bytes:
+        """Our signed NodeRecord (draining: placement never picks us)."""
+        host, port = self.address
+        record = NodeRecord(
+            node_id=self.node_id, public_key=self.public_key, name="insider",
+            address=host, port=port, software_version="0.1.0",
+            protocol_version=int(SWIM_PROTOCOL_VERSION), started_at=time.time(),
+            sequence=next_sequence(None, time.time()), status=NodeStatus.DRAINING,
+            capabilities=Capabilities(cpu_cores=1, ram_bytes=1 << 30),
+            certificate=self.certificate,
+        )  # fmt: skip
+        return record.sign(self.identity).raw
+
+    def seal(self, *messages: wire.Message, **options: Any) -> bytes:
+        with self._lock:
+            return super().seal(*messages, **options)
+
+    def join(self, target: Address, target_id: str) -> None:
+        """Announce ourselves (Alive with our record) to one member; gossip does the rest."""
+        alive = wire.Alive(self.node_id, 1, self.address, self.record())
+        self.send(target, self.seal(alive, recipient=target_id))
+
+    def agent(self, message: AgentMessage) -> wire.App:
+        """A swim App message carrying `message`, signed by us (`AppKind.LEASE_AGENT`)."""
+        body = agent_wire.encode(message, self.node_id, self.lease_sign)
+        return wire.App(self.node_id, "lease", bytes([AppKind.LEASE_AGENT]) + body)
+
+    def leases(self, delta: bytes, key: str = "x") -> wire.App:
+        """A swim App message carrying a lease-table delta (`AppKind.LEASES`)."""
+        return wire.App(self.node_id, key, bytes([AppKind.LEASES]) + delta)
+
+    def send_apps(
+        self, target: Address, target_id: str, apps: list[wire.App], *, per_packet: int = 4,
+        per_second: float = 400.0,
+    ) -> int:  # fmt: skip
+        """Send `apps`, `per_packet` to a datagram, paced; the number of datagrams."""
+        packets = [
+            self.seal(*apps[i : i + per_packet], recipient=target_id)
+            for i in range(0, len(apps), per_packet)
+        ]
+        assert all(len(p) <= 1400 for p in packets), "an attack packet over one datagram"
+        self.send_paced(target, packets, per_second)
+        return len(packets)
+
+    ####################################################################################
+    # The responder
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._respond, name="insider", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        super().close()
+
+    def agent_messages(self, kind: type) -> list[tuple[str, Any]]:
+        return [(s, m) for s, m in list(self.inbox) if isinstance(m, kind)]
+
+    def _respond(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                data, _ = self.sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                opened = self.auth.open(data, time.time())
+                messages = wire.decode_packet(opened.payload)
+            except Exception:  # not ours to judge: skip it
+                continue
+            for message in messages:
+                if isinstance(message, wire.Ping) and message.target == self.node_id:
+                    ack = self.seal(wire.Ack(message.seq), recipient=opened.sender_node_id)
+                    self.sock.sendto(ack, message.source_address)
+                    self.acked += 1
+                elif isinstance(message, wire.App) and message.payload[:1] == bytes(
+                    [AppKind.LEASE_AGENT]
+                ):
+                    try:
+                        got = agent_wire.decode(message.payload[1:], lambda *_: True)
+                    except LeaseDecodeError:
+                        continue
+                    self.inbox.append(got)
