@@ -17,7 +17,7 @@ discovery              join, retry, re-join after a partition (`Bootstrapper`)
 mdns                   `_populi._udp` on the LAN, when ``--mdns``
 revocations            revocation files and their gossip
 app channel            the swim application channel: payload kinds, the sync section
-leases                 the lease table, the owner election, the tasks run here
+leases                 the lease agent (ownership by agreement), the tasks run here
 store                  members and incarnation across restarts
 api                    the control API on ``STATE_DIR/api.sock``
 lifecycle              signals and the graceful leave

@@ -630,21 +630,26 @@ class LeaseAgent:
     # Proposer side
 
     def _placement(
-        self, tid: str, spec: TaskSpec, exclude: set[str], now: float, failed_on: set[str]
+        self, tid: str, spec: TaskSpec, avoid: set[str], now: float, failed_on: set[str]
     ) -> Placement:
         """Over our view, preferring nodes the task has not failed on (the table's
-        history, and the owner a granter saw fail, which the table may not show yet)."""
+        history, and the owner a granter saw fail, which the table may not show yet),
+        then nodes other than `avoid` (an owner whose lease lapsed: it may be cut off,
+        or it may never have heard it was granted); each only while another fits."""
         entry = self.table.get(tid)
         rel = earned_reliability(self.table.outcomes(), now, self.config)
         candidates = self._candidates(spec, rel)
         committed = committed_resources([e for e in self.table if e.task_id != tid])
         failed = (failed_nodes(entry) if entry is not None else frozenset()) | failed_on
-        p = place(spec, candidates, config=self.config, rng=self._rng,
-                  committed=committed, failed_on=failed, exclude=exclude)  # fmt: skip
-        if p.chosen is None and failed:  # prefer other nodes, but retry there if none
+        tries = [(failed, avoid), (frozenset(), avoid), (frozenset(), set())]
+        for failed_here, exclude in tries:
             p = place(spec, candidates, config=self.config, rng=self._rng,
-                      committed=committed, exclude=exclude)  # fmt: skip
-        return p
+                      committed=committed, failed_on=failed_here, exclude=exclude)  # fmt: skip
+            if p.chosen is not None:
+                return p
+        first = tries[0]
+        return place(spec, candidates, config=self.config, rng=self._rng,
+                     committed=committed, failed_on=first[0], exclude=first[1])  # fmt: skip
 
     def _propose(
         self, tid: str, epoch: int, exclude: set[str], now: float,
@@ -767,7 +772,10 @@ class LeaseAgent:
             self._count("owns_refused")
             return []
         have = self._owned.get(tid)
-        if have is not None and have.epoch >= msg.epoch:
+        if have is not None and (have.epoch >= msg.epoch or have.started):
+            # An older run of ours still holds the task (its renewals are refused now, so
+            # it fences itself); a later epoch is granted again once this one lapses.
+            self._count("owns_busy" if have.epoch < msg.epoch else "owns_repeated")
             return []
         entry = self.table.get(tid)
         ran = entry is not None and any(

@@ -1,4 +1,4 @@
-"""`LeaseConfig`: every knob of the lease table, election and placement, with presets.
+"""`LeaseConfig`: every knob of the lease table, the lease agent and placement, with presets.
 
 One frozen attrs class like `swim.SwimConfig`. Durations are seconds as float, measured
 on each node's own monotonic clock (leases never compare clocks across nodes).
@@ -23,7 +23,7 @@ def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: float) 
 
 @attrs.frozen
 class LeaseConfig:
-    """Configuration of one `LeaseTable` and its election and placement helpers.
+    """Configuration of one `LeaseTable`, its `LeaseAgent` and placement.
 
     The defaults are the LAN preset; use `.lan()`, `.wan()`, `.local()` and
     `attrs.evolve` for single fields.

@@ -12,8 +12,7 @@ at the next epoch in its own name.
 Each test reads the agents' counters (`status --json`: ``tasks.agent``), the insider's
 inbox (the granters' answers), the tasks as every daemon shows them, and the process
 table: the real run must keep its process (one, with the same pid), its owner and its
-epoch. Two properties do not hold today; their tests are strict xfails that say what
-happens instead (see docs/security.md, "Attack suite").
+epoch. See docs/security.md, "Attack suite".
 """
 
 from __future__ import annotations
@@ -158,18 +157,15 @@ def holds_for(mesh: InsiderMesh, r: Running, seconds: float) -> None:
 
 
 def _submit(mesh: AttackMesh, command: list[str]) -> Running:
-    """Submit through one daemon's API; the replicas are the daemons that took a
-    granter record for it (one submit at a time, so the rise is this task's)."""
+    """Submit through one daemon's API; the replicas are those its signed spec names
+    (`populi-node task ID`), each of which took a granter record for it."""
     ds = mesh.daemons
-    before = {d.name: agent(d)["granter_records"] for d in ds}
     client = ApiClient(ds[0].client.socket_path, timeout=15.0)
     tid = str(client.post("/v1/tasks", {"command": command})["id"])
-
-    def replicas() -> list[Daemon] | None:
-        got = [d for d in ds if agent(d)["granter_records"] == before[d.name] + 1]
-        return got if len(got) == 3 else None
-
-    reps = wait_until(replicas, 15, f"three replicas of {tid} to keep it")
+    named = set(task(ds[0], tid)["spec"]["replicas"])
+    reps = [d for d in ds if d.node_id in named]
+    assert len(reps) == len(named) >= 3, (named, [d.node_id for d in ds])
+    wait_until(lambda: all(agent(d)["granter_records"] >= 1 for d in reps), 15, "records")
     t = wait_until(lambda: (x := task(ds[0], tid))["phase"] == "running" and x, 30, "a run")
     sleep = command[-1] if command[0] == "sleep" else FINISH_SLEEP
     (pid,) = wait_until(lambda: sleepers(sleep), 10, f"the process of {tid}")
@@ -388,11 +384,6 @@ def test_a_claim_at_2_62_in_the_table_leaves_the_run_alone(
     assert changes == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the table merges any member's signed claim: every daemon shows the task"
-    " running at epoch 4611686018427387904 owned by the insider (issue 17)",
-)
 def test_a_claim_at_2_62_does_not_change_what_the_daemons_show(
     insider_mesh: InsiderMesh, poisoned: Poisoned
 ) -> None:
@@ -411,12 +402,6 @@ def test_a_claim_at_2_62_does_not_change_what_the_daemons_show(
     assert shown() == [("running", r.epoch, r.owner.node_id)] * len(insider_mesh.daemons)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cancel names the table's epoch, 2^62, which the agent wire refuses"
-    " (decode_errors at the other replicas): no majority, the API answers after 10 s"
-    " that the replicas did not confirm, and the process keeps running (issue 17)",
-)
 def test_a_task_whose_entry_carries_a_claim_at_2_62_can_still_be_cancelled(
     insider_mesh: InsiderMesh, poisoned: Poisoned
 ) -> None:
@@ -430,13 +415,6 @@ def test_a_task_whose_entry_carries_a_claim_at_2_62_can_still_be_cancelled(
 # Renewing someone else's lease
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a granter takes a renewal from any member (on_renew never checks the"
-    " sender): Renew(task, e+1) in the insider's name moves every replica to it, the"
-    " owner's next renewal is refused as superseded and its run is killed, while every"
-    " daemon still shows it running at e (issue 17)",
-)
 def test_a_renewal_of_someone_elses_lease_is_refused(insider_mesh: InsiderMesh) -> None:
     """Renew(seq, [(task, e+1)]) from the insider to each replica of a running task:
     the lease must stay with its owner and the run must go on."""

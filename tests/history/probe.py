@@ -59,6 +59,7 @@ def _line(fd: int, event: str, task: str, epoch: int, seconds: float, locked: bo
 
 
 def main(argv: list[str]) -> int:
+    argv = argv[:4]  # further arguments are padding (a long command line), ignored
     if len(argv) not in (3, 4):
         print("usage: probe.py LOGDIR SECONDS [EXIT]", file=sys.stderr)
         return 2

@@ -6,9 +6,9 @@ the final tables, the killed daemon's task groups) goes through `checker.check`,
 must find nothing. Each test also checks that the history is not empty of the thing it
 tests, so a probe that never ran cannot pass for a clean history.
 
-Both fail on the code of issue 17 (duplicate and overlapping runs; a killed owner's
-task runs on), so they are marked xfail (not strict) until the lease agent that makes
-ownership a matter of agreement lands; then the marks go.
+The first two failed on the code before issue 17's lease agent (duplicate and
+overlapping runs; a killed owner's task ran on); the third (a spec at the limits)
+failed to submit at all.
 """
 
 from __future__ import annotations
@@ -56,3 +56,19 @@ def test_a_killed_owners_task_finishes_elsewhere_and_dies_with_it(lab: Lab) -> N
     after = [e for e in lab.events() if e.event == "end" and e.time > killed.killed_at]
     assert [e.node for e in after if e.node == killed.node] == []
     assert len(after) == 1 and report.runs == 2, report.summary()
+
+
+@pytest.mark.slow
+def test_a_spec_at_the_limits_travels_and_runs_once(lab: Lab) -> None:
+    """A 4 KiB command and a 4 KiB environment: over a datagram, so the replicas get
+    the spec over a stream and the other members by push-pull."""
+    lab.start(timeout=60)
+    filler = "x" * 3500  # plus the probe's own arguments: about 4 KiB of command
+    env = {f"K{i}": "v" * 120 for i in range(30)}  # 30 x 122 bytes: 3.6 KiB
+    tid = lab.submit(0, 1.0, command=[*lab.command(1.0), filler], env=env)
+    assert tid is not None, "the submit was not acknowledged"
+    settled = lab.settle([tid], timeout=60)
+    report = lab.report()
+    assert report.ok, "\n".join(report.lines())
+    assert settled, "the task never finished and agreed everywhere"
+    assert report.runs == 1, report.summary()

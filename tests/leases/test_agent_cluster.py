@@ -133,17 +133,17 @@ def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
     spec = c.nodes[owner].agent.spec_of(tid)
     assert spec is not None
     evil = next(n for n in c.nodes if n != owner)
+    sign = sign_as(evil)
+    first = spec[0].replicas[0]
     for epoch in (2**62, (1 << 62) - 1, 2):
         for r in spec[0].replicas:
             if r != evil:
-                c._push(c.now, "msg", (evil, r, encode(GrantRequest(tid, epoch, evil), evil,
-                                                       sign_as(evil))))  # fmt: skip
-        c._push(c.now, "msg", (evil, spec[0].replicas[0],
-                               encode(Finish(tid, 1, Ended.SUCCEEDED), evil, sign_as(evil))))  # fmt: skip
+                c._push(c.now, "msg", (evil, r, encode(GrantRequest(tid, epoch, evil), evil, sign)))
+        forged = encode(Finish(tid, 1, Ended.SUCCEEDED), evil, sign)
+        c._push(c.now, "msg", (evil, first, forged))
     for i in range(500):  # cancels of made-up tasks: nothing stored
-        fake = f"{i:032x}"
-        c._push(c.now, "msg", (evil, spec[0].replicas[0],
-                               encode(Finish(fake, 1, Ended.CANCELLED), evil, sign_as(evil))))  # fmt: skip
+        fake = encode(Finish(f"{i:032x}", 1, Ended.CANCELLED), evil, sign)
+        c._push(c.now, "msg", (evil, first, fake))
     c.run_until(2.0)
     counters: dict[str, int] = {}
     for n in c.nodes.values():
@@ -215,7 +215,8 @@ def test_the_checks_catch_an_owner_that_does_not_fence_itself(
 def test_agent_has_no_io() -> None:
     import populi_p2p.leases.agent as module
 
-    source = open(module.__file__).read()
+    with open(module.__file__) as f:
+        source = f.read()
     for word in ("import trio", "import socket", "import time", "sqlite3"):
         assert word not in source
     assert LeaseAgent.__module__ == "populi_p2p.leases.agent"
