@@ -164,12 +164,6 @@ def _build_parser() -> _Parser:
     )
     up.add_argument("--preset", choices=PRESETS, help="membership timing (default lan)")
     up.add_argument(
-        "--submit-acks",
-        type=int,
-        metavar="N",
-        help="members that must persist a submitted task before submit returns (default 1)",
-    )
-    up.add_argument(
         "--task-user",
         metavar="USER",
         help="user tasks run as when the daemon is root (default nobody; root keeps root)",
@@ -587,7 +581,6 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "withhold_gpu": args.withhold_gpu,
         "gpu_probe_interval": args.gpu_probe_interval,
         "preset": args.preset,
-        "submit_acks": args.submit_acks,
         "task_user": args.task_user,
         "log_level": args.log_level,
         "peer_port": args.peer_port,

@@ -262,7 +262,6 @@ class NodeConfig:
     #: Other members that must persist a submitted task before ``submit`` returns
     #: (capped at the live peers, so a one-node mesh needs none). More survives more
     #: simultaneous disk losses; each one waits for a gossip round.
-    submit_acks: int = attrs.field(default=1, validator=attrs.validators.in_(range(0, 17)))
     #: The user tasks run as when the daemon is root: None means ``nobody``; ``root``
     #: keeps root (the operator's explicit choice). A daemon that is not root runs
     #: tasks as itself and may only name itself.
@@ -498,12 +497,6 @@ def _coerce(key: str, value: object) -> object:
     if key in _BOOL_FIELDS:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false")
-        return value
-    if key == "submit_acks":
-        if isinstance(value, str) and value.isdigit():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 16:
-            raise ConfigError(f"submit-acks: {value!r} is not a number from 0 to 16")
         return value
     if key in ("port", "peer_port"):
         if isinstance(value, str) and value.isdigit():

@@ -742,7 +742,8 @@ class LeaseAgent:
                 nxt = min(nxt, now + live_for)
                 continue
             rank = [r for r in rec.spec.replicas if r in live].index(self.me)
-            since = self._need_since.setdefault(tid, now)
+            # Progress restarts the count: a grant or renewal here since we started it.
+            since = max(self._need_since.setdefault(tid, now), rec.heard_at + self._wait)
             due = max(since + rank * self.config.lease_ttl, self._retry_at.get(tid, 0.0))
             if now < due:
                 nxt = min(nxt, due)

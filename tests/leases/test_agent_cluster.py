@@ -177,7 +177,7 @@ def test_a_restarted_granter_waits_a_whole_lease_again() -> None:
     assert c.check() == [] and len(c.runs[tid]) == 2
 
 
-SEEDS = range(40)
+SEEDS = range(20)  # more in the simulator's sweep (docs/simulations.md)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -189,7 +189,7 @@ def test_chaos_keeps_every_invariant(seed: int) -> None:
 def test_the_checks_catch_an_election_without_majorities(monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: one grant is enough (no agreement) → the checks see overlaps."""
     monkeypatch.setattr("populi_p2p.leases.agent.majority", lambda replicas: 1)
-    bad = [s for s in range(15) if chaos(s).check()]
+    bad = [s for s in range(4) if chaos(s).check()]
     assert len(bad) >= 3, bad
 
 
