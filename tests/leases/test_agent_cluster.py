@@ -198,12 +198,20 @@ def test_the_checks_catch_an_owner_that_does_not_fence_itself(
 ) -> None:
     """Control: the cut-off owner of the partition test keeps running past its lease
     (no fence, neither in the agent nor in the executor) → the checks see the overlap."""
-    real = LeaseAgent._stop
+    real_stop, real_event = LeaseAgent._stop, Cluster._event
 
     def no_fence(self, tid, o, reason):  # type: ignore[no-untyped-def]
-        return [] if reason == "fenced" else real(self, tid, o, reason)
+        if reason != "fenced":
+            return real_stop(self, tid, o, reason)
+        o.stopping = "ignored"  # the agent gives the lease up but stops nothing
+        return []
+
+    def no_deadline(self, kind, data):  # type: ignore[no-untyped-def]
+        if kind != "deadline":  # nor does the executor kill it at the deadline
+            real_event(self, kind, data)
 
     monkeypatch.setattr(LeaseAgent, "_stop", no_fence)
+    monkeypatch.setattr(Cluster, "_event", no_deadline)
     c = Cluster(5, seed=3)
     tid = c.submit("n0", 40.0)
     c.run_until(1.0)
