@@ -56,7 +56,7 @@ def test_jumps_and_the_largest_epoch_are_refused() -> None:
     rec = record()
     assert on_grant(rec, "a", 2**62, "evil", 0.0, WAIT) is Refusal.EPOCH_JUMP
     assert on_grant(rec, "a", EPOCH_STEP_MAX + 1, "evil", 0.0, WAIT) is Refusal.EPOCH_JUMP
-    assert on_renew(rec, 2**62, "evil", 0.0) is Refusal.EPOCH_JUMP
+    assert on_renew(rec, 2**62, "evil", 0.0) is Refusal.NOT_OWNER  # renews only its grant
     rec.epoch = EPOCH_MAX
     rec.ended = Ended.RELEASED
     assert on_grant(rec, "a", EPOCH_MAX + 1, "evil", 0.0, WAIT) is Refusal.EPOCH_JUMP

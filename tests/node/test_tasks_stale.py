@@ -1,7 +1,8 @@
 """A result posted late by a killed owner's epoch is rejected by the daemons.
 
-Two daemons on loopback. A task runs on X; X is killed with SIGKILL; Y runs it again
-at the next epoch and succeeds. Then X's own table file is given the late result of
+Three daemons on loopback (two could not re-place anything: a task's replicas need a
+majority). A task runs on X; X is killed with SIGKILL; Y runs it again at the next
+epoch and succeeds. Then X's own table file is given the late result of
 X's epoch (crafted with X's key through the table API, as X would have posted it had
 it woken up), and X restarts: its stale entry reaches Y through the daemons' real
 merge path (the push-pull section), where it is fenced out and counted, and the
@@ -36,25 +37,28 @@ def test_a_late_result_from_a_killed_owner_is_rejected(tmp_path: Any) -> None:
     try:
         a = mesh.start("a")
         b = mesh.start("b", "--bootstrap", a.address)
-        both = {a.node_id: "alive", b.node_id: "alive"}
-        wait_until(lambda: mesh.converged([a, b], both), 30, "two daemons")
+        c = mesh.start("c", "--bootstrap", a.address)
+        alive = {d.node_id: "alive" for d in (a, b, c)}
+        wait_until(lambda: mesh.converged([a, b, c], alive), 30, "three daemons")
         tid = a.client.post("/v1/tasks", {"command": ["sleep", "2"], "retries": 0})["id"]
         first = wait_until(
             lambda: (t := _task(a, tid))["phase"] == "running" and t, 15, "the task to run"
         )
-        x, y = (a, b) if first["owner"] == a.node_id else (b, a)
+        x = next(d for d in (a, b, c) if d.node_id == first["owner"])
+        z = next(d for d in (a, b, c) if d is not x)
         # `logs` on a node that did not run the task fetches it from the one that did.
         seen = wait_until(
-            lambda: (t := _task(y, tid))["phase"] == "running" and t, 15, "Y to see it run"
+            lambda: (t := _task(z, tid))["phase"] == "running" and t, 15, "Z to see it run"
         )
         assert seen["owner"] == x.node_id, seen
-        chunk = y.client.get(f"/v1/tasks/{tid}/logs")
+        chunk = z.client.get(f"/v1/tasks/{tid}/logs")
         assert chunk["id"] == tid and chunk["data"] == "" and chunk["offset"] == 0, chunk
-        x.kill()
+        x.kill()  # two of three replicas are left: a majority re-places it
         done = wait_until(
-            lambda: (t := _task(y, tid))["finished"] and t, 30, "the task to run on the survivor"
+            lambda: (t := _task(z, tid))["finished"] and t, 30, "the task to run on a survivor"
         )
-        assert done["phase"] == "succeeded" and done["owner"] == y.node_id, done
+        y = next(d for d in (a, b, c) if d.node_id == done["owner"])
+        assert done["phase"] == "succeeded" and y is not x, done
         assert done["epoch"] > first["epoch"]
         before = _stale(y)
 
