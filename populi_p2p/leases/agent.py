@@ -261,7 +261,7 @@ class LeaseAgent:
         """After a restart: our granter records (each lease counted live again for a
         whole wait, since we cannot know when we last renewed it) and the table."""
         for rec in records:
-            rec.heard_at = now
+            rec.heard_at, rec.renewed = now, True
             self.grants[rec.task_id] = rec
             if not rec.final:
                 by = rec.spec.submitted_by

@@ -80,6 +80,11 @@ class GrantRecord:
     ended: Ended = Ended.NO
     failures: int = 0
     heard_at: float = 0.0
+    #: Whether the owner renewed the current epoch here since it was granted. A grant
+    #: its owner never renewed protects nothing: the owner starts only once a majority
+    #: renewed, so a proposal that lost its vote does not hold the task for a lease.
+    #: Not persisted: True after a restart (a whole wait again, to be safe).
+    renewed: bool = True
 
     @property
     def final(self) -> bool:
@@ -90,7 +95,7 @@ class GrantRecord:
 
     def live(self, now: float, wait: float) -> float:
         """Seconds the current lease stays live here (0: grantable)."""
-        if self.epoch == 0 or self.ended is not Ended.NO:
+        if self.epoch == 0 or self.ended is not Ended.NO or not self.renewed:
             return 0.0
         return max(0.0, self.heard_at + wait - now)
 
@@ -114,6 +119,7 @@ def on_grant(
     if rec.live(now, wait) > 0:
         return Refusal.LEASE_LIVE
     rec.epoch, rec.owner, rec.ended, rec.heard_at = epoch, owner, Ended.NO, now
+    rec.renewed = False
     return None
 
 
@@ -130,7 +136,7 @@ def on_renew(rec: GrantRecord, epoch: int, owner: str, now: float) -> Refusal | 
         return Refusal.SUPERSEDED
     if epoch > rec.epoch or owner != rec.owner:
         return Refusal.NOT_OWNER
-    rec.heard_at = now
+    rec.heard_at, rec.renewed = now, True
     return None
 
 
