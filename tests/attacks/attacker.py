@@ -245,6 +245,11 @@ class Insider(Attacker):
         self._thread: threading.Thread | None = None
         self.inbox: list[tuple[str, Any]] = []  # (sender, agent message) received
         self.acked = 0
+        #: Datagrams received, those that did not open or decode, and the last error
+        #: the responder survived (for a failing test's message).
+        self.received = 0
+        self.unopened = 0
+        self.errors: list[str] = []
 
     def lease_sign(self, data: bytes) -> bytes:
         """What `LeaseService` signs with: the lease context, our key."""
@@ -310,6 +315,18 @@ class Insider(Attacker):
     def agent_messages(self, kind: type) -> list[tuple[str, Any]]:
         return [(s, m) for s, m in list(self.inbox) if isinstance(m, kind)]
 
+    def diagnose(self) -> str:
+        """What the responder saw: for the message of a test that waited in vain."""
+        kinds: dict[str, int] = {}
+        for _, m in list(self.inbox):
+            kinds[type(m).__name__] = kinds.get(type(m).__name__, 0) + 1
+        alive = self._thread is not None and self._thread.is_alive()
+        return (
+            f"responder alive={alive}, datagrams={self.received}, unopened={self.unopened}"
+            f" (auth drops {self.auth.drops.as_dict()}), acked={self.acked}, inbox={kinds},"
+            f" errors={self.errors[-3:]}"
+        )
+
     def _respond(self) -> None:
         self.sock.settimeout(0.2)
         while not self._stop.is_set():
@@ -317,23 +334,34 @@ class Insider(Attacker):
                 data, _ = self.sock.recvfrom(65536)
             except TimeoutError:
                 continue
-            except OSError:
-                return
-            try:
-                opened = self.auth.open(data, time.time())
-                messages = wire.decode_packet(opened.payload)
-            except Exception:  # not ours to judge: skip it
+            except OSError as exc:
+                if self._stop.is_set() or self.sock.fileno() < 0:
+                    return
+                self.errors.append(f"recvfrom: {exc!r}")  # e.g. an ICMP error: go on
                 continue
-            for message in messages:
-                if isinstance(message, wire.Ping) and message.target == self.node_id:
-                    ack = self.seal(wire.Ack(message.seq), recipient=opened.sender_node_id)
-                    self.sock.sendto(ack, message.source_address)
-                    self.acked += 1
-                elif isinstance(message, wire.App) and message.payload[:1] == bytes(
-                    [AppKind.LEASE_AGENT]
-                ):
-                    try:
-                        got = agent_wire.decode(message.payload[1:], lambda *_: True)
-                    except LeaseDecodeError:
-                        continue
-                    self.inbox.append(got)
+            self.received += 1
+            try:
+                self._handle(data)
+            except Exception as exc:  # the responder must outlive anything it is sent
+                self.errors.append(repr(exc))
+
+    def _handle(self, data: bytes) -> None:
+        try:
+            opened = self.auth.open(data, time.time())
+            messages = wire.decode_packet(opened.payload)
+        except Exception:  # not ours to judge: skip it
+            self.unopened += 1
+            return
+        for message in messages:
+            if isinstance(message, wire.Ping) and message.target == self.node_id:
+                ack = self.seal(wire.Ack(message.seq), recipient=opened.sender_node_id)
+                self.sock.sendto(ack, message.source_address)
+                self.acked += 1
+            elif isinstance(message, wire.App) and message.payload[:1] == bytes(
+                [AppKind.LEASE_AGENT]
+            ):
+                try:
+                    got = agent_wire.decode(message.payload[1:], lambda *_: True)
+                except LeaseDecodeError:
+                    continue
+                self.inbox.append(got)

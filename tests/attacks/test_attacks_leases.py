@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,19 @@ def unchanged_run(mesh: InsiderMesh, r: Running) -> str | None:
     return None
 
 
+def answered(mesh: InsiderMesh, condition: Callable[[], bool], what: str) -> None:
+    """Wait for the insider's inbox to satisfy `condition`; if it never does, say what
+    the insider's responder saw and how each daemon holds the insider."""
+    try:
+        wait_until(condition, 10, what)
+    except WaitTimeout as exc:
+        views = {}
+        for d in mesh.daemons:
+            rows = [m for m in d.members() if m["node_id"] == mesh.insider.node_id]
+            views[d.name] = rows[0]["state"] if rows else "unknown"
+        raise AssertionError(f"{exc}: {mesh.insider.diagnose()}; daemons hold it {views}") from None
+
+
 def holds_for(mesh: InsiderMesh, r: Running, seconds: float) -> None:
     """Assert the run stays unchanged for `seconds` (a window that covers renewal
     rounds: a stolen grant would show at the owner's next renewal, a stop at once)."""
@@ -230,7 +243,7 @@ def test_a_forged_success_for_a_task_it_does_not_own_is_refused(
         got = insider.agent_messages(FinishAnswer)
         return {(s, m.epoch, m.refusal) for s, m in got if m.task_id == r.tid}
 
-    wait_until(lambda: want <= answers(), 10, "each replica to answer NOT_OWNER to the insider")
+    answered(mesh, lambda: want <= answers(), "each replica to answer NOT_OWNER to the insider")
     holds_for(mesh, r, 1.0)
     done = wait_until(
         lambda: (t := task(r.owner, r.tid))["finished"] and t, 60, "the real end"
@@ -286,7 +299,7 @@ def test_grant_requests_for_a_running_task_are_refused(insider_mesh: InsiderMesh
         got = insider.agent_messages(GrantAnswer)
         return {(s, m.epoch, m.refusal, m.held_epoch) for s, m in got if m.task_id == r.tid}
 
-    wait_until(lambda: want <= answers(), 10, "each replica to answer the insider")
+    answered(mesh, lambda: want <= answers(), "each replica to answer the insider")
     # Two renewal rounds: a grant that went through would supersede the owner's lease.
     holds_for(mesh, r, 2 * RENEW_INTERVAL)
     for d in mesh.daemons:
