@@ -248,6 +248,10 @@ class Insider(Attacker):
         #: Datagrams received, those that did not open or decode, and the last error
         #: the responder survived (for a failing test's message).
         self.received = 0
+        #: Our incarnation: raised to refute a suspicion, as a member does.
+        self.incarnation = 1
+        self.refuted = 0
+        self._record = b""
         self.unopened = 0
         self.errors: list[str] = []
 
@@ -274,7 +278,8 @@ class Insider(Attacker):
 
     def join(self, target: Address, target_id: str) -> None:
         """Announce ourselves (Alive with our record) to one member; gossip does the rest."""
-        alive = wire.Alive(self.node_id, 1, self.address, self.record())
+        self._record = self.record()
+        alive = wire.Alive(self.node_id, self.incarnation, self.address, self._record)
         self.send(target, self.seal(alive, recipient=target_id))
 
     def agent(self, message: AgentMessage) -> wire.App:
@@ -323,7 +328,8 @@ class Insider(Attacker):
         alive = self._thread is not None and self._thread.is_alive()
         return (
             f"responder alive={alive}, datagrams={self.received}, unopened={self.unopened}"
-            f" (auth drops {self.auth.drops.as_dict()}), acked={self.acked}, inbox={kinds},"
+            f" (auth drops {self.auth.drops.as_dict()}), acked={self.acked},"
+            f" refuted={self.refuted}, inbox={kinds},"
             f" errors={self.errors[-3:]}"
         )
 
@@ -331,7 +337,7 @@ class Insider(Attacker):
         self.sock.settimeout(0.2)
         while not self._stop.is_set():
             try:
-                data, _ = self.sock.recvfrom(65536)
+                data, source = self.sock.recvfrom(65536)
             except TimeoutError:
                 continue
             except OSError as exc:
@@ -341,11 +347,11 @@ class Insider(Attacker):
                 continue
             self.received += 1
             try:
-                self._handle(data)
+                self._handle(data, source)
             except Exception as exc:  # the responder must outlive anything it is sent
                 self.errors.append(repr(exc))
 
-    def _handle(self, data: bytes) -> None:
+    def _handle(self, data: bytes, source: Address) -> None:
         try:
             opened = self.auth.open(data, time.time())
             messages = wire.decode_packet(opened.payload)
@@ -357,6 +363,14 @@ class Insider(Attacker):
                 ack = self.seal(wire.Ack(message.seq), recipient=opened.sender_node_id)
                 self.sock.sendto(ack, message.source_address)
                 self.acked += 1
+            elif isinstance(message, (wire.Suspect, wire.Dead)) and message.name == self.node_id:
+                # A late ack on a loaded machine: refute, as a member does, so that
+                # our record stays trusted for the rest of the module.
+                if message.incarnation >= self.incarnation and self._record:
+                    self.incarnation = message.incarnation + 1
+                    alive = wire.Alive(self.node_id, self.incarnation, self.address, self._record)
+                    self.sock.sendto(self.seal(alive, recipient=opened.sender_node_id), source)
+                    self.refuted += 1
             elif isinstance(message, wire.App) and message.payload[:1] == bytes(
                 [AppKind.LEASE_AGENT]
             ):
