@@ -319,6 +319,7 @@ class Node:
         self.task_logs = TaskLogs(
             creds.identity.node_id, find=self.leases.find, executor=self.executor,
             record_of=parts.roster.records.get, peer_client=lambda: self.peer_client,
+            is_member=membership.is_live,
         )  # fmt: skip
         self.task_logs.register_peer_routes(self.peer_routes)
         host = self.inference_host = InferenceHost(
@@ -338,6 +339,11 @@ class Node:
         status = self._view.status()
         if self._leases is not None:
             status["tasks"] = self._leases.summary()
+            if self.task_logs is not None:
+                status["tasks"]["logs_refused_not_member"] = self.task_logs.refused_not_member
+        host = self.inference_host
+        if host is not None and host.peer_api is not None:
+            status["node"]["peer_port"] = getattr(host.peer_api, "port", None)
         return status
 
     def _lease_outcomes(self) -> list[Outcome] | None:

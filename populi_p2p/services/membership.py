@@ -143,6 +143,11 @@ class MembershipService:
     def member(self, node_id: str) -> Member | None:
         return self._core.member(node_id)
 
+    def is_live(self, node_id: str) -> bool:
+        """Whether `node_id` is a current member: alive or suspect in our view."""
+        member = self._core.member(node_id)
+        return member is not None and member.state in _LIVE
+
     def live_peers(self) -> list[Member]:
         """Alive or suspect members other than us."""
         return [m for m in self._core.members() if m.name != self.node_id and m.state in _LIVE]

@@ -7,9 +7,13 @@ the bytes arrive exactly as written.
 
 When another node ran the task's latest epoch, `TaskLogs` fetches the chunk from that
 node over the peer API (`LOG_PEER_PATH`, a signed call that only enrolled, unrevoked
-members pass), with the same checks on both sides and a bounded wait, so ``logs`` and
+keys pass), with the same checks on both sides and a bounded wait, so ``logs`` and
 ``logs --follow`` work from any node. An owner that is gone or does not answer is one
 line naming it.
+
+A certificate alone does not read anyone's output: the peer route answers a caller that
+is a current member (alive or suspect in our membership) or the node that accepted the
+task; any other caller gets 403 and is counted (`refused_not_member`).
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ class TaskLogs:
         executor: this node's executor (holds the logs of what ran here).
         record_of: a member's verified record (its ``peer`` section gives the port).
         peer_client: signed calls to members (None until the peer API is up).
+        is_member: whether a node id is a current member (alive or suspect here).
         timeout: seconds one fetch from the owner may take.
     """
 
@@ -129,10 +134,14 @@ class TaskLogs:
         executor: ExecutorService,
         record_of: Callable[[str], NodeRecord | None],
         peer_client: Callable[[], PeerClient | None],
+        is_member: Callable[[str], bool],
         timeout: float = LOG_FETCH_TIMEOUT,
     ) -> None:
         self._me, self._find, self._executor = me, find, executor
         self._record_of, self._peer, self._timeout = record_of, peer_client, timeout
+        self._is_member = is_member
+        #: Peer calls refused: the caller is neither a member nor the task's acceptor.
+        self.refused_not_member = 0
 
     def register_peer_routes(self, routes: PeerRoutes) -> None:
         routes.add("GET", LOG_PEER_PATH, self._serve)
@@ -195,6 +204,10 @@ class TaskLogs:
             entry = self._find(query.get("id", ""))
             if entry.task_id != query.get("id"):
                 raise LookupError("ask with the full task id")
+            acceptor = entry.spec.submitted_by if entry.spec is not None else None
+            if request.caller != acceptor and not self._is_member(request.caller):
+                self.refused_not_member += 1
+                return _json(403, {"error": "task output is served to current members only"})
             answer = read_log(
                 self._executor, entry, self._me, query.get("stream", "stdout"),
                 query.get("offset", "0"),

@@ -279,3 +279,52 @@ def test_an_insiders_flood_of_pulls_costs_bounded_answers(attack_mesh: AttackMes
         assert changes == []
     finally:
         attacker.close()
+
+
+def test_task_output_is_served_to_members_only(attack_mesh: AttackMesh) -> None:
+    """An enrolled certificate that never ran a daemon asks the owner's peer API for a
+    task's output (issue 18, row 6): 403, counted, no byte of it; a member's
+    ``logs`` (another daemon fetching from the owner) still gets the output."""
+    import base64
+
+    import trio
+
+    from populi_p2p.identity import NodeIdentity
+    from populi_p2p.inference.peer_auth import PeerCallSigner
+    from populi_p2p.inference.peer_client import PeerClient, peer_base_url
+    from populi_p2p.services.task_logs import LOG_PEER_PATH
+
+    daemons = attack_mesh.daemons
+    first = daemons[0]
+    tid = str(first.client.post("/v1/tasks", {"command": ["echo", "secret-output"]})["id"])
+
+    def ended() -> dict[str, object] | None:
+        t = first.client.get(f"/v1/tasks/{tid}")
+        return t if t["finished"] else None  # type: ignore[no-any-return]
+
+    done = wait_until(ended, 30, "the task to end")
+    assert done["phase"] == "succeeded", done
+    owner = next(d for d in daemons if d.node_id == done["owner"])
+    other = next(d for d in daemons if d is not owner)
+    port = owner.status()["node"]["peer_port"]
+    identity = NodeIdentity.generate()
+    cert = attack_mesh.mesh.authority.enroll(identity.public_key, now=time.time())
+    before = owner.status()["tasks"]["logs_refused_not_member"]
+
+    async def fetch() -> tuple[int, bytes]:
+        client = PeerClient(PeerCallSigner(identity, cert.raw, clock=time.time))
+        try:
+            path = f"{LOG_PEER_PATH}?id={tid}&stream=stdout&offset=0"
+            base = peer_base_url(owner.address.rsplit(":", 1)[0], port)
+            r = await client.call(owner.node_id, base, "GET", path)
+            return r.status_code, r.content
+        finally:
+            await client.aclose()
+
+    status, body = trio.run(fetch)
+    assert status == 403, (status, body)
+    assert b"secret-output" not in body and base64.b64encode(b"secret-output") not in body
+    assert owner.status()["tasks"]["logs_refused_not_member"] == before + 1
+    chunk = other.client.get(f"/v1/tasks/{tid}/logs?stream=stdout&offset=0")
+    assert base64.b64decode(chunk["data"]) == b"secret-output\n"
+    TALLY.add("an enrolled non-member asks for a task's output", 1, 0)

@@ -34,11 +34,14 @@ from populi_p2p.services.task_logs import (
 
 TID = "t" * 32
 OWNER = "o" * 64
+ACCEPTOR = "a" * 64
+MEMBER = "m" * 64
 
 
 def _entry(owner: str | None = OWNER) -> TaskEntry:
     claims = [] if owner is None else [SimpleNamespace(epoch=1, owner=owner, phase=Phase.RUNNING)]
-    return cast(TaskEntry, SimpleNamespace(task_id=TID, claims=claims))
+    spec = SimpleNamespace(submitted_by=ACCEPTOR)
+    return cast(TaskEntry, SimpleNamespace(task_id=TID, claims=claims, spec=spec))
 
 
 def _find(task_id: str) -> TaskEntry:
@@ -78,7 +81,8 @@ def _logs(tmp_path: Path, peer: _Peer | None, record: NodeRecord | None = None) 
     return TaskLogs(
         "me" * 32, find=_find, executor=executor,
         record_of=lambda node: record if node == OWNER else None,
-        peer_client=lambda: cast(PeerClient | None, peer), timeout=5.0,
+        peer_client=lambda: cast(PeerClient | None, peer), is_member={MEMBER}.__contains__,
+        timeout=5.0,
     )  # fmt: skip
 
 
@@ -164,8 +168,30 @@ async def test_the_peer_route_checks_like_the_local_route(
     _logs(tmp_path, None).register_peer_routes(routes)
     handler = routes.find("GET", LOG_PEER_PATH)
     assert callable(handler)
-    answer = await handler(PeerRequest("caller", "GET", LOG_PEER_PATH, query, b""))
+    answer = await handler(PeerRequest(MEMBER, "GET", LOG_PEER_PATH, query, b""))
     assert answer.status == status and isinstance(answer.body, bytes)
     error: Any = json.loads(answer.body)["error"]
     assert isinstance(error, str) and "\n" not in error
     assert re.search(says, error), error
+
+
+@pytest.mark.parametrize(
+    ("caller", "status"), [(MEMBER, 404), (ACCEPTOR, 404), (OWNER, 403), ("x" * 64, 403)]
+)
+async def test_the_peer_route_serves_only_members_and_the_acceptor(
+    tmp_path: Path, caller: str, status: int
+) -> None:
+    """An enrolled key that is not a current member (here: not even the last owner, now
+    gone) reads nothing, and is counted; a member or the task's acceptor gets the route's
+    answer (404 here: this node never ran the task)."""
+    logs = _logs(tmp_path, None)
+    routes = PeerRoutes()
+    logs.register_peer_routes(routes)
+    handler = routes.find("GET", LOG_PEER_PATH)
+    assert callable(handler)
+    answer = await handler(PeerRequest(caller, "GET", LOG_PEER_PATH, f"id={TID}", b""))
+    assert answer.status == status
+    assert logs.refused_not_member == (status == 403)
+    if status == 403:
+        assert isinstance(answer.body, bytes)
+        assert json.loads(answer.body)["error"] == "task output is served to current members only"
