@@ -1,4 +1,5 @@
-"""``POST /v1/chat/completions`` and ``/v1/completions``: read the request, route it,
+"""``POST /v1/chat/completions`` and ``/v1/completions``: read the request, check it
+(`request_check`: a client's mistake is its 400, before any node is tried), route it,
 relay it (streamed or whole), and log where it went."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from .catalogue import ModelCatalogue
 from .keys import ApiKey
 from .openai_errors import openai_error
 from .relay import Relay
+from .request_check import InvalidRequest, check_request, describe
 from .request_log import RequestLog
 from .route import Candidate, RouteDecision
 
@@ -21,6 +23,48 @@ __all__ = ["MAX_REQUEST_BODY", "CompletionHandler"]
 #: The largest request body the public API reads, bytes.
 MAX_REQUEST_BODY: Final = 4 * 1024 * 1024
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class _Refused(Exception):
+    """The request is refused before routing: `status` and OpenAI's error `body`."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object. Raises `_Refused` (400)."""
+    try:
+        request = json.loads(raw)
+    except RecursionError:
+        message = "the body is nested too deeply to read: send a flat JSON object"
+        raise _Refused(400, openai_error(message, "invalid_request_error")) from None
+    except ValueError as exc:
+        message = f"the body is not a JSON object ({exc})"
+        raise _Refused(400, openai_error(message, "invalid_request_error")) from None
+    if not isinstance(request, dict):
+        message = f"the body is not a JSON object (it is {describe(request)})"
+        raise _Refused(400, openai_error(message, "invalid_request_error"))
+    return request
+
+
+def _accepted(request: dict[str, Any], chat: bool, key: ApiKey | None) -> str:
+    """The model `request` names, once it may be routed: the model is named and the key
+    may use it, and the request is well formed (`request_check`). Raises `_Refused`."""
+    model = request.get("model")
+    if not isinstance(model, str) or not model:
+        message = 'say which model: the body needs "model" (GET /v1/models lists them)'
+        raise _Refused(400, openai_error(message, "invalid_request_error", param="model"))
+    if key is not None and key.models and model not in key.models:
+        message = f"API key {key.name!r} may use only: {', '.join(key.models)}"
+        raise _Refused(403, openai_error(message, "permission_denied", "model_not_allowed"))
+    try:
+        check_request(request, chat)
+    except InvalidRequest as exc:
+        raise _Refused(400, exc.body()) from None
+    return model
 
 
 class CompletionHandler:
@@ -41,41 +85,13 @@ class CompletionHandler:
         self, path: str, chat: bool, receive: Receive, send: Send, key: ApiKey | None
     ) -> None:
         try:
-            raw = await read_body(receive, MAX_REQUEST_BODY)
-            request = json.loads(raw)
-            if not isinstance(request, dict):
-                raise ValueError("not a JSON object")
+            request = _decode(await read_body(receive, MAX_REQUEST_BODY))
+            model = _accepted(request, chat, key)
         except BodyTooLarge as exc:
             await send_json(send, 413, openai_error(str(exc), "invalid_request_error"))
             return
-        except ValueError as exc:
-            await send_json(
-                send,
-                400,
-                openai_error(f"the body is not a JSON object ({exc})", "invalid_request_error"),
-            )
-            return
-        model = request.get("model")
-        if not isinstance(model, str) or not model:
-            await send_json(
-                send,
-                400,
-                openai_error(
-                    'say which model: the body needs "model" (GET /v1/models lists them)',
-                    "invalid_request_error",
-                ),
-            )
-            return
-        if key is not None and key.models and model not in key.models:
-            await send_json(
-                send,
-                403,
-                openai_error(
-                    f"API key {key.name!r} may use only: {', '.join(key.models)}",
-                    "permission_denied",
-                    "model_not_allowed",
-                ),
-            )
+        except _Refused as exc:  # the client's mistake: never a node's fault
+            await send_json(send, exc.status, exc.body)
             return
         decision_start = time.perf_counter()
         decision, view = self._decide(model)
@@ -85,7 +101,7 @@ class CompletionHandler:
             await send_json(send, status, body)
             return
         names = {c.node_id: c.name for c in view}
-        streamed = bool(request.get("stream"))
+        streamed = request.get("stream") is True
         entry = self._log.open(model, path, streamed, decision, names, decision_ms)
         route_header = (b"x-populi-route", decision.header().encode())
         if streamed:

@@ -17,11 +17,14 @@ from .engines import EngineService
 from .openai_errors import openai_error
 from .peer_api import PeerRequest, PeerResponse
 
-__all__ = ["PEER_PREFIX", "LocalEngine"]
+__all__ = ["ENGINE_ANSWER_HEADER", "PEER_PREFIX", "LocalEngine"]
 
 #: The peer routes' prefix: ``/v1/chat/completions`` is served at
 #: ``/peer/v1/engine/chat/completions``.
 PEER_PREFIX: Final = "/peer/v1/engine"
+#: Set on every answer the peer route relays from the engine, so that the calling node
+#: tells the engine's 4xx (the client's answer) from the peer API's own (a refused call).
+ENGINE_ANSWER_HEADER: Final = "x-populi-engine-answer"
 
 
 class LocalEngine:
@@ -108,4 +111,9 @@ class LocalEngine:
                     yield chunk
 
         content_type = response.headers.get("content-type", "application/json")
-        return PeerResponse(response.status_code, body(), content_type=content_type)
+        return PeerResponse(
+            response.status_code,
+            body(),
+            content_type=content_type,
+            headers={ENGINE_ANSWER_HEADER: "1"},
+        )

@@ -7,6 +7,9 @@ from typing import Any
 __all__ = ["openai_error"]
 
 
-def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    """``{"error": {...}}`` as OpenAI answers; `message` says what to do."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+def openai_error(
+    message: str, kind: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """``{"error": {...}}`` as OpenAI answers; `message` says what to do, `param` names
+    the request field at fault (``messages[0].role``), if one is."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -1,7 +1,11 @@
 """The relay: one client request, served by the route's nodes in turn, as one stream.
 
-Before the first byte reaches the client, a refused or reset connection, a timeout or
-an engine error (5xx) moves to the next node at once. Once the stream has started, a
+Before the first byte reaches the client, a refused or reset connection, a timeout, an
+engine error (5xx) or a refusal by the node's peer API (`UpstreamRefused`) moves to the
+next node at once. An engine's 4xx is the client's answer: passed back as it is, never
+a node fault, never a failover (a 4xx to a continuation, mid-stream, is neither the
+client's nor the node's fault: the next node is asked, and nobody's reliability
+changes). Once the stream has started, a
 lost connection, a gap between tokens longer than the stall timeout, an error event
 from the engine, or the membership saying the node is no longer alive (checked every
 `WATCH_INTERVAL`) moves the stream to the next node with a continuation request (the
@@ -42,7 +46,7 @@ from .sse import (
     split_events,
 )
 
-__all__ = ["Attempt", "GapStats", "OpenUpstream", "Relay", "StreamResult"]
+__all__ = ["Attempt", "GapStats", "OpenUpstream", "Relay", "StreamResult", "UpstreamRefused"]
 
 #: Seconds between checks that the serving node is still alive, mid-stream.
 WATCH_INTERVAL: Final = 0.1
@@ -75,12 +79,21 @@ class GapStats:
         return max(3 * p99, STALL_FLOOR)
 
 
+class UpstreamRefused(httpx.HTTPError):
+    """The node refused the call itself, before its engine saw it (a peer API's 401,
+    404, 413): a node fault, unlike the engine's own 4xx. The message says why."""
+
+
+def _why(exc: httpx.HTTPError) -> str:
+    return str(exc) if isinstance(exc, UpstreamRefused) else type(exc).__name__
+
+
 @attrs.frozen
 class Attempt:
     """One node's part in serving a request."""
 
     node: str
-    outcome: str  # "served", "refused: ...", "broken: ...", "client error"
+    outcome: str  # "served", "refused: ...", "broken: ...", "client error (4xx)"
     tokens: int = 0
 
 
@@ -142,16 +155,18 @@ class Relay:
                     data = await response.aread()
                     status = response.status_code
             except httpx.HTTPError as exc:
-                attempts.append(Attempt(node, f"refused: {type(exc).__name__}"))
+                attempts.append(Attempt(node, f"refused: {_why(exc)}"))
                 self._on_outcome(node, False)
                 continue
             if status >= 500:
                 attempts.append(Attempt(node, f"refused: engine answered {status}"))
                 self._on_outcome(node, False)
                 continue
-            attempts.append(Attempt(node, "served" if status < 400 else "client error"))
-            if status < 400:
-                self._on_outcome(node, True)
+            if status >= 400:  # the engine's answer to the client's request
+                attempts.append(Attempt(node, f"client error ({status})"))
+                return status, data, node, attempts
+            attempts.append(Attempt(node, "served"))
+            self._on_outcome(node, True)
             return status, data, node, attempts
         return 0, b"", None, attempts
 
@@ -185,14 +200,22 @@ class Relay:
             sent_before = result.tokens
             try:
                 async with self._open(node, path, raw) as response:
-                    if response.status_code != 200:
+                    status = response.status_code
+                    if status != 200:
                         data = await response.aread()
-                        if response.status_code < 500 and not started:
-                            result.attempts.append(Attempt(node, "client error"))
-                            result.status = response.status_code
-                            await start(response.status_code, node, data)
+                        if not 400 <= status < 500:
+                            raise _Broken(f"engine answered {status}")
+                        if not started:  # the engine's answer to the client's request
+                            result.attempts.append(Attempt(node, f"client error ({status})"))
+                            result.status = status
+                            await start(status, node, data)
                             return result
-                        raise _Broken(f"engine answered {response.status_code}")
+                        # It refused our continuation: not the node's fault, nor the
+                        # client's (it was served until the break); ask the next node.
+                        result.attempts.append(
+                            Attempt(node, f"client error ({status}) to the continuation")
+                        )
+                        continue
                     if not started:
                         started = True
                         result.status, result.first_node = 200, node
@@ -204,7 +227,7 @@ class Relay:
                     await emit(tail + DONE)  # one write: the last events and the [DONE]
                     return result
             except (httpx.HTTPError, _Broken) as exc:
-                why = exc.why if isinstance(exc, _Broken) else type(exc).__name__
+                why = exc.why if isinstance(exc, _Broken) else _why(exc)
                 result.attempts.append(
                     Attempt(node, ("broken: " if started else "refused: ") + why)
                 )

@@ -37,11 +37,11 @@ from .catalogue import ModelCatalogue
 from .completions import CompletionHandler
 from .engines import EngineService
 from .keys import ApiKey, ApiKeyChecker
-from .local_engine import PEER_PREFIX, LocalEngine
+from .local_engine import ENGINE_ANSWER_HEADER, PEER_PREFIX, LocalEngine
 from .openai_errors import openai_error
 from .peer_api import PeerRoutes
 from .peer_client import PeerClient, peer_base_url
-from .relay import Relay
+from .relay import Relay, UpstreamRefused
 from .request_log import RequestLog
 from .route import Candidate, RouteDecision, choose_route
 
@@ -56,6 +56,16 @@ RELIABILITY_REFRESH: Final = 0.5
 _ROUTED: Final = {"/v1/chat/completions": True, "/v1/completions": False}
 
 _log = get_logger("inference")
+
+
+async def _excerpt(response: httpx.Response, limit: int = 200) -> str:
+    """The start of `response`'s body, on one line (at most `limit` bytes read)."""
+    data = b""
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) >= limit:
+            break
+    return " ".join(data[:limit].decode("utf-8", "replace").split())
 
 
 class InferenceService:
@@ -232,6 +242,8 @@ class InferenceService:
             raise httpx.ConnectError(f"no peer address for {node}")
         base = peer_base_url(*address)
         async with self._peer.stream(node, base, "POST", PEER_PREFIX + path[3:], body) as r:
+            if 400 <= r.status_code < 500 and ENGINE_ANSWER_HEADER not in r.headers:
+                raise UpstreamRefused(f"its peer API answered {r.status_code}: {await _excerpt(r)}")
             yield r
 
     ####################################################################################

@@ -7,6 +7,8 @@ that already ends with words) resumes at the next index, as a real model continu
 its own prefix would.
 
 Run: ``python -m populi_p2p.inference.standin --port 8081 --model tiny --tokens 50``.
+Like a real engine it refuses a request it cannot serve with a 400: a ``max_tokens``
+that is not a positive integer, or more than its context length (vLLM's answer).
 Faults: ``--delay`` seconds per token, ``--error`` (every completion is a 500),
 ``--crash-at K`` (the process exits after token K, mid-stream), ``--stall-at K``
 (stops sending after token K but keeps the connection). Each also reads an env var
@@ -95,6 +97,13 @@ class StandinEngine:
         if cfg.error:
             await send_json(send, 500, {"error": {"message": "stand-in engine error"}})
             return
+        refusal = _refusal(body, cfg.context_length)
+        if refusal is not None:
+            await send_json(send, 400, {"error": {
+                "message": refusal, "type": "invalid_request_error", "param": "max_tokens",
+                "code": None,
+            }})  # fmt: skip
+            return
         if chat:
             messages = body.get("messages") or [{}]
             last = messages[-1] if isinstance(messages[-1], dict) else {}
@@ -106,7 +115,7 @@ class StandinEngine:
         words = [f"w{i} " for i in range(start, max(start, min(cfg.tokens, start + limit)))]
         kind = "chat.completion" if chat else "text_completion"
         created = int(time.time())
-        if not body.get("stream"):
+        if body.get("stream") is not True:  # as real engines read it: "false" is not
             for _ in words:
                 await trio.sleep(cfg.delay)
             text = "".join(words)
@@ -141,6 +150,21 @@ class StandinEngine:
         chunk = {"id": "standin", "object": kind, "created": created, "model": cfg.model,
                  "choices": [{"index": 0, "finish_reason": "stop", **end}]}  # fmt: skip
         yield b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+def _refusal(body: dict[str, Any], context_length: int) -> str | None:
+    """Why the engine refuses `body` (a 400), if it does."""
+    limit = body.get("max_tokens")
+    if limit is None:
+        return None
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return f"max_tokens must be a positive integer, got {limit!r}"
+    if limit > context_length:
+        return (
+            f"This model's maximum context length is {context_length} tokens. However, you"
+            f" requested {limit} tokens. Please reduce the length of the messages or completion."
+        )
+    return None
 
 
 def _env(name: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -22,6 +23,7 @@ from populi_p2p.inference.peer_client import PeerClient
 from populi_p2p.inference.route import Candidate
 from populi_p2p.inference.service import InferenceService
 from populi_p2p.inference.standin import StandinConfig, StandinEngine
+from populi_p2p.leases.reliability import Outcome
 
 from .conftest import AUTHORITY, CERTS, keys
 
@@ -112,6 +114,7 @@ class Mesh:
     async def start_front(
         self, nursery: trio.Nursery, identity: Any, *, stall_timeout: float | None = None,
         key_checker: ApiKeyChecker | None = None, first_token_timeout: float | None = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> InferenceService:  # fmt: skip
         self.members[identity.node_id] = Member(identity.node_id, "front")
         client = PeerClient(PeerCallSigner(identity, CERTS[identity.node_id], clock=time.time))
@@ -119,6 +122,7 @@ class Mesh:
             identity.node_id, view=self.view, address_of=self.address_of, peer_client=client,
             engines=None, listen=("127.0.0.1", 0), keys=key_checker, stall_timeout=stall_timeout,
             state_of=lambda n: self.members[n].state if n in self.members else None,
+            on_outcome=on_outcome,
         )  # fmt: skip
         if first_token_timeout is not None:
             service.relay.first_token_timeout = first_token_timeout
