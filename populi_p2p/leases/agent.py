@@ -65,6 +65,7 @@ from .agent_wire import (
     Own,
     Renew,
     RenewAnswer,
+    RenewDigest,
     SpecWanted,
     decode,
     encode,
@@ -73,6 +74,7 @@ from .config import LeaseConfig
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
 from .reliability import earned_reliability
+from .renewals import RenewalRounds, lease_digest, renewable
 from .wire import DecodeError, encode_entries
 
 __all__ = ["LeaseAgent", "majority", "replicas_for"]
@@ -82,8 +84,6 @@ PLACE_INTERVAL: Final = 1.0
 #: Unfinished tasks one member may have offered to this granter: bounds what one
 #: member can make us store.
 OPEN_OFFERS_PER_MEMBER_MAX: Final = 20_000
-#: Renewal rounds remembered for late answers.
-ROUNDS_KEPT: Final = 64
 
 #: The ends an owner writes into the table, as the granters record them.
 _ENDS: Final = {
@@ -205,8 +205,7 @@ class LeaseAgent:
         self._pending: dict[tuple[str, str], _Pending] = {}  # (what, task) -> pending
         self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
         self._open_by: dict[str, int] = {}  # submitter -> unfinished offers held here
-        self._seq = 0
-        self._rounds: dict[int, tuple[float, dict[str, list[str]]]] = {}
+        self._rounds = RenewalRounds(keep_for=config.lease_ttl)
         self._renew_at: float | None = None
         self._check_at = 0.0
         self._acks: dict[tuple[str, int, float], set[str]] = {}  # (task, epoch, round)
@@ -405,6 +404,8 @@ class LeaseAgent:
                 return self._on_own(sender, msg, now)
             case Renew():
                 return self._on_renew(sender, msg, now)
+            case RenewDigest():
+                return self._on_renew_digest(sender, msg, now)
             case RenewAnswer():
                 return self._on_renew_answer(sender, msg, now)
             case Finish():
@@ -492,6 +493,16 @@ class LeaseAgent:
             elif before != (rec.epoch, rec.owner, rec.ended):
                 self._persist(rec)
         return self._to(sender, RenewAnswer(msg.seq, tuple(refused)), now)
+
+    def _on_renew_digest(self, sender: str, msg: RenewDigest, now: float) -> list[AgentCommand]:
+        """Renew every lease granted to `sender` here, if its digest names that very set."""
+        pairs = renewable(self.grants, sender)
+        if len(pairs) != msg.count or lease_digest(pairs) != msg.digest:
+            self._count("renew_digests_missed")
+            return self._to(sender, RenewAnswer(msg.seq, (), missed=True), now)
+        for tid, epoch in pairs:
+            on_renew(self.grants[tid], epoch, sender, now)  # granted to it: renews
+        return self._to(sender, RenewAnswer(msg.seq, ()), now)
 
     def _on_finish(self, sender: str, msg: Finish, now: float) -> list[AgentCommand]:
         tid = msg.task_id
@@ -800,38 +811,44 @@ class LeaseAgent:
         self._renew_at = now  # renew at once: the task starts after this round
         return self._renew(now)
 
-    def _renew(self, now: float) -> list[AgentCommand]:
-        """One round: every lease we hold, renewed with each of its replicas."""
-        self._seq += 1
-        seq = self._seq
-        per_node: dict[str, list[str]] = {}
+    def _renewing(self) -> dict[str, list[tuple[str, int]]]:
+        """Per replica, the (task, epoch) leases we hold and renew there."""
+        per_node: dict[str, list[tuple[str, int]]] = {}
         for tid, o in self._owned.items():
             if o.stopping:
                 continue
             for node in o.spec.replicas:
-                per_node.setdefault(node, []).append(tid)
-        self._rounds[seq] = (now, per_node)
-        self._rounds.pop(seq - ROUNDS_KEPT, None)
+                per_node.setdefault(node, []).append((tid, o.epoch))
+        return per_node
+
+    def _renew(self, now: float) -> list[AgentCommand]:
+        """One round: every lease we hold, renewed with each of its replicas (by
+        digest where the replica renewed the same set before: `renewals`)."""
+        per_node = self._renewing()
         self._renew_at = now + self.config.lease_renew_interval if per_node else None
-        messages = [
-            (node, Renew(seq, tuple((t, self._owned[t].epoch) for t in tids)))
-            for node, tids in per_node.items()
-        ]  # all built first: our own answer, handled at once, may end a lease
+        # All built first: our own answer, handled at once, may end a lease.
+        messages = self._rounds.messages(per_node, now)
         out: list[AgentCommand] = []
         for node, msg in messages:
             out += self._to(node, msg, now)
         return out
 
     def _on_renew_answer(self, sender: str, msg: RenewAnswer, now: float) -> list[AgentCommand]:
-        sent = self._rounds.get(msg.seq)
-        if sent is None:
+        part = self._rounds.answered(sender, msg)
+        if part is None:
             return []
-        at, per_node = sent
+        if msg.missed:  # the replica holds another set: the full list, at once
+            out: list[AgentCommand] = []
+            pairs = self._renewing().get(sender, [])
+            for node, full in self._rounds.full(sender, pairs, now):
+                out += self._to(node, full, now)
+            return out
+        at = part.at
         refused = dict(msg.refused)
-        out: list[AgentCommand] = []
-        for tid in per_node.get(sender, ()):
+        out = []
+        for tid, epoch in part.pairs:
             o = self._owned.get(tid)
-            if o is None or o.stopping:
+            if o is None or o.stopping or o.epoch != epoch:
                 continue
             refusal = refused.get(tid)
             if refusal is None:

@@ -31,6 +31,7 @@ __all__ = [
     "Own",
     "Renew",
     "RenewAnswer",
+    "RenewDigest",
     "SpecWanted",
     "decode",
     "encode",
@@ -42,6 +43,8 @@ CONTEXT: Final = b"populi-lease-agent\x00"
 MESSAGE_BYTES_MAX: Final = 64 * 1024
 #: Leases named in one renewal at most (an owner holding more sends several).
 RENEW_LEASES_MAX: Final = 2048
+#: Bytes of a renewal digest (`renewals.lease_digest`).
+RENEW_DIGEST_BYTES: Final = 16
 _SIG_BYTES: Final = 64
 #: Failed epochs a message may report (the retry limit is at most 8).
 FAILURES_MAX: Final = 64
@@ -102,11 +105,23 @@ class Renew:
 
 
 @attrs.frozen
+class RenewDigest:
+    """Owner -> replica: renew the `count` leases you granted me whose (task, epoch)
+    pairs hash to `digest` (the same set the replica renewed in full before)."""
+
+    seq: int
+    count: int
+    digest: bytes
+
+
+@attrs.frozen
 class RenewAnswer:
-    """Replica -> owner: every lease of round `seq` renewed except `refused`."""
+    """Replica -> owner: every lease of round `seq` renewed except `refused`; or, for a
+    `RenewDigest` whose set differs here, `missed` and nothing renewed."""
 
     seq: int
     refused: tuple[tuple[str, int], ...]  # (task id, Refusal)
+    missed: bool = False
 
 
 @attrs.frozen
@@ -137,7 +152,7 @@ class SpecWanted:
 
 AgentMessage = (
     Offer | OfferAck | GrantRequest | GrantAnswer | Own | Renew | RenewAnswer | Finish
-    | FinishAnswer | SpecWanted
+    | FinishAnswer | SpecWanted | RenewDigest
 )  # fmt: skip
 
 
@@ -152,6 +167,7 @@ class _Type(enum.IntEnum):
     FINISH = 8
     FINISH_ANSWER = 9
     SPEC_WANTED = 10
+    RENEW_DIGEST = 11
 
 
 def _tid(task_id: str) -> bytes:
@@ -173,8 +189,11 @@ def _body(msg: AgentMessage) -> tuple[_Type, list[Any]]:
             return _Type.OWN, [_tid(tid), epoch, spec.to_wire(), sig, failures]
         case Renew(seq, leases):
             return _Type.RENEW, [seq, [[_tid(t), e] for t, e in leases]]
-        case RenewAnswer(seq, refused):
-            return _Type.RENEW_ANSWER, [seq, [[_tid(t), r] for t, r in refused]]
+        case RenewAnswer(seq, refused, missed):
+            pairs = [[_tid(t), r] for t, r in refused]
+            return _Type.RENEW_ANSWER, [seq, pairs, 1] if missed else [seq, pairs]
+        case RenewDigest(seq, count, digest):
+            return _Type.RENEW_DIGEST, [seq, count, digest]
         case Finish(tid, epoch, ended, failures):
             return _Type.FINISH, [_tid(tid), epoch, int(ended), failures]
         case FinishAnswer(tid, epoch, ended, refusal, final):
@@ -264,9 +283,15 @@ def _message(kind: int, b: list[Any]) -> AgentMessage:
         case _Type.RENEW if n == 2:
             _need(type(b[0]) is int and 0 <= b[0] <= EPOCH_MAX, "bad seq")
             return Renew(b[0], _pairs(b[1], None))
-        case _Type.RENEW_ANSWER if n == 2:
+        case _Type.RENEW_ANSWER if n in (2, 3):
             _need(type(b[0]) is int and 0 <= b[0] <= EPOCH_MAX, "bad seq")
-            return RenewAnswer(b[0], _pairs(b[1], Refusal))
+            _need(n == 2 or (type(b[2]) is int and b[2] == 1), "bad missed flag")
+            return RenewAnswer(b[0], _pairs(b[1], Refusal), n == 3)
+        case _Type.RENEW_DIGEST if n == 3:
+            _need(type(b[0]) is int and 0 <= b[0] <= EPOCH_MAX, "bad seq")
+            _need(type(b[1]) is int and 0 < b[1] <= RENEW_LEASES_MAX, "bad lease count")
+            _need(type(b[2]) is bytes and len(b[2]) == RENEW_DIGEST_BYTES, "bad digest")
+            return RenewDigest(b[0], b[1], b[2])
         case _Type.FINISH if n == 4:
             return Finish(_task(b[0]), _epoch(b[1]), Ended(_enum(Ended, b[2])), _count(b[3]))
         case _Type.FINISH_ANSWER if n == 5:

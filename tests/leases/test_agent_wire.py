@@ -21,6 +21,7 @@ from populi_p2p.leases.agent_wire import (
     Own,
     Renew,
     RenewAnswer,
+    RenewDigest,
     SpecWanted,
     decode,
     encode,
@@ -43,6 +44,8 @@ MESSAGES: list[AgentMessage] = [
     Own(TID, 3, SPEC, SIG, 2),
     Renew(7, ((TID, 3), ("0" * 32, 1))),
     RenewAnswer(7, ((TID, Refusal.SUPERSEDED),)),
+    RenewAnswer(8, (), missed=True),
+    RenewDigest(9, 2, bytes(range(16))),
     Finish(TID, 3, Ended.FAILED, 3),
     FinishAnswer(TID, 3, Ended.CANCELLED, Refusal.FINISHED, Ended.SUCCEEDED),
     SpecWanted(TID),
@@ -70,11 +73,19 @@ def test_bounds_are_checked_after_the_signature() -> None:
     evil = sign_as("n1")
     with pytest.raises(DecodeError, match="too large"):
         decode(b"\x00" * (MESSAGE_BYTES_MAX + 1), verify)
+    from populi_p2p.leases.agent_wire import _signed_bytes
+
     for body in ([b"short", 1, "n1"], [bytes(16), 2**62, "n1"], [bytes(16), -1, "n1"]):
         raw = [1, 3, "n1", body, b""]
-        from populi_p2p.leases.agent_wire import _signed_bytes
-
         raw[4] = evil(_signed_bytes(3, "n1", body))
+        with pytest.raises(DecodeError):
+            decode(msgpack.packb(raw), verify)
+    # A digest renewal: a count within the renewal bound, 16 bytes of digest; a
+    # renewal answer's `missed` flag is 1 or absent.
+    for kind, body in ((11, [1, 0, bytes(16)]), (11, [1, 4096, bytes(16)]),
+                       (11, [1, 2, bytes(15)]), (11, [1, 2, "x" * 16]), (7, [1, [], 0]),
+                       (7, [1, [], True])):  # fmt: skip
+        raw = [1, kind, "n1", body, evil(_signed_bytes(kind, "n1", body))]
         with pytest.raises(DecodeError):
             decode(msgpack.packb(raw), verify)
 

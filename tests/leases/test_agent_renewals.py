@@ -1,0 +1,174 @@
+"""Renewals by digest (`leases.renewals`): once a replica renewed an owner's set in
+full, later rounds send 16 bytes instead of the list; a replica holding another set
+answers `missed` and the owner sends the full list at once, so no lease lapses; a
+digest renews only what its sender was granted; long lists go in parts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from populi_p2p.leases.agent_commands import SendTo
+from populi_p2p.leases.agent_wire import Renew, RenewAnswer, RenewDigest, decode, encode
+from populi_p2p.leases.grants import Ended, GrantRecord, Refusal
+from populi_p2p.leases.renewals import RENEW_CHUNK, RenewalRounds, lease_digest, renewable
+
+from .agent_harness import Cluster, sign_as, verify
+from .test_agent_wire import SIG, SPEC
+
+
+def _pairs(n: int, epoch: int = 1) -> list[tuple[str, int]]:
+    return [(f"{i:032x}", epoch) for i in range(n)]
+
+
+def test_a_clean_full_round_earns_a_digest_and_any_refusal_or_miss_loses_it() -> None:
+    rounds = RenewalRounds(keep_for=10.0)
+    pairs = _pairs(3)
+    [(node, first)] = rounds.messages({"r": pairs}, 0.0)
+    assert node == "r" and isinstance(first, Renew) and first.leases == tuple(pairs)
+    rounds.answered("r", RenewAnswer(first.seq, ()))
+    [(_, second)] = rounds.messages({"r": pairs}, 1.0)
+    assert isinstance(second, RenewDigest)
+    assert (second.count, second.digest) == (3, lease_digest(reversed(pairs)))
+    rounds.answered("r", RenewAnswer(second.seq, (), missed=True))
+    [(_, third)] = rounds.messages({"r": pairs}, 2.0)
+    assert isinstance(third, Renew), "a miss: the full list again"
+    rounds.answered("r", RenewAnswer(third.seq, ((pairs[0][0], Refusal.SUPERSEDED),)))
+    [(_, fourth)] = rounds.messages({"r": pairs}, 3.0)
+    assert isinstance(fourth, Renew), "a refusal: the full list again"
+    rounds.answered("r", RenewAnswer(fourth.seq, ()))
+    [(_, fifth)] = rounds.messages({"r": pairs[:2]}, 4.0)
+    assert isinstance(fifth, Renew), "another set: the full list"
+
+
+def test_answers_are_matched_to_the_part_and_the_replica_they_answer() -> None:
+    rounds = RenewalRounds(keep_for=10.0)
+    [(_, msg)] = rounds.messages({"r": _pairs(1)}, 0.0)
+    assert rounds.answered("x", RenewAnswer(msg.seq, ())) is None, "not sent to x"
+    assert rounds.answered("r", RenewAnswer(msg.seq + 1, ())) is None, "never sent"
+    rounds.messages({}, 11.0)  # a round later than keep_for forgets it
+    assert rounds.answered("r", RenewAnswer(msg.seq, ())) is None
+
+
+def test_a_long_list_goes_in_parts_each_answered_on_its_own_and_never_as_a_digest() -> None:
+    rounds = RenewalRounds(keep_for=10.0)
+    pairs = _pairs(RENEW_CHUNK * 2 + 5)
+    parts = rounds.messages({"r": pairs}, 0.0)
+    assert [len(m.leases) for _, m in parts if isinstance(m, Renew)] == [
+        RENEW_CHUNK, RENEW_CHUNK, 5
+    ]  # fmt: skip
+    assert len({m.seq for _, m in parts}) == 3
+    for _, m in parts:
+        part = rounds.answered("r", RenewAnswer(m.seq, ()))
+        assert part is not None and part.pairs == m.leases  # type: ignore[union-attr]
+    assert all(isinstance(m, Renew) for _, m in rounds.messages({"r": pairs}, 1.0))
+    largest = rounds.messages({"q": pairs}, 2.0)[0][1]
+    data = encode(largest, "n1", sign_as("n1"))
+    assert decode(data, verify)[1] == largest, "a full part fits the wire's bounds"
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**64), st.integers(0, 2**62 - 1)), max_size=20))
+def test_the_digest_is_of_the_set_whatever_the_order(raw: list[tuple[int, int]]) -> None:
+    pairs = [(f"{t:032x}", e) for t, e in raw]
+    assert lease_digest(pairs) == lease_digest(sorted(pairs, reverse=True))
+    if pairs:
+        tid, epoch = pairs[0]
+        assert lease_digest(pairs) != lease_digest([(tid, epoch + 1), *pairs[1:]]) or (
+            (tid, epoch + 1) in pairs
+        )
+
+
+def test_a_granter_renews_by_digest_only_what_it_granted_to_the_sender() -> None:
+    def rec(tid: str, owner: str, epoch: int = 1, ended: Ended = Ended.NO) -> GrantRecord:
+        r = GrantRecord(tid, SPEC, SIG, epoch=epoch, owner=owner, ended=ended, renewed=False)
+        return r
+
+    grants = {
+        "a" * 32: rec("a" * 32, "n1"),
+        "b" * 32: rec("b" * 32, "n1", epoch=3),
+        "c" * 32: rec("c" * 32, "n2"),
+        "d" * 32: rec("d" * 32, "n1", ended=Ended.SUCCEEDED),
+    }
+    assert sorted(renewable(grants, "n1")) == [("a" * 32, 1), ("b" * 32, 3)]
+    assert renewable(grants, "n3") == []
+
+
+class Counting(Cluster):
+    """The agents' cluster, counting the renewal messages sent after `since`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.since = float("inf")
+        self.sent: dict[str, int] = {}
+
+    def _apply(self, node: Any, cmds: list[Any]) -> None:
+        for cmd in cmds:
+            if isinstance(cmd, SendTo) and self.now >= self.since:
+                kind = type(decode(cmd.payload, verify)[1]).__name__
+                self.sent[kind] = self.sent.get(kind, 0) + 1
+        super()._apply(node, cmds)
+
+
+def _counters(c: Cluster) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for n in c.nodes.values():
+        for k, v in n.agent.counters.items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def test_in_steady_state_owners_renew_by_digest_and_no_lease_lapses() -> None:
+    c = Counting(5, seed=11)
+    tids = [c.submit(f"n{i % 5}", 100.0) for i in range(20)]
+    c.run_until(10.0)
+    c.since = 10.0
+    c.run_until(90.0)
+    assert c.sent.get("RenewDigest", 0) > 0
+    assert c.sent.get("Renew", 0) == 0, c.sent
+    assert _counters(c).get("fenced", 0) == 0
+    c.run_until(200.0)
+    c.heal_and_sync()
+    assert c.check() == []
+    assert [len(c.runs[t]) for t in tids] == [1] * 20
+
+
+def test_a_replica_holding_another_set_misses_and_the_full_list_keeps_the_lease() -> None:
+    c = Counting(5, seed=12)
+    tid = c.submit("n0", 100.0)
+    c.run_until(10.0)
+    owner = c.runs[tid][0].node
+    spec = c.nodes[owner].agent.spec_of(tid)
+    assert spec is not None
+    replica = next(r for r in spec[0].replicas if r != owner)
+    grants = c.nodes[replica].agent.grants
+    # A grant to the owner this replica holds and the owner does not (a lost vote, a
+    # missed end): the digests differ.
+    ghost = "f" * 32
+    grants[ghost] = attrs.evolve(grants[tid], task_id=ghost)
+    c.since = 10.0
+    c.run_until(60.0)
+    assert _counters(c).get("renew_digests_missed", 0) >= 1
+    assert c.sent.get("Renew", 0) >= 1, "the full list after each miss"
+    assert _counters(c).get("fenced", 0) == 0
+    assert len(c.runs[tid]) == 1 and c.runs[tid][0].end is None, "still running, once"
+
+
+def test_a_digest_in_another_members_name_set_renews_nothing_of_the_owners() -> None:
+    c = Cluster(4, seed=13)
+    tid = c.submit("n0", 100.0)
+    c.run_until(5.0)
+    owner = c.runs[tid][0].node
+    spec = c.nodes[owner].agent.spec_of(tid)
+    assert spec is not None
+    evil = next(n for n in c.nodes if n != owner)
+    replica = next(r for r in spec[0].replicas if r not in (owner, evil))
+    rec = c.nodes[replica].agent.grants[tid]
+    heard = rec.heard_at
+    stolen = RenewDigest(1, 1, lease_digest([(tid, rec.epoch)]))
+    c._push(c.now, "msg", (evil, replica, encode(stolen, evil, sign_as(evil))))
+    c.run_until(c.now + 0.01)
+    assert c.nodes[replica].agent.grants[tid].heard_at == heard
+    assert c.nodes[replica].agent.counters.get("renew_digests_missed", 0) >= 1
