@@ -207,7 +207,7 @@ class Isolation:
         if namespaces:
             return cls("namespaces", True, (
                 f"every task runs as {user} (--task-user), with {spaces}: tasks cannot"
-                " see each other's processes, but can read each other's work dirs"
+                " see each other's processes, but share a uid for files"
             ))  # fmt: skip
         return cls("none", False, (
             f"every task runs as {user} (--task-user) and {refused}: tasks can read and"

@@ -235,16 +235,21 @@ def _become_command(spec: dict[str, Any], exec_fd: int, parent: int) -> None:
         os._exit(START_FAILED_EXIT)
 
 
-def _init(spec: dict[str, Any], exec_fd: int, report_fd: int, lifeline: int) -> None:
+def _init(spec: dict[str, Any], fds: tuple[int, int, int], wrappers: tuple[int, ...]) -> None:
     """The task's pid 1: namespaces, the command, its orphans. Never returns.
 
-    When the command ends, its wait status goes to the wrapper on `report_fd` (a
-    namespace's init cannot end the way a signal would end it) and we exit: the kernel
-    then kills whatever is left in the namespace.
+    `fds` are the exec pipe (as for `_become_command`), the report pipe and the
+    lifeline; `wrappers` the wrapper's own descriptors, closed here. When the command
+    ends, its wait status goes to the wrapper on the report pipe (a namespace's init
+    cannot end the way a signal would end it) and we exit: the kernel then kills
+    whatever is left in the namespace.
     """
+    exec_fd, report_fd, lifeline = fds
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in wrappers:
+            os.close(fd)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if select.select([lifeline], [], [], 0)[0]:  # end of file: the wrapper is gone
             os._exit(START_FAILED_EXIT)
@@ -458,9 +463,8 @@ def main(argv: list[str]) -> None:
     child = os.fork()
     if child == 0:
         if isolate:
-            for fd in (status_fd, control_fd, wake_r, wake_w, exec_r, report_r, lifeline_w):
-                os.close(fd)
-            _init(spec, exec_w, report_w, lifeline_r)
+            ours = (status_fd, control_fd, wake_r, wake_w, exec_r, report_r, lifeline_w)
+            _init(spec, (exec_w, report_w, lifeline_r), ours)
         _become_command(spec, exec_w, wrapper)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_IGNORED))
     for fd in (exec_w, report_w, lifeline_r):
