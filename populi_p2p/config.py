@@ -184,7 +184,7 @@ def _uid_range(instance: object, attribute: attrs.Attribute[Any], value: str) ->
     try:
         parse_uid_range(value)
     except ValueError as exc:
-        raise ConfigError(f"task-uids: {exc}") from None
+        raise ConfigError(str(exc)) from None
 
 
 def _api_listen(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
