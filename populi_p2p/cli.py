@@ -166,7 +166,13 @@ def _build_parser() -> _Parser:
     up.add_argument(
         "--task-user",
         metavar="USER",
-        help="user tasks run as when the daemon is root (default nobody; root keeps root)",
+        help="user every task runs as when the daemon is root (default: a uid of its own"
+        " per task, from --task-uids; root keeps root)",
+    )
+    up.add_argument(
+        "--task-uids",
+        metavar="FIRST-LAST",
+        help="uids handed to tasks one each when root and no --task-user (default 61184-65519)",
     )
     up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     up.add_argument(
@@ -582,6 +588,7 @@ def _cmd_up(args: argparse.Namespace) -> None:
         "gpu_probe_interval": args.gpu_probe_interval,
         "preset": args.preset,
         "task_user": args.task_user,
+        "task_uids": args.task_uids,
         "log_level": args.log_level,
         "peer_port": args.peer_port,
         "engine": args.engine,

@@ -178,6 +178,15 @@ def _engines(instance: object, attribute: attrs.Attribute[Any], value: tuple[str
             raise ConfigError(f"engine: {exc}") from None
 
 
+def _uid_range(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    from .services._task_isolation import parse_uid_range
+
+    try:
+        parse_uid_range(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _api_listen(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None:
         parse_api_listen(value)
@@ -262,10 +271,14 @@ class NodeConfig:
     #: Other members that must persist a submitted task before ``submit`` returns
     #: (capped at the live peers, so a one-node mesh needs none). More survives more
     #: simultaneous disk losses; each one waits for a gossip round.
-    #: The user tasks run as when the daemon is root: None means ``nobody``; ``root``
-    #: keeps root (the operator's explicit choice). A daemon that is not root runs
-    #: tasks as itself and may only name itself.
+    #: The user tasks run as when the daemon is root: None means a uid of its own per
+    #: task (``task_uids``); a name runs every task as that user; ``root`` keeps root
+    #: (the operator's explicit choice). A daemon that is not root runs tasks as itself
+    #: and may only name itself.
     task_user: str | None = None
+    #: ``FIRST-LAST``: the uids handed to tasks one each when the daemon is root and no
+    #: ``task_user`` is named (systemd's dynamic-user range by default).
+    task_uids: str = attrs.field(default="61184-65519", validator=_uid_range)
     #: Log verbosity.
     log_level: str = attrs.field(default="info", validator=_choice(LOG_LEVELS))
     #: TCP port of the peer API (signed node-to-node HTTP) on the bind address.
@@ -446,6 +459,7 @@ _BOOL_FIELDS: Final = {"mdns", "require_api_keys"}
 _PATH_FIELDS: Final = {"state_dir", "cert", "authority_pubkey", "cluster_secret"}
 _STR_FIELDS: Final = {
     "name", "bind", "advertise", "overlay", "preset", "log_level", "api_listen", "task_user",
+    "task_uids",
 }  # fmt: skip
 
 

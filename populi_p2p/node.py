@@ -63,7 +63,7 @@ from .services.codec import AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
 from .services.errors import NodeStartError, start_error
-from .services.executor import ExecutorConfig, ExecutorService
+from .services.executor import ExecutorConfig, ExecutorService, parse_uid_range
 from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
@@ -192,6 +192,7 @@ class Node:
             lease_config = _LEASE_PRESETS[config.preset]()
             runner = ExecutorService(ExecutorConfig(
                 tasks_dir=config.state_dir / "tasks", task_user=config.task_user,
+                task_uids=parse_uid_range(config.task_uids),
                 tail_bytes=RESULT_TAIL_BYTES, fence_grace=lease_config.fence_grace,
             ))  # fmt: skip
         except ValueError as exc:

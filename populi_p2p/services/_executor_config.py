@@ -7,6 +7,8 @@ from typing import Final
 
 import attrs
 
+from ._task_isolation import DEFAULT_TASK_UIDS, check_uid_range
+
 __all__ = ["TAIL_BYTES_MAX", "ExecutorConfig"]
 
 #: Largest tail a result may carry per stream; a result gossips, so it stays small.
@@ -24,10 +26,19 @@ class ExecutorConfig:
     #: Where work directories go: ``tasks_dir/<task_id>/<epoch>/``. The node passes
     #: ``state_dir / "tasks"``.
     tasks_dir: Path = attrs.field(converter=Path)
-    #: The user commands run as when the daemon is root. None: ``nobody``; ``"root"``:
-    #: keep root (the operator's explicit choice). Ignored-but-checked when not root:
-    #: naming another user then is an error, since only root can switch.
+    #: The user commands run as when the daemon is root. None: each task a uid of its
+    #: own from `task_uids`; a name: every task as that user (they can then reach each
+    #: other's files); ``"root"``: keep root, no isolation (the operator's explicit
+    #: choice). Ignored-but-checked when not root: naming another user then is an
+    #: error, since only root can switch.
     task_user: str | None = None
+    #: The uids (and gids) handed to tasks one each, FIRST and LAST included, when
+    #: `task_user` is None and the daemon is root. Keep them out of every user's and
+    #: group's ids (those in use are skipped anyway); it bounds the running tasks.
+    task_uids: tuple[int, int] = attrs.field(default=DEFAULT_TASK_UIDS, converter=check_uid_range)
+    #: Give each task its own PID, mount and IPC namespaces (a private /tmp) when the
+    #: daemon is root and the kernel allows it; False never tries.
+    namespaces: bool = True
     #: Time between SIGTERM and SIGKILL when a task is stopped, cancelled or timed out.
     #: Longer lets tasks save state; shorter frees the machine sooner.
     grace_period: float = 5.0
@@ -60,4 +71,4 @@ class ExecutorConfig:
         if self.exits_buffer < 1:
             raise ValueError(f"exits_buffer must be at least 1, got {self.exits_buffer}")
         if self.task_user is not None and not self.task_user:
-            raise ValueError("task_user must be a user name, or None for the default (nobody)")
+            raise ValueError("task_user must be a user name, or None for a uid per task")

@@ -9,6 +9,7 @@ malformed stat line is skipped, never raised.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
@@ -29,16 +30,17 @@ class GroupUsage:
     cpu_time: float  # seconds of user+system, with reaped children's, summed
 
 
-def group_usage(pgid: int, skip: int | None = None) -> GroupUsage:
+def group_usage(pgid: int, skip: Iterable[int | None] = ()) -> GroupUsage:
     """Sum RSS and CPU time over the processes whose process group is `pgid`, but for
-    the process `skip` (the task's wrapper, which is not the task's to pay for)."""
+    the processes in `skip` (the task's wrapper and init, not the task's to pay for)."""
     members, rss, ticks = 0, 0, 0
+    skipped = {str(pid) for pid in skip if pid is not None}
     try:
         entries = os.listdir(_PROC)
     except OSError:
         return GroupUsage(0, 0, 0.0)
     for name in entries:
-        if not name.isdigit() or name == str(skip):
+        if not name.isdigit() or name in skipped:
             continue
         try:
             raw = (_PROC / name / "stat").read_bytes()

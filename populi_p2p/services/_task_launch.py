@@ -1,9 +1,11 @@
 """`TaskLauncher`: a task's directories, log files, cgroup or rlimits, and its process.
 
 The task runs under `_task_wrapper` (which forks the command; the command joins the
-cgroup, makes the network namespace, sets rlimits and drops to the task user, then
+cgroup, makes the network namespace, sets rlimits and drops to the task's user, then
 execs) as its own session and process group, in ``tasks_dir/<task_id>/<epoch>/work``,
-with its stdout and stderr in files beside that directory. The wrapper stays the
+with its stdout and stderr in files beside that directory. With `namespaces` (probed
+by the executor), the wrapper forks an init first, in a PID namespace of the task's
+own, whose ``/tmp`` is ``tasks_dir/<task_id>/<epoch>/tmp``. The wrapper stays the
 command's parent: it holds the read end of a control pipe whose only writer is this
 daemon, so the daemon's death (end of file) and fence deadlines (lines) reach it
 without the daemon's event loop.
@@ -36,14 +38,15 @@ _SPEC_BYTES_MAX: Final = 60_000  # below a pipe's buffer: written whole before t
 
 
 class TaskLauncher:
-    """Prepares and spawns tasks as the task user (`uid`/`gid`; None: stay who we are).
+    """Prepares and spawns tasks as their user (the record's `uid`/`gid`).
 
-    ``cgroup`` is set by the executor once it has probed for cgroup v2 (None: rlimits).
+    ``cgroup`` is set by the executor once it has probed for cgroup v2 (None: rlimits),
+    ``namespaces`` once it has probed for PID and mount namespaces.
     """
 
-    def __init__(self, uid: int | None, gid: int | None) -> None:
-        self._uid, self._gid = uid, gid
+    def __init__(self) -> None:
         self.cgroup: CgroupParent | None = None
+        self.namespaces = False
 
     def prepare(self, task: TaskRecord) -> None:
         """Make the epoch's directory, the work dir for the task user, and the log files.
@@ -64,11 +67,12 @@ class TaskLauncher:
         except OSError as exc:
             raise StartFailed(f"cannot make {task.epoch_dir}: {exc.strerror}") from exc
         try:
-            work = task.epoch_dir / "work"
-            work.mkdir(mode=0o700)
-            work.chmod(0o700)
-            if self._uid is not None and self._gid is not None:
-                os.chown(work, self._uid, self._gid)
+            # 0700 and the task's own: no other task's uid may enter them.
+            for private in (task.work_dir, task.tmp_dir) if self.namespaces else (task.work_dir,):
+                private.mkdir(mode=0o700)
+                private.chmod(0o700)
+                if task.uid is not None and task.gid is not None:
+                    os.chown(private, task.uid, task.gid)
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
             task.out_fd = os.open(task.epoch_dir / "stdout", flags, 0o600)
             task.err_fd = os.open(task.epoch_dir / "stderr", flags, 0o600)
@@ -91,7 +95,7 @@ class TaskLauncher:
         Raises:
             StartFailed: the instructions are too large, or the wrapper cannot start.
         """
-        work = task.epoch_dir / "work"
+        work = task.work_dir
         env = {"PATH": os.environ.get("PATH", _DEFAULT_PATH), "HOME": str(work), "LANG": "C.UTF-8"}
         env.update(task.spec.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(task.gpu_uuids)
@@ -104,8 +108,9 @@ class TaskLauncher:
             "no_network": task.no_network,
             "rlimit_as": task.rlimit_as,
             "rlimit_cpu": math.ceil(task.cpu_time),
-            "uid": self._uid,
-            "gid": self._gid,
+            "uid": task.uid,
+            "gid": task.gid,
+            "isolate": {"tmp": str(task.tmp_dir), "work": str(work)} if self.namespaces else None,
             "deadline": task.deadline,
             "fence_grace": task.fence_grace,
         }
@@ -171,6 +176,8 @@ class TaskLauncher:
                 break
             task.status_seen += chunk
         first = task.status_seen.partition(b"\n")[0]
+        if first.startswith(b"ok ") and first[3:].isdigit():
+            task.init_pid = int(first[3:])
         return first[5:].strip() if first.startswith(b"fail ") else b""
 
     @staticmethod

@@ -37,7 +37,15 @@ class TaskRecord:
     cpu_time: float
     started_at: float
     epoch_dir: Path
+    #: Who the command runs as: a uid and gid to switch to (None: stay the daemon's),
+    #: and the name `running()` shows. ``dynamic``: the uid is this task's alone.
+    uid: int | None = None
+    gid: int | None = None
+    user: str = ""
+    dynamic: bool = False
     process: trio.Process | None = None
+    #: The task's init (pid 1 of its PID namespace) as this daemon sees it; None: none.
+    init_pid: int | None = None
     cgroup: TaskCgroup | None = None
     out_fd: int | None = None
     err_fd: int | None = None
@@ -97,18 +105,27 @@ class TaskRecord:
             self.cgroup.kill()
             self.cgroup.remove()
 
-    def view(self, user: str) -> RunningTask:
+    @property
+    def work_dir(self) -> Path:
+        return self.epoch_dir / "work"
+
+    @property
+    def tmp_dir(self) -> Path:
+        """Bound on the task's ``/tmp`` and ``/var/tmp`` when it has a mount namespace."""
+        return self.epoch_dir / "tmp"
+
+    def view(self) -> RunningTask:
         """What `ExecutorService.running()` shows for this task."""
         return RunningTask(
             task_id=self.task_id,
             epoch=self.epoch,
             pid=self.process.pid if self.process is not None else None,
             started_at=self.started_at,
-            workdir=str(self.epoch_dir / "work"),
+            workdir=str(self.work_dir),
             memory_limit=self.memory,
             cpu_time_limit=self.cpu_time,
             no_network=self.no_network,
-            user=user,
+            user=self.user,
             limiter="cgroup" if self.cgroup is not None else "rlimit",
         )
 

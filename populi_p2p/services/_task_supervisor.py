@@ -7,7 +7,8 @@ Keeping the node stable comes first (docs/executor.md):
   (per process, tasks without GPUs) plus a watchdog on the group's summed RSS, which
   SIGKILLs at once;
 - CPU time: ``RLIMIT_CPU`` per process plus the watchdog on the group's sum;
-- no network: a fresh network namespace, or the task does not start.
+- no network: a fresh network namespace, or the task does not start;
+- isolation: its own uid, PID and mount namespaces (see `_task_isolation`).
 
 - the fence: the wrapper itself SIGTERMs the group at ``deadline - fence_grace`` and
   kills the tree at ``deadline`` (outside this event loop); `_fence_backstop` kills
@@ -99,7 +100,7 @@ class TaskSupervisor:
             await process.wait()
         self._signal(task, signal.SIGKILL)
         with trio.move_on_after(self.config.grace_period):
-            while group_usage(process.pid, skip=process.pid).members:
+            while group_usage(process.pid, skip=[process.pid]).members:
                 await trio.sleep(self.config.poll_interval)
 
     async def _timer(self, task: TaskRecord, deadline: float) -> None:
@@ -138,6 +139,7 @@ class TaskSupervisor:
         """Stop the task when its group's memory or CPU time passes the limit."""
         assert task.process is not None
         pgid = task.process.pid  # the wrapper's: not counted against the task
+        ours = [pgid, task.init_pid]  # nor is the init of its PID namespace
         while True:
             await trio.sleep(self.config.poll_interval)
             if task.cgroup is not None:
@@ -145,7 +147,7 @@ class TaskSupervisor:
                     task.request("memory", memory_detail(task.memory))
                 cpu = task.cgroup.cpu_time()
             else:
-                usage = group_usage(pgid, skip=pgid)
+                usage = group_usage(pgid, skip=ours)
                 if task.memory is not None and usage.rss > task.memory:
                     task.request("memory", memory_detail(task.memory))
                 cpu = usage.cpu_time

@@ -14,6 +14,16 @@ that something outside the daemon's event loop owns the task's processes:
    SIGKILL (after the uid change, which would clear it) and ``execvpe``\\ s;
 4. watches three things: the command's end, ``CONTROL_FD`` and the fence deadline.
 
+When the spec says ``isolate`` (a root daemon whose kernel passed `probe`), step 3
+goes through an init: the wrapper makes a PID namespace for its children and forks
+the task's pid 1, which makes its own mount and IPC namespaces (a fresh ``/proc``,
+``/tmp`` and ``/var/tmp`` on the task's own tmp dir, an empty ``/dev/shm``), forks the
+command as above, reaps whatever is orphaned inside, and when the command ends hands
+its wait status to the wrapper and exits, which kills everything left in the
+namespace. The init stays root, ignores what the wrapper ignores (a PID namespace's
+init gets no signal it has no handler for but SIGKILL and SIGSTOP), and dies with the
+wrapper (``PR_SET_PDEATHSIG``, and a lifeline pipe for the instant before it was set).
+
 ``CONTROL_FD`` is a pipe whose only writer is the daemon: end of file means the daemon
 is gone (even by SIGKILL), and the wrapper then kills the task's whole tree. Lines on
 it (``fence DEADLINE GRACE``) move the fence: at ``DEADLINE - GRACE`` (CLOCK_BOOTTIME,
@@ -22,7 +32,8 @@ suspended) the group gets SIGTERM, at ``DEADLINE`` the tree is killed, whether o
 the daemon's loop runs. The wrapper looks at the clock at least every
 ``FENCE_CHECK_MAX`` seconds, since a poll's timeout does not count a suspend.
 
-``STATUS_FD`` carries lines to the daemon: ``ok`` once the command was exec'd, or
+``STATUS_FD`` carries lines to the daemon: ``ok`` once the command was exec'd (``ok
+PID`` with an init: PID is the init's, which is not the task's to pay for), or
 ``fail REASON`` (the wrapper then exits 127), and later ``fenced`` if the fence stopped
 the task. When the command ends, whatever is left of its group and of the descendants
 is killed and reaped, and the wrapper ends the way the command did (same exit code, or
@@ -46,6 +57,11 @@ from typing import Any
 #: From <sched.h> and <linux/prctl.h>; stable Linux ABI.
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+#: From <sys/mount.h>.
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: Exit code when the command could not be started (the executor reads the status line).
@@ -73,6 +89,68 @@ def _fail(status_fd: int, message: str) -> None:
         os.write(status_fd, message.encode("utf-8", "replace")[:1024])
     finally:
         os._exit(START_FAILED_EXIT)
+
+
+def _mount(source: str | None, target: str, kind: str | None, flags: int, data: str = "") -> None:
+    def raw(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+
+    if _libc.mount(raw(source), raw(target), raw(kind), ctypes.c_ulong(flags), raw(data)) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {target}: {os.strerror(errno)}")
+
+
+def _isolate(tmp: str, work: str | None) -> None:
+    """In the task's new PID namespace: its own mount and IPC namespaces, a fresh
+    ``/proc`` (only the task's processes), ``/tmp`` and ``/var/tmp`` on `tmp`, an empty
+    ``/dev/shm``; `work` still reachable at its path should it lie under those."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC))
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    path_only = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    tmp_fd = os.open(tmp, path_only)
+    work_fd = os.open(work, path_only) if work else None
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for shared in ("/tmp", "/var/tmp"):
+        if os.path.isdir(shared) and not os.path.islink(shared):
+            _mount(f"/proc/self/fd/{tmp_fd}", shared, None, MS_BIND)
+    if os.path.isdir("/dev/shm") and not os.path.islink("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    if work and work_fd is not None:
+        here, there = os.fstat(work_fd), None
+        with contextlib.suppress(OSError):
+            there = os.stat(work)
+        if there is None or (there.st_dev, there.st_ino) != (here.st_dev, here.st_ino):
+            os.makedirs(work, mode=0o711, exist_ok=True)  # in the task's own tmp
+            _mount(f"/proc/self/fd/{work_fd}", work, None, MS_BIND)
+        os.close(work_fd)
+    os.close(tmp_fd)
+
+
+def probe(directory: str) -> str:
+    """``ok`` if this kernel gives a task the namespaces `_isolate` makes (binding
+    `directory` as its tmp), else why not: one line for the executor's start-up log."""
+    if os.geteuid() != 0:
+        return "not root"
+    try:
+        _check(_libc.unshare(CLONE_NEWPID))
+    except OSError as exc:
+        return f"no PID namespace: {exc.strerror}"
+    why_r, why_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            _isolate(directory, None)
+        except OSError as exc:
+            os.write(why_w, f"no private mounts: {exc.strerror}".encode())
+        except BaseException as exc:
+            os.write(why_w, f"no private mounts: {exc}".encode())
+        finally:
+            os._exit(0)
+    os.close(why_w)
+    with os.fdopen(why_r, "rb") as f:
+        why = f.read(1024).decode("utf-8", "replace")
+    os.waitpid(child, 0)
+    return why or "ok"
 
 
 def _new_network_namespace() -> None:
@@ -128,18 +206,21 @@ def _apply(spec: dict[str, Any], status_fd: int) -> None:
             _fail(status_fd, f"still not uid {uid} after setuid; refusing to run")
 
 
-def _become_command(spec: dict[str, Any], exec_fd: int, wrapper: int) -> None:
-    """In the forked child: limits, user, death signal, exec. Never returns."""
+def _become_command(spec: dict[str, Any], exec_fd: int, parent: int) -> None:
+    """In the forked child: limits, user, death signal, exec. Never returns.
+
+    `parent` is the pid our parent has as we see it: the wrapper's, or 1 (the init).
+    """
     try:
         signal.set_wakeup_fd(-1)
         for sig in _RESET:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         _apply(spec, exec_fd)
-        # Last, after the uid change (which clears it): the wrapper is single-threaded,
-        # so "parent thread" means the wrapper. If it is already gone, so are we.
+        # Last, after the uid change (which clears it): the wrapper (or the init) is
+        # single-threaded, so "parent thread" means it. If it is already gone, so are we.
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != wrapper:
+        if os.getppid() != parent:
             os._exit(START_FAILED_EXIT)
         command: list[str] = spec["argv"]
         try:
@@ -150,6 +231,47 @@ def _become_command(spec: dict[str, Any], exec_fd: int, wrapper: int) -> None:
             _fail(exec_fd, f"cannot run {command[0]!r}: {exc}")
     except BaseException as exc:  # never run the wrapper's code twice
         _fail(exec_fd, f"cannot start the command: {exc}")
+    finally:
+        os._exit(START_FAILED_EXIT)
+
+
+def _init(spec: dict[str, Any], fds: tuple[int, int, int], wrappers: tuple[int, ...]) -> None:
+    """The task's pid 1: namespaces, the command, its orphans. Never returns.
+
+    `fds` are the exec pipe (as for `_become_command`), the report pipe and the
+    lifeline; `wrappers` the wrapper's own descriptors, closed here. When the command
+    ends, its wait status goes to the wrapper on the report pipe (a namespace's init
+    cannot end the way a signal would end it) and we exit: the kernel then kills
+    whatever is left in the namespace.
+    """
+    exec_fd, report_fd, lifeline = fds
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in wrappers:
+            os.close(fd)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if select.select([lifeline], [], [], 0)[0]:  # end of file: the wrapper is gone
+            os._exit(START_FAILED_EXIT)
+        isolate: dict[str, Any] = spec["isolate"]
+        try:
+            _isolate(isolate["tmp"], isolate.get("work"))
+        except OSError as exc:
+            _fail(exec_fd, f"cannot isolate the task: {exc.strerror}")
+        command = os.fork()
+        if command == 0:
+            os.close(report_fd)
+            os.close(lifeline)
+            _become_command(spec, exec_fd, 1)
+        os.close(exec_fd)
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == command:
+                os.write(report_fd, str(status).encode())
+                os._exit(0)
+    except BaseException as exc:  # never run the wrapper's code twice
+        with contextlib.suppress(OSError):
+            _fail(exec_fd, f"cannot start the task's init: {exc}")
     finally:
         os._exit(START_FAILED_EXIT)
 
@@ -296,7 +418,18 @@ def _end_like(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
+def _command_status(report_fd: int, fallback: int) -> int:
+    """The command's wait status as its init reported it (else the init's own)."""
+    os.set_blocking(report_fd, False)
+    with contextlib.suppress(OSError, ValueError):
+        return int(os.read(report_fd, 64))
+    return fallback
+
+
 def main(argv: list[str]) -> None:
+    if argv[1] == "probe":
+        print(probe(argv[2]))
+        return
     spec_fd, status_fd, control_fd = int(argv[1]), int(argv[2]), int(argv[3])
     for fd in (status_fd, control_fd):
         os.set_inheritable(fd, False)
@@ -315,15 +448,27 @@ def main(argv: list[str]) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     exec_r, exec_w = os.pipe()
+    report_r, report_w = os.pipe()  # the init's report of the command's status
+    lifeline_r, lifeline_w = os.pipe()  # never written: its end of file is our death
+    isolate = bool(spec.get("isolate"))
+    if isolate:
+        try:
+            _check(_libc.unshare(CLONE_NEWPID))
+        except OSError as exc:
+            _fail(status_fd, f"fail cannot make the task's PID namespace: {exc.strerror}\n")
     # Blocked across the fork: a stop's SIGTERM then reaches the child after it
     # restored the default action, instead of meeting our SIG_IGN.
     signal.pthread_sigmask(signal.SIG_BLOCK, set(_IGNORED))
     wrapper = os.getpid()
     child = os.fork()
     if child == 0:
+        if isolate:
+            ours = (status_fd, control_fd, wake_r, wake_w, exec_r, report_r, lifeline_w)
+            _init(spec, (exec_w, report_w, lifeline_r), ours)
         _become_command(spec, exec_w, wrapper)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_IGNORED))
-    os.close(exec_w)
+    for fd in (exec_w, report_w, lifeline_r):
+        os.close(fd)
     with os.fdopen(exec_r, "rb") as f:
         failure = f.read(2048)  # EOF with nothing: the exec happened (close-on-exec)
     watch = _Watch(child, spec, status_fd)
@@ -332,14 +477,14 @@ def main(argv: list[str]) -> None:
         watch.kill_tree()
         os._exit(START_FAILED_EXIT)
     with contextlib.suppress(OSError):  # a dead daemon: the control pipe says so next
-        os.write(status_fd, b"ok\n")
+        os.write(status_fd, f"ok {child}\n".encode() if isolate else b"ok\n")
     try:
         _watch(watch, control_fd, wake_r)
     except BaseException:
         watch.kill_tree()  # our bug must not leave the task unowned
         raise
     assert watch.status is not None
-    _end_like(watch.status)
+    _end_like(_command_status(report_r, watch.status) if isolate else watch.status)
 
 
 if __name__ == "__main__":

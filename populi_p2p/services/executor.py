@@ -6,6 +6,7 @@ out: one `TaskExited` per `start`, on `exits`; and once, at start-up, the tasks 
 previous daemon left behind, killed (`reap_leftovers`).
 
 The parts, one type each: `_task_checks` (hostile arguments, the task user),
+`_task_isolation` (a uid per task, the isolation level),
 `_task_launch.TaskLauncher` (directories, log files, cgroup or rlimits, the wrapper
 process), `_task_supervisor.TaskSupervisor` (one per running task, in this service's
 nursery: timeout, watchdog, stop, reap) and `_task_record.TaskRecord` (the state they
@@ -22,6 +23,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,7 +36,8 @@ from ..leases import TaskSpec
 from ._cgroup import probe
 from ._executor_config import ExecutorConfig
 from ._task_checks import TASK_ID, check_arguments, resolve_task_user
-from ._task_launch import WRAPPER as _WRAPPER  # noqa: F401 (the hostile tests run it)
+from ._task_isolation import Isolation, UidAllocator, parse_uid_range, seal, seal_leftovers
+from ._task_launch import WRAPPER as _WRAPPER
 from ._task_launch import TaskLauncher
 from ._task_leftovers import Leftovers
 from ._task_record import StartFailed, TaskRecord
@@ -48,6 +51,7 @@ __all__ = [
     "Stream",
     "TaskExited",
     "TaskLimits",
+    "parse_uid_range",
     "resolve_task_user",
 ]
 
@@ -69,8 +73,17 @@ class ExecutorService:
 
     def __init__(self, config: ExecutorConfig) -> None:
         self.config = config
-        uid, gid, self.user = resolve_task_user(config.task_user)
-        self._launcher = TaskLauncher(uid, gid)
+        #: A uid per task when root and no task user is named (else None).
+        self._uids: UidAllocator | None = None
+        self._uid: int | None = None
+        self._gid: int | None = None
+        if config.task_user is None and os.geteuid() == 0:
+            self._uids = UidAllocator(*config.task_uids)
+            self.user = "uid {}-{}".format(*config.task_uids)
+        else:
+            self._uid, self._gid, self.user = resolve_task_user(config.task_user)
+        self.isolation: Isolation | None = None  # decided in `run`
+        self._launcher = TaskLauncher()
         self._leftovers = Leftovers(config.tasks_dir / ".running")
         self._reaped: list[tuple[str, int]] | None = None
         self._reaping = trio.Lock()
@@ -98,6 +111,7 @@ class ExecutorService:
         self.config.tasks_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.config.tasks_dir.chmod(0o711)  # mkdir's mode is masked by the umask
         await self.reap_leftovers()
+        await self._decide_isolation()
         event(_log, 20, "executor.ready", limiter=self.limiter_detail, user=self.user)
         try:
             async with trio.open_nursery() as nursery:
@@ -156,6 +170,7 @@ class ExecutorService:
         try:
             if problem is not None:
                 raise StartFailed(problem)
+            self._choose_user(task)
             # Synchronous, so `log_path` and `follow_log` work as soon as `start` returns.
             self._launcher.prepare(task)
         except StartFailed as exc:
@@ -211,7 +226,7 @@ class ExecutorService:
 
     def running(self) -> dict[str, RunningTask]:
         """The tasks started and not yet reported, by id."""
-        return {tid: t.view(self.user) for tid, t in sorted(self._tasks.items())}
+        return {tid: t.view() for tid, t in sorted(self._tasks.items())}
 
     def log_path(self, task_id: str, stream: Stream = "stdout") -> Path:
         """The file holding the task's full output, for its latest epoch run here.
@@ -288,12 +303,59 @@ class ExecutorService:
         self._release(task)
 
     def _release(self, task: TaskRecord) -> None:
-        """Count the end, close our files, remove the cgroup and the task's record."""
+        """Count the end, close our files, remove the cgroup and the task's record,
+        seal a dynamic uid's dirs and give the uid back."""
         key = task.reason or "exited"
         self._counts[key] = self._counts.get(key, 0) + 1
         task.release()
         if task.process is not None:
             self._leftovers.forget(task.task_id, task.epoch)
+        if task.dynamic and task.uid is not None and self._uids is not None:
+            seal(task.work_dir, task.tmp_dir)
+            self._uids.release(task.uid)
+
+    ############################################################################
+    # Who a task runs as, and what keeps tasks apart
+
+    def _choose_user(self, task: TaskRecord) -> None:
+        """The task's uid: its own from the range, or the configured user.
+
+        Raises:
+            StartFailed: every uid of the range is taken.
+        """
+        if self._uids is None:
+            task.uid, task.gid, task.user = self._uid, self._gid, self.user
+            return
+        uid = self._uids.allocate()
+        if uid is None:
+            first, last = self._uids.first, self._uids.last
+            raise StartFailed(
+                f"no free task uid in {first}-{last} ({len(self._uids.held)} tasks hold one,"
+                " the rest are in use on this machine): widen --task-uids"
+            )
+        task.uid, task.gid, task.user, task.dynamic = uid, uid, f"uid {uid}", True
+
+    async def _decide_isolation(self) -> None:
+        """Probe the namespaces once, seal what a dead daemon's tasks left, and say in
+        one line what keeps tasks apart (a warning when anything is missing)."""
+        root = os.geteuid() == 0
+        probe = "not root" if not root else "disabled by configuration"
+        if root and self.config.namespaces and self.config.task_user != "root":
+            command = [sys.executable, "-I", "-S", _WRAPPER, "probe", str(self.config.tasks_dir)]
+            try:
+                done = await trio.run_process(command, capture_stdout=True, env={}, check=False)
+                probe = done.stdout.decode("utf-8", "replace").strip() or "the probe failed"
+            except OSError as exc:
+                probe = f"the probe could not run: {exc.strerror}"
+        dynamic = None
+        if self._uids is not None:
+            dynamic = f"{self._uids.first}-{self._uids.last}"
+            seal_leftovers(self.config.tasks_dir, self._uids.first, self._uids.last)
+        self.isolation = Isolation.decide(root=root, user=self.user, dynamic=dynamic, probe=probe)
+        self._launcher.namespaces = self.isolation.namespaces
+        level = 20 if self.isolation.level == "full" else 30
+        event(_log, level, "executor.isolation", level=self.isolation.level,
+              detail=self.isolation.detail)  # fmt: skip
 
 
 def _finite(*values: object) -> bool:

@@ -151,11 +151,26 @@ async def test_no_network_cannot_reach_a_loopback_listener(tmp_path: Path) -> No
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-async def test_runs_as_nobody_when_root(tmp_path: Path) -> None:
-    nobody = pwd.getpwnam("nobody")
-    async with executor(tmp_path, task_user=None) as ex:
+async def test_runs_as_a_uid_of_its_own_when_root(tmp_path: Path) -> None:
+    async with executor(tmp_path, task_user=None, task_uids=(61200, 61210)) as ex:
         ended = await run_one(ex, "who", spec("sh", "-c", "id -u; id -G; touch made && echo wrote"))
         assert ex.running() == {}
+    assert ended.succeeded, ended
+    uid, groups, wrote = ended.stdout_tail.decode().split("\n")[:3]
+    assert 61200 <= int(uid) <= 61210
+    assert groups.split() == [uid]  # its own gid; root's supplementary groups are dropped
+    assert wrote == "wrote"
+    work = tmp_path / "tasks" / "who" / "1" / "work"
+    assert (work / "made").stat().st_uid == int(uid)
+    # Sealed at the end: the next task given this uid cannot enter it.
+    assert (work.stat().st_uid, work.stat().st_mode & 0o777) == (0, 0o700)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+async def test_runs_as_the_named_task_user_when_root(tmp_path: Path) -> None:
+    nobody = pwd.getpwnam("nobody")
+    async with executor(tmp_path, task_user="nobody") as ex:
+        ended = await run_one(ex, "who", spec("sh", "-c", "id -u; id -G; touch made && echo wrote"))
     assert ended.succeeded, ended
     uid, groups, wrote = ended.stdout_tail.decode().split("\n")[:3]
     assert int(uid) == nobody.pw_uid

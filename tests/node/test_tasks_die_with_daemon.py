@@ -14,7 +14,8 @@ import pytest
 
 from .harness import Daemon, Mesh, wait_until
 
-#: The shell prints its own pid and its background child's, then waits on the child.
+#: The shell prints its pid and its background child's (as its PID namespace numbers
+#: them, when it has one), then waits on the child.
 _SCRIPT = "sleep 300 & echo $$ $!; wait"
 
 
@@ -26,12 +27,27 @@ def _alive(pid: int) -> bool:
     return raw.rpartition(b")")[2].split()[0] != b"Z"
 
 
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[1])
+def _below(root: int) -> list[int]:
+    """Every live process below `root` in the process tree, parents first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_bytes().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [root]
+    while frontier:
+        below = sorted(children.get(frontier.pop(0), []))
+        found.extend(below)
+        frontier.extend(below)
+    return found
 
 
 def _task_pids(node: Daemon) -> list[int]:
-    """(wrapper, shell, background sleep) of the one task running on `node`."""
+    """The wrapper (the daemon's one child), then every process of the one task running
+    on `node`: its init when it has one, the shell and the background sleep."""
     tid = node.client.post("/v1/tasks", {"command": ["sh", "-c", _SCRIPT], "retries": 0})["id"]
 
     def printed() -> list[int] | None:
@@ -39,9 +55,9 @@ def _task_pids(node: Daemon) -> list[int]:
         text = logs[0].read_text() if logs else ""
         return [int(p) for p in text.split()] if text.endswith("\n") else None
 
-    shell, background = wait_until(printed, 30, "the task to print its pids")
-    pids = [_parent(shell), shell, background]
-    assert all(_alive(p) for p in pids)
+    wait_until(printed, 30, "the task to print its pids")
+    pids = _below(node.proc.pid)
+    assert len(pids) >= 3 and all(_alive(p) for p in pids), pids
     return pids
 
 

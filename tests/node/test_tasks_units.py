@@ -531,3 +531,13 @@ def test_up_task_user_errors_are_one_line(
     assert code != 0 and len(err.splitlines()) == 1, err
     assert "--task-user no-such-user-here" in err
     assert ("no such user" in err) if os.geteuid() == 0 else ("only a daemon" in err)
+
+
+@pytest.mark.parametrize("uids", ["61184", "9-1", "0-10"])
+def test_up_task_uids_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], uids: str
+) -> None:
+    code = main(["up", "--state-dir", str(tmp_path), "--task-uids", uids])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    assert err.count("task uids") == 1 and ("FIRST-LAST" in err or "FIRST <= LAST" in err), err
