@@ -46,6 +46,8 @@ class FakeTransport:
 
 
 class FakeCodec:
+    last_sender: str | None = None
+
     def seal(self, destination: tuple[str, int], payload: bytes, reliable: bool) -> bytes:
         return b"S" + payload
 
@@ -69,7 +71,9 @@ class FakeCore:
         member = Member("m", PEER, MemberState.ALIVE, 1)
         return [MemberJoined(member), Send(DEAD_PEER, b"probe")]
 
-    def receive(self, source: Any, payload: bytes, now: float, *, reliable: bool) -> list[Any]:
+    def receive(
+        self, source: Any, payload: bytes, now: float, *, reliable: bool, sender: str | None = None
+    ) -> list[Any]:
         self.calls.append(("receive", source, payload, reliable))
         return [Send(PEER, b"ack"), Send(DEAD_PEER, b"state", reliable=True)]
 
@@ -174,7 +178,9 @@ async def test_a_long_run_of_events_does_not_hold_up_packets(
     core.deadline = None
     joined = [MemberJoined(Member(f"m{i}", PEER, MemberState.ALIVE, 1)) for i in range(100)]
 
-    def receive(source: Any, payload: bytes, now: float, *, reliable: bool) -> list[Any]:
+    def receive(
+        source: Any, payload: bytes, now: float, *, reliable: bool, sender: str | None = None
+    ) -> list[Any]:
         core.calls.append(("receive", source, payload, reliable))
         return list(joined) if payload == b"state" else []
 
