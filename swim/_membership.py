@@ -48,7 +48,7 @@ from ._math import (
     suspicion_timeout_max,
     suspicion_timeout_min,
 )
-from ._pull import pull_answer_route
+from ._pull import parts_within, pull_answer_route
 from ._state import PRECEDENCE_FAST, Action, Rumor, Subject
 from ._stats import Counters, MembershipStatistics
 from .app import AppState
@@ -85,7 +85,6 @@ from .wire import (
     encode_push_pull,
     encode_sync,
     meta_digest,
-    packet_size,
 )
 
 _ALIVE = MemberState.ALIVE
@@ -1423,7 +1422,12 @@ class Membership:
                     encode_message(Alive(node.name, node.incarnation, node.address, node.meta))
                 )
         if capped:
-            self._send_pull_answer_capped(destination, parts, out)
+            answer = parts_within(parts, self._request_size)
+            counters.pulled_records_sent += len(answer)
+            if len(answer) < len(parts):
+                counters.pull_answers_capped += 1
+            if answer:
+                self._emit(destination, encode_packet(answer), False, out)
             return
         counters.pulled_records_sent += len(parts)
         # As many datagrams as the records need, each within the packet budget: one
@@ -1440,26 +1444,6 @@ class Membership:
             used += len(part)
         if packet:
             self._emit(destination, encode_packet(packet), reliable or used > room, out)
-
-    def _send_pull_answer_capped(
-        self, destination: Address, parts: list[bytes], out: list[Output]
-    ) -> None:
-        """One datagram to an address we cannot tie to the requester, no bigger than
-        the request was: the records that fit, in order, the rest counted."""
-        budget = self._request_size
-        answer: list[bytes] = []
-        used = 0
-        for part in parts:
-            if packet_size(used + len(part), len(answer) + 1) > budget:
-                break
-            answer.append(part)
-            used += len(part)
-        counters = self._counters
-        counters.pulled_records_sent += len(answer)
-        if len(answer) < len(parts):
-            counters.pull_answers_capped += 1
-        if answer:
-            self._emit(destination, encode_packet(answer), False, out)
 
     def _on_suspect(self, message: Suspect, now: float, reliable: bool, out: list[Output]) -> None:
         self._apply(

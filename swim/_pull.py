@@ -33,9 +33,12 @@ is still missing.
 
 from __future__ import annotations
 
-from ._events import Address
+from collections.abc import Sequence
 
-__all__ = ["pull_answer_route"]
+from ._events import Address
+from .wire import packet_size
+
+__all__ = ["parts_within", "pull_answer_route"]
 
 
 def pull_answer_route(
@@ -57,3 +60,16 @@ def pull_answer_route(
             return held, False
         return None
     return source, held != source
+
+
+def parts_within(parts: Sequence[bytes], budget: int) -> list[bytes]:
+    """The first `parts` (encoded messages) that one packet of at most `budget` bytes
+    holds: a capped answer is never bigger than the request it answers."""
+    kept: list[bytes] = []
+    used = 0
+    for part in parts:
+        if packet_size(used + len(part), len(kept) + 1) > budget:
+            break
+        kept.append(part)
+        used += len(part)
+    return kept

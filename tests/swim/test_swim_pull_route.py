@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from swim import Address, Membership, Output, Send
-from swim._pull import pull_answer_route
-from swim.wire import Alive, Pull, decode_packet, encode
+from swim._pull import parts_within, pull_answer_route
+from swim.wire import Alive, Pull, decode_packet, encode, encode_packet
 from tests.swim.helpers import TEST_CONFIG, address_of
 
 RECORD = b"r" * 340
@@ -165,3 +165,15 @@ def test_no_answer_goes_where_the_request_alone_points(
     if held_address != source and not reliable:
         assert sum(len(s.payload) for s in out) <= len(request)
         assert not any(s.reliable for s in out)
+
+
+@given(st.lists(st.binary(min_size=1, max_size=600), max_size=8), st.integers(0, 3000))
+def test_a_capped_answer_fits_its_budget_and_keeps_the_order(
+    parts: list[bytes], budget: int
+) -> None:
+    kept = parts_within(parts, budget)
+    assert kept == parts[: len(kept)]
+    if kept:
+        assert len(encode_packet(kept)) <= budget
+    if len(kept) < len(parts):
+        assert len(encode_packet(parts[: len(kept) + 1])) > budget
