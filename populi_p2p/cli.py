@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 import platformdirs
 
 from ._keyfiles import KeyFileError, decode_public_key, encode_public_key
+from ._terminal import format_table, terminal_safe
 from .api import ApiClient, ApiError
 from .cli_tasks import TASK_COMMANDS, add_task_commands
 from .config import (
@@ -280,10 +281,8 @@ def _print_json(value: Any) -> None:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
-             for r in [header, *rows]]  # fmt: skip
-    return "\n".join(lines)
+    """Every table the CLI prints: cells made terminal-safe (`_terminal`)."""
+    return format_table(rows, header)
 
 
 def _state_cell(member: dict[str, Any]) -> str:
@@ -323,16 +322,19 @@ def _cmd_status(args: argparse.Namespace) -> None:
     node = status.get("node", {})
     overlay = status.get("overlay", {})
     cluster = status.get("cluster", {})
-    print(f"node      {node.get('name')} ({node.get('node_id')})")
-    print(f"address   {node.get('address')}  incarnation {node.get('incarnation')}")
-    print(f"cluster   {cluster.get('fingerprint')}  {cluster.get('summary')}")
-    print(f"overlay   {overlay.get('kind')}  accepting {', '.join(overlay.get('accept', []))}")
+    lines = [
+        f"node      {node.get('name')} ({node.get('node_id')})",
+        f"address   {node.get('address')}  incarnation {node.get('incarnation')}",
+        f"cluster   {cluster.get('fingerprint')}  {cluster.get('summary')}",
+        f"overlay   {overlay.get('kind')}  accepting {', '.join(overlay.get('accept', []))}",
+    ]
     tasks = status.get("tasks")
     if tasks:
         state = "draining (takes no new work)" if tasks.get("draining") else "taking work"
-        print(f"tasks     {state}; {tasks.get('running')} running here")
-    for warning in status.get("warnings", []):
-        print(f"warning   {warning}")
+        lines.append(f"tasks     {state}; {tasks.get('running')} running here")
+    lines.extend(f"warning   {warning}" for warning in status.get("warnings", []))
+    for line in lines:
+        print(terminal_safe(line))
 
 
 def _cmd_members(args: argparse.Namespace) -> None:
@@ -347,7 +349,8 @@ def _cmd_events(args: argparse.Namespace) -> None:
     from .observe.client import format_event, read_events
 
     for event in read_events(_client(args).socket_path, follow=args.follow):
-        print(json.dumps(event, sort_keys=True) if args.json else format_event(event), flush=True)
+        line = json.dumps(event, sort_keys=True) if args.json else format_event(event)
+        print(terminal_safe(line), flush=True)
 
 
 def _daemon_absent(socket_path: Path) -> bool:
@@ -402,7 +405,7 @@ def _cmd_gpus(args: argparse.Namespace) -> None:
     if args.json:
         _print_json(gpus)
     else:
-        print(gpus.get("table") or "no GPUs found")
+        print(terminal_safe(gpus.get("table") or "no GPUs found", keep_newlines=True))
 
 
 def _cmd_leave(args: argparse.Namespace) -> None:
@@ -630,8 +633,7 @@ _CLUSTER_COMMANDS = {
 def _error(message: object) -> None:
     """Print `message` as the one error line; a stray control character is escaped
     (belt and braces: the messages already quote what the user typed)."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))
-    print(f"{_PROG}: error: {text}", file=sys.stderr)
+    print(f"{_PROG}: error: {terminal_safe(message)}", file=sys.stderr)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from ._terminal import terminal_safe
 from .api import ApiClient, ApiError
 
 __all__ = ["TASK_COMMANDS", "add_task_commands"]
@@ -165,7 +166,7 @@ def _follow(client: ApiClient, task_id: str) -> int:
     while True:
         task = client.get(f"/v1/tasks/{task_id}")
         owner = (task.get("owner") or "-")[:12]
-        line = f"{task['phase']} epoch {task['epoch']} owner {owner}"
+        line = terminal_safe(f"{task['phase']} epoch {task['epoch']} owner {owner}")
         if line != last or tty:
             elapsed = time.monotonic() - started
             end = "\r" if tty else "\n"
@@ -219,18 +220,27 @@ def _cmd_task(args: argparse.Namespace) -> None:
         print(json.dumps(task, indent=2, sort_keys=True))
         return
     spec = task.get("spec") or {}
-    print(f"task     {task['id']}\nphase    {task['phase']} (epoch {task['epoch']})")
-    print(f"command  {' '.join(spec.get('command', []))}\nkind     {spec.get('kind')}")
-    print(f"needs    {json.dumps(spec.get('requirements', {}), sort_keys=True)}")
+    lines = [
+        f"task     {task['id']}",
+        f"phase    {task['phase']} (epoch {task['epoch']})",
+        f"command  {' '.join(spec.get('command', []))}",
+        f"kind     {spec.get('kind')}",
+        f"needs    {json.dumps(spec.get('requirements', {}), sort_keys=True)}",
+    ]
     for e in task["epochs"]:
         code = "" if e["exit_code"] is None else f" exit {e['exit_code']}"
-        print(f"epoch {e['epoch']}: {e['owner'][:12]} {e['phase']}{code}")
+        lines.append(f"epoch {e['epoch']}: {e['owner'][:12]} {e['phase']}{code}")
     if task.get("why"):
-        print(f"pending  {task['why']}")
+        lines.append(f"pending  {task['why']}")
     result = task.get("result")
     if result is not None:
-        print(f"result   exit {result['exit_code']} in {result['duration']:.1f}s")
-        print(result["output_tail"])
+        lines.append(f"result   exit {result['exit_code']} in {result['duration']:.1f}s")
+    for line in lines:
+        print(terminal_safe(line))
+    if result is not None:
+        # The task's own output: its lines kept, anything that would drive the terminal
+        # (escapes, carriage returns) shown escaped.
+        print(terminal_safe(result["output_tail"], keep_newlines=True))
 
 
 def _cmd_explain(args: argparse.Namespace) -> None:
@@ -238,14 +248,17 @@ def _cmd_explain(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(answer, indent=2, sort_keys=True))
         return
-    print(f"task {answer['id']} ({answer['phase']})")
-    print(f"lease:     {answer['claim'] or 'never claimed'}")
-    print(f"placement: {answer['placement'] or 'not placed by this node yet'}")
+    for line in (
+        f"task {answer['id']} ({answer['phase']})",
+        f"lease:     {answer['claim'] or 'never claimed'}",
+        f"placement: {answer['placement'] or 'not placed by this node yet'}",
+    ):
+        print(terminal_safe(line))
 
 
 def _cmd_cancel(args: argparse.Namespace) -> None:
     answer = _client(args).post(f"/v1/tasks/{args.task}/cancel")
-    print(f"cancelled {answer['id']}")
+    print(terminal_safe(f"cancelled {answer['id']}"))
 
 
 def _cmd_logs(args: argparse.Namespace) -> None:

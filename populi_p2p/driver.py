@@ -83,7 +83,11 @@ class PacketCodec(Protocol):
     """Wraps core payloads for the wire and unwraps what arrives (authentication).
 
     `open` returns None for a packet that must be dropped; it counts the drop itself.
+    `last_sender` is the node id whose packet `open` accepted last (None when the codec
+    does not authenticate): the core answers a pull only to that member (`swim._pull`).
     """
+
+    last_sender: str | None
 
     def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes: ...
 
@@ -223,7 +227,13 @@ class Driver:
             return
         now = trio.current_time()
         await self.apply(
-            self.core.receive(incoming.source, payload, now, reliable=incoming.reliable)
+            self.core.receive(
+                incoming.source,
+                payload,
+                now,
+                reliable=incoming.reliable,
+                sender=self._codec.last_sender,
+            )
         )
 
     def _step_done(self) -> None:

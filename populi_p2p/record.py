@@ -144,6 +144,25 @@ def _check_str(name: str, value: object, limit: int) -> None:
         raise ValueError(f"{name} must be a string of at most {limit} characters")
 
 
+def _check_text(name: str, value: object, limit: int) -> None:
+    """A string shown to people (a name, a label): within `limit`, and printable.
+
+    `str.isprintable` refuses every control character (C0, DEL, C1), format characters
+    such as the bidi overrides (U+202A-U+202E, U+2066-U+2069) and zero-width ones, line
+    and paragraph separators (U+2028, U+2029), and every space but U+0020: what would
+    let a member's own signed record move a terminal's cursor, recolour it, start a new
+    table row or reorder what is shown (issue 18, row 5).
+    """
+    if not isinstance(value, str) or len(value) > limit:
+        raise ValueError(f"{name} must be a string of at most {limit} characters")
+    if not value.isprintable():
+        bad = next(c for c in value if not c.isprintable())
+        raise ValueError(
+            f"{name} must be printable text: U+{ord(bad):04X} at {value.index(bad)} is a"
+            " control, format or separator character"
+        )
+
+
 def _label_dict(value: Mapping[str, str]) -> dict[str, str]:
     return dict(value)
 
@@ -163,6 +182,7 @@ def _plain_sections(value: Mapping[str, Any]) -> dict[str, Any]:
     for key, section in normalised.items():
         if not (isinstance(key, str) and 0 < len(key) <= MAX_LABEL_KEY_LENGTH):
             raise ValueError("a section name is a non-empty string")
+        _check_text("a section name", key, MAX_LABEL_KEY_LENGTH)
         if not isinstance(section, dict):
             raise ValueError(f"section {key!r} is not a map")
     return dict(normalised)
@@ -214,9 +234,9 @@ class NodeRecord:
             raise ValueError(f"a public key is {KEY_BYTES} bytes")
         if self.node_id != node_id_from_public_key(self.public_key):
             raise ValueError("node_id is not the id of public_key")
-        _check_str("name", self.name, MAX_NAME_LENGTH)
-        _check_str("address", self.address, MAX_ADDRESS_LENGTH)
-        _check_str("software_version", self.software_version, MAX_VERSION_LENGTH)
+        _check_text("name", self.name, MAX_NAME_LENGTH)
+        _check_text("address", self.address, MAX_ADDRESS_LENGTH)
+        _check_text("software_version", self.software_version, MAX_VERSION_LENGTH)
         if type(self.port) is not int or not 0 <= self.port <= 0xFFFF:
             raise ValueError("port must be an integer in 0..65535")
         if type(self.protocol_version) is not int or self.protocol_version < 0:
@@ -230,8 +250,8 @@ class NodeRecord:
         if len(self.labels) > MAX_LABELS:
             raise ValueError(f"at most {MAX_LABELS} labels")
         for key, value in self.labels.items():
-            _check_str("a label key", key, MAX_LABEL_KEY_LENGTH)
-            _check_str("a label value", value, MAX_LABEL_VALUE_LENGTH)
+            _check_text("a label key", key, MAX_LABEL_KEY_LENGTH)
+            _check_text("a label value", value, MAX_LABEL_VALUE_LENGTH)
             if not key:
                 raise ValueError("a label key is not empty")
         if not isinstance(self.certificate, bytes):

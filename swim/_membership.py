@@ -48,6 +48,7 @@ from ._math import (
     suspicion_timeout_max,
     suspicion_timeout_min,
 )
+from ._pull import parts_within, pull_answer_route
 from ._state import PRECEDENCE_FAST, Action, Rumor, Subject
 from ._stats import Counters, MembershipStatistics
 from .app import AppState
@@ -557,6 +558,10 @@ class Membership:
         # a lean rumor's receiver pulls from its sender.
         self._source: Address = address
         self._reliable = False
+        # Who authenticated it (None: the driver does not say), and its size: a pull
+        # from an address we cannot tie to the requester is answered within it.
+        self._sender: str | None = None
+        self._request_size = 0
         # Announce ourselves: whoever we meet first spreads it.
         self._broadcast_self(now)
 
@@ -624,7 +629,13 @@ class Membership:
         return out
 
     def receive(
-        self, source: Address, payload: bytes, now: float, *, reliable: bool = False
+        self,
+        source: Address,
+        payload: bytes,
+        now: float,
+        *,
+        reliable: bool = False,
+        sender: str | None = None,
     ) -> list[Output]:
         """Handle one packet.
 
@@ -632,11 +643,15 @@ class Membership:
         in `statistics().dropped_malformed`, an invalid message in `dropped_invalid`.
 
         Args:
-            source: where the packet came from. Only informative: replies go to the
-                address the sender advertises inside its message.
+            source: where the packet came from (for a stream, the connection's remote
+                address). A pull is answered only there or at the requester's held
+                address (see `swim._pull`); other replies go to the address the sender
+                advertises inside its message.
             payload: the packet bytes.
             now: the driver's clock.
             reliable: the packet came over a stream (TCP); replies to it go the same way.
+            sender: the member name the packet's authentication proves sent it, when
+                the driver authenticates packets (None: not known).
         """
         counters = self._counters
         counters.packets_received += 1
@@ -657,6 +672,8 @@ class Membership:
         meta_max = self._config.meta_size_max
         self._source = source
         self._reliable = reliable
+        self._sender = sender
+        self._request_size = len(payload)
         for message in messages:
             cls = type(message)
             if type(message) is Alive or type(message) is AliveRef:
@@ -1378,9 +1395,19 @@ class Membership:
         At most `pull_names_max` names are looked at, whatever the request holds, and
         only members we hold alive or suspect are answered (a dead one's alive record
         would be false news): a flood of pulls costs at most that many records each.
+        The answer never goes to the address the request names (`swim._pull`).
         """
         counters = self._counters
         counters.pulls_received += 1
+        requester = message.source
+        sender = self._sender
+        node = self._members.get(requester)
+        held = node.address if node is not None and node is not self._self else None
+        route = pull_answer_route(held, self._source, reliable)
+        if route is None or (sender is not None and sender != requester):
+            counters.pulls_refused += 1  # over a stream from elsewhere, or in another's name
+            return
+        destination, capped = route
         most = self._config.pull_names_max
         names = message.names
         if len(names) > most:
@@ -1394,11 +1421,18 @@ class Membership:
                 parts.append(
                     encode_message(Alive(node.name, node.incarnation, node.address, node.meta))
                 )
+        if capped:
+            answer = parts_within(parts, self._request_size)
+            counters.pulled_records_sent += len(answer)
+            if len(answer) < len(parts):
+                counters.pull_answers_capped += 1
+            if answer:
+                self._emit(destination, encode_packet(answer), False, out)
+            return
         counters.pulled_records_sent += len(parts)
         # As many datagrams as the records need, each within the packet budget: one
         # stream per answer would cost a connection, and a lost datagram is retried.
         room = self._config.packet_budget - PACKET_OVERHEAD
-        destination = message.source_address
         packet: list[bytes] = []
         used = 0
         for part in parts:

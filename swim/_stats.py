@@ -89,6 +89,11 @@ class MembershipStatistics:
     pulled_records_sent: int = 0
     #: Names in received pulls beyond `pull_names_max`, not answered.
     pull_names_refused: int = 0
+    #: Pulls not answered: over a stream from another host than the requester's held
+    #: address, or naming a requester other than the authenticated sender (`swim._pull`).
+    pulls_refused: int = 0
+    #: Answers to an address not tied to the requester, cut to the request's size.
+    pull_answers_capped: int = 0
     #: Members pulled in full after a lean rumor (the answer arrived and was applied).
     pulls_completed: int = 0
     #: Pulls given up after their last try, and lean rumors not pulled because
@@ -146,6 +151,8 @@ class Counters:
     pulls_received: int
     pulled_records_sent: int
     pull_names_refused: int
+    pulls_refused: int
+    pull_answers_capped: int
     pulls_completed: int
     pulls_given_up: int
     pulls_dropped_full: int

@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .._terminal import format_table
 from ._capacity import CapacityReason, DeviceCapacity
 from ._facts import CpuInfo, GpuDevice
 from ._health import DeviceHealth, HealthState, Reason
@@ -107,8 +108,8 @@ def _cpu_line(cpu: CpuInfo) -> str:
 
 
 def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    """The rows (header first) as aligned lines, every cell terminal-safe."""
+    return format_table(rows[1:], rows[0]).split("\n")
 
 
 def format_gpu_table(report: GpuReport) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .._terminal import terminal_safe
 from ..api import ApiClient, ApiError
 
 __all__ = ["format_event", "read_events"]
@@ -52,4 +53,5 @@ def format_event(event: dict[str, Any]) -> str:
     stamp = (
         time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else "-"
     )
-    return f"{stamp} {event.get('kind', '?')!s:<16} {event.get('message', '')}"
+    line = f"{stamp} {event.get('kind', '?')!s:<16} {event.get('message', '')}"
+    return terminal_safe(line)

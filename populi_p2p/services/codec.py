@@ -81,6 +81,9 @@ class AuthCodec:
         #: Of `bytes_out`, those sealed as stream frames (push-pull, TCP fallback probes).
         self.frame_bytes_out = 0
         self.bytes_in = 0
+        #: The node id of the sender whose packet `open` accepted last (the driver hands
+        #: it to the core with the payload); None before any, or after a refused one.
+        self.last_sender: str | None = None
 
     def set_tcp_answer_handler(self, on_tcp_answer: Callable[[Address], None]) -> None:
         """Told a member's address whenever a frame from that member authenticates.
@@ -136,6 +139,7 @@ class AuthCodec:
     def open(self, incoming: Incoming) -> bytes | None:
         now = self._realtime()
         self.bytes_in += len(incoming.payload)
+        self.last_sender = None
         key = source_key(incoming.source[0])
         try:
             opened = self.auth.open(
@@ -170,4 +174,5 @@ class AuthCodec:
             # to our node id, which it does only for a member whose verified record (and
             # so certificate) it holds, or for a sender whose packet it just verified.
             self.introductions.acknowledged(opened.sender_node_id)
+        self.last_sender = opened.sender_node_id
         return opened.payload

@@ -32,7 +32,13 @@ from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import agent_wire
 from populi_p2p.leases.agent_wire import AgentMessage
 from populi_p2p.leases.wire import DecodeError as LeaseDecodeError
-from populi_p2p.record import Capabilities, NodeRecord, NodeStatus, next_sequence
+from populi_p2p.record import (
+    RECORD_CONTEXT,
+    Capabilities,
+    NodeRecord,
+    NodeStatus,
+    next_sequence,
+)
 from populi_p2p.services.app_channel import AppKind
 from populi_p2p.services.leases import LEASE_CONTEXT
 from swim import PROTOCOL_VERSION as SWIM_PROTOCOL_VERSION
@@ -237,7 +243,9 @@ class Insider(Attacker):
     thread seals attacks, and one authenticator's counter must not be used twice.
     """
 
-    def __init__(self, host: str, authority: ClusterAuthority, *, seed: int = 7) -> None:
+    def __init__(
+        self, host: str, authority: ClusterAuthority, *, seed: int = 7, name: str = "insider"
+    ) -> None:
         super().__init__(host, authority, seed=seed)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         self._lock = threading.Lock()
@@ -254,13 +262,25 @@ class Insider(Attacker):
         self._record = b""
         self.unopened = 0
         self.errors: list[str] = []
+        #: The name our record gives (the hostile-name attack signs one no daemon
+        #: would build: see `record`).
+        self.name = name
+        #: Full records (`Alive`) received, and the bytes of the datagrams that carried
+        #: them (as sealed on the wire, and as the swim payload inside).
+        self.alives_received = 0
+        self.alive_datagram_bytes = 0
+        self.alive_payload_bytes = 0
 
     def lease_sign(self, data: bytes) -> bytes:
         """What `LeaseService` signs with: the lease context, our key."""
         return self.identity.sign(LEASE_CONTEXT, data)
 
     def record(self) -> bytes:
-        """Our signed NodeRecord (draining: placement never picks us)."""
+        """Our signed NodeRecord (draining: placement never picks us).
+
+        Signed from the record's own encoding, with `name` set after the checks: a
+        modified daemon signs whatever name it likes, printable or not.
+        """
         host, port = self.address
         record = NodeRecord(
             node_id=self.node_id, public_key=self.public_key, name="insider",
@@ -270,7 +290,9 @@ class Insider(Attacker):
             capabilities=Capabilities(cpu_cores=1, ram_bytes=1 << 30),
             certificate=self.certificate,
         )  # fmt: skip
-        return record.sign(self.identity).raw
+        object.__setattr__(record, "name", self.name)  # past NodeRecord's own checks
+        body = record.encode_body()
+        return body + self.identity.sign(RECORD_CONTEXT, body)
 
     def seal(self, *messages: wire.Message, **options: Any) -> bytes:
         with self._lock:
@@ -358,6 +380,11 @@ class Insider(Attacker):
         except Exception:  # not ours to judge: skip it
             self.unopened += 1
             return
+        alives = sum(isinstance(m, wire.Alive) for m in messages)
+        if alives:
+            self.alives_received += alives
+            self.alive_datagram_bytes += len(data)
+            self.alive_payload_bytes += len(opened.payload)
         for message in messages:
             if isinstance(message, wire.Ping) and message.target == self.node_id:
                 ack = self.seal(wire.Ack(message.seq), recipient=opened.sender_node_id)

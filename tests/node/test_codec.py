@@ -252,3 +252,18 @@ def test_an_authenticated_frame_is_tcp_evidence_for_the_senders_member_address()
     assert alice.open(Incoming(BOB_AT, bob.seal(ALICE_AT, b"\x01d", False), False, URGENT))
     assert alice.open(Incoming(ephemeral, frame[:-1] + b"\x00", True, URGENT)) is None
     assert answered == [BOB_AT]
+
+
+def test_the_codec_names_who_signed_the_packet_it_opened_last() -> None:
+    """The driver hands `last_sender` to the core, which answers a pull only to the
+    member that signed it (issue 18, row 4): set on every packet that opens, cleared
+    by one that does not."""
+    clock = Clock()
+    alice, bob = codec(ALICE, clock), codec(BOB, clock)
+    assert bob.last_sender is None
+    assert send(alice, BOB_AT, bob, ALICE_AT) == b"\x01payload"
+    assert bob.last_sender == ALICE.node_id
+    sealed = alice.seal(BOB_AT, b"\x01payload", False)
+    forged = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    assert bob.open(Incoming(ALICE_AT, forged, False, URGENT)) is None
+    assert bob.last_sender is None

@@ -46,11 +46,19 @@ class FakeTransport:
 
 
 class FakeCodec:
+    """Opens "S" + payload; "bad..." is refused. The sender is the byte after "S"."""
+
+    last_sender: str | None = None
+
     def seal(self, destination: tuple[str, int], payload: bytes, reliable: bool) -> bytes:
         return b"S" + payload
 
     def open(self, incoming: Incoming) -> bytes | None:
-        return None if incoming.payload.startswith(b"bad") else incoming.payload[1:]
+        if incoming.payload.startswith(b"bad"):
+            self.last_sender = None
+            return None
+        self.last_sender = f"node-{incoming.payload[1:2].decode()}"
+        return incoming.payload[1:]
 
 
 class FakeCore:
@@ -58,6 +66,7 @@ class FakeCore:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.senders: list[str | None] = []
         self.deadline: float | None = 5.0
 
     def next_deadline(self) -> float | None:
@@ -69,8 +78,11 @@ class FakeCore:
         member = Member("m", PEER, MemberState.ALIVE, 1)
         return [MemberJoined(member), Send(DEAD_PEER, b"probe")]
 
-    def receive(self, source: Any, payload: bytes, now: float, *, reliable: bool) -> list[Any]:
+    def receive(
+        self, source: Any, payload: bytes, now: float, *, reliable: bool, sender: str | None = None
+    ) -> list[Any]:
         self.calls.append(("receive", source, payload, reliable))
+        self.senders.append(sender)
         return [Send(PEER, b"ack"), Send(DEAD_PEER, b"state", reliable=True)]
 
     def send_failed(self, destination: Any, payload: bytes, now: float) -> list[Any]:
@@ -89,6 +101,7 @@ async def test_driver_translates(autojump_clock: trio.testing.MockClock) -> None
         await trio.sleep(10)
         nursery.cancel_scope.cancel()
     assert ("receive", PEER, b"hello", False) in core.calls  # opened, then handed over
+    assert core.senders == ["node-h"]  # with who signed it (`swim._pull` needs it)
     assert not any(c[0] == "receive" and c[2].startswith(b"ad") for c in core.calls)
     assert transport.datagrams == [(PEER, b"Sack")]  # sealed, over UDP
     # The failed UDP probe and the failed TCP send are both reported back.
@@ -174,7 +187,9 @@ async def test_a_long_run_of_events_does_not_hold_up_packets(
     core.deadline = None
     joined = [MemberJoined(Member(f"m{i}", PEER, MemberState.ALIVE, 1)) for i in range(100)]
 
-    def receive(source: Any, payload: bytes, now: float, *, reliable: bool) -> list[Any]:
+    def receive(
+        source: Any, payload: bytes, now: float, *, reliable: bool, sender: str | None = None
+    ) -> list[Any]:
         core.calls.append(("receive", source, payload, reliable))
         return list(joined) if payload == b"state" else []
 

@@ -60,6 +60,8 @@ class Port:
 class Plain:
     """No authentication: the payload is the packet."""
 
+    last_sender: str | None = None
+
     def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes:
         return payload
 

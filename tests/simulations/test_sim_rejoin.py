@@ -212,8 +212,13 @@ def test_a_record_storm_converges_within_a_second_of_the_last_start(seed: int) -
 def test_a_record_storm_checking_a_check_interval_after_the_join_converges_late() -> None:
     """The control, as the daemons behaved (+22 to +26 s): two meshes grow around the
     seeds for a check interval, and merging them takes one 340-byte alive rumor per
-    member across the cut, three to a packet: some pairs wait for a push-pull."""
-    result, run = record_storm(1, at_once=False)
+    member across the cut, three to a packet: some pairs wait for a push-pull.
+
+    How late depends on the seed (seeds 1 to 5: from 1 to 60 s after the last start);
+    seed 3 is one where the two meshes grow apart. (Seed 1 was until pulls from an
+    address the answerer cannot tie to the requester were cut to the request's size,
+    issue 18: that changed the run, not the spread across seeds.)"""
+    result, run = record_storm(3, at_once=False)
     assert result.ok, result.failure
     last = max(run.up.values())
     assert result.formation_seconds is not None and result.formation_seconds - last > 20.0

@@ -156,15 +156,21 @@ def test_outstanding_pulls_are_bounded() -> None:
     assert me.statistics().pulls_dropped_full == 6
 
 
+def held_requester(me: Membership) -> None:
+    """Make "x", at SENDER, a member `me` holds: its pulls are answered in full there."""
+    me.receive(SENDER, encode(Alive("x", 0, SENDER, b"")), 0.5)
+
+
 def test_a_pull_is_answered_with_full_records_of_live_members_only() -> None:
     me = core()
+    held_requester(me)
     me.receive(SENDER, encode(Alive("b", 2, address_of(2), RECORD)), 1.0)
     me.receive(SENDER, encode(Alive("gone", 0, address_of(3), RECORD)), 1.0)
     me._apply(3, "gone", 0, 1.0, [])  # left (Rumor.LEFT)
     assert me.member("gone") is not None and me.member("gone").state is MemberState.LEFT  # type: ignore[union-attr]
     out = me.receive(SENDER, encode(Pull("x", OTHER, ("b", "me", "gone", "unknown", "b"))), 2.0)
     [send] = sends(out)
-    assert send.destination == OTHER and not send.reliable
+    assert send.destination == SENDER and not send.reliable  # never the address it names
     assert decode_packet(send.payload) == [
         Alive("b", 2, address_of(2), RECORD),
         Alive("me", 0, address_of(1), RECORD),
@@ -174,6 +180,7 @@ def test_a_pull_is_answered_with_full_records_of_live_members_only() -> None:
 
 def test_an_answer_over_the_packet_budget_is_split_into_datagrams() -> None:
     me = core()
+    held_requester(me)
     for i in range(8):
         me.receive(SENDER, encode(Alive(f"b{i}", 0, address_of(10 + i), RECORD)), 1.0)
     out = me.receive(SENDER, encode(Pull("x", OTHER, tuple(f"b{i}" for i in range(8)))), 2.0)
@@ -186,6 +193,7 @@ def test_an_answer_over_the_packet_budget_is_split_into_datagrams() -> None:
 
 def test_a_record_over_the_packet_budget_is_answered_reliably() -> None:
     me = core()
+    held_requester(me)
     me.receive(SENDER, encode(Alive("big", 0, address_of(10), b"x" * 2000)), 1.0)
     me.receive(SENDER, encode(Alive("b", 0, address_of(11), RECORD)), 1.0)
     out = me.receive(SENDER, encode(Pull("x", OTHER, ("big", "b"))), 2.0)
@@ -200,6 +208,7 @@ def test_a_flood_of_pulls_costs_bounded_output() -> None:
     most `pull_names_max` records, whatever it asked for."""
     most = TEST_CONFIG.pull_names_max
     me = core()
+    held_requester(me)
     names = [f"b{i}" for i in range(200)]
     for i, name in enumerate(names):
         me.receive(SENDER, encode(Alive(name, 0, ("10.1.0.1", i), RECORD)), 1.0)
