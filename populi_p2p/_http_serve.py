@@ -121,7 +121,8 @@ class ConnectionGate:
 
     @property
     def open(self) -> int:
-        return self.limits.total - self._slots.value
+        """Connections admitted and not yet closed."""
+        return self._by_source.total()
 
     async def slot(self) -> None:
         """Wait for a free slot (counted when the listener was full)."""
