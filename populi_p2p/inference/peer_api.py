@@ -140,7 +140,8 @@ class PeerApi:
 
     async def _refuse(self, send: Send, exc: PeerAuthError, path: str) -> None:
         self._refused[exc.reason] = self._refused.get(exc.reason, 0) + 1
-        event(_log, 20, "peer.refused", reason=exc.reason, path=path)
+        # Debug: counted, and an outsider's flood of refusals must not flood the log.
+        event(_log, 10, "peer.refused", reason=exc.reason, path=path)
         await send_json(send, 401, {"error": f"peer call refused: {exc}"})
 
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -120,6 +120,8 @@ def _check_probe(probe: Probe) -> None:
     assert probe.failures == [], probe.failures[:5]
     slowest = max(probe.latencies)
     assert slowest < ANSWER_WITHIN, f"the slowest answer took {slowest:.2f} s"
+    log = probe.daemon.log()
+    assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
 
 
 def test_slow_bodies_cannot_take_the_open_files(http_node: HttpNode) -> None:
