@@ -42,9 +42,9 @@ from .http_attack import (
 
 #: The daemon's open-file limit, soft and hard.
 OPEN_FILES = 1024
-HOST = "127.0.0.31"
-#: The attackers' addresses (ten sources: more than the total cap holds per source).
-SOURCES = [f"127.0.0.{i}" for i in range(41, 51)]
+HOST = "127.0.0.81"
+#: The attackers' addresses.
+SOURCES = [f"127.0.0.{i}" for i in range(91, 101)]
 PEER_PATH = "/peer/v1/engine/chat/completions"
 #: What the member asks for (a task's log: any answer but 401 shows it got through).
 MEMBER_PATH = "/populi/v1/task-logs?id=none"
@@ -130,12 +130,12 @@ def test_slow_bodies_cannot_take_the_open_files(http_node: HttpNode) -> None:
     deadline). From three addresses: the per-source cap holds each to its share, so a
     member's call still gets through."""
     allow_open_files(1100 + 256)
-    member = Attacker("127.0.0.39", http_node.mesh.authority)
+    member = Attacker("127.0.0.89", http_node.mesh.authority)
     head = request_head(PEER_PATH, 1 << 20)
     floods = [
-        SlowBodies(http_node.peer, ["127.0.0.41"], 550, head, reopen_per_tick=200,
+        SlowBodies(http_node.peer, [SOURCES[0]], 550, head, reopen_per_tick=200,
                    trickle_head=False),
-        SlowBodies(http_node.peer, ["127.0.0.42", "127.0.0.43"], 550, head,
+        SlowBodies(http_node.peer, SOURCES[1:3], 550, head,
                    reopen_per_tick=200, trickle_head=True),
     ]  # fmt: skip
     accepted = _peer_statistics(http_node.daemon).get("accepted", 0)
@@ -260,7 +260,7 @@ def test_a_413_on_keep_alive_says_connection_close(http_node: HttpNode) -> None:
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     _next_request_or_close(conn, answer)
     # The peer API, to a member: signed headers, a body over the limit.
-    member = Attacker("127.0.0.39", http_node.mesh.authority)
+    member = Attacker("127.0.0.89", http_node.mesh.authority)
     try:
         signer = PeerCallSigner(member.identity, member.certificate, clock=time.time)
         signed = signer.headers("POST", PEER_PATH, b"", http_node.daemon.node_id)
