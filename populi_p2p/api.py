@@ -50,7 +50,6 @@ import errno
 import functools
 import inspect
 import json
-import logging
 import os
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -260,32 +259,24 @@ async def serve_api(
     file from a crashed daemon is replaced; the caller makes sure no live daemon owns it
     (see `ApiClient.is_running`). When `shutdown_trigger` returns, the server stops
     accepting and returns once in-flight responses are sent (at most about 1 s), so the
-    answer to ``POST /v1/leave`` is delivered before the daemon exits.
+    answer to ``POST /v1/leave`` is delivered before the daemon exits. The connection
+    cap and timeouts are the TCP listeners' (`populi_p2p._http_serve`), with every
+    client counted as one source.
     """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
+    from ._http_serve import ConnectionGate, HttpLimits, serve_http
 
-    config = Config()
-    config.bind = [f"unix:{socket_path}"]
-    # The socket is created under this umask, so it is never connectable by others even
-    # for an instant; the chmod below is belt and braces for odd filesystems.
-    config.umask = 0o177
-    config.accesslog = None
-    server_log = logging.getLogger("populi.api.server")
-    server_log.setLevel(logging.WARNING)  # not hypercorn's "Running on ..." banner
-    config.errorlog = server_log
-    config.graceful_timeout = 1.0
-    config.include_server_header = False
-
+    caps = HttpLimits.for_open_files()  # one source: every client is this machine's user
+    gate = ConnectionGate(HttpLimits(per_source=caps.total, total=caps.total))
     async with trio.open_nursery() as nursery:
         await nursery.start(
             functools.partial(
-                serve,
-                app,  # type: ignore[arg-type]  # hypercorn's TypedDict scopes; ours is generic
-                config,
-                shutdown_trigger=shutdown_trigger,
+                serve_http, app, f"unix:{socket_path}", gate, logger_name="populi.api.server",
+                # The socket is created under this umask, so it is never connectable by
+                # others even for an instant; the chmod is belt and braces for odd
+                # filesystems.
+                umask=0o177, shutdown_trigger=shutdown_trigger,
             )
-        )
+        )  # fmt: skip
         os.chmod(socket_path, API_SOCKET_MODE)
         task_status.started(socket_path)
 

@@ -46,6 +46,7 @@ from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport
 
 from ._asgi import AsgiApp
+from ._http_serve import OPEN_FILES_LOW, HttpLimits, raise_open_file_limit
 from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
@@ -95,6 +96,19 @@ _log = get_logger("node")
 _LEASE_PRESETS: Final = {"lan": LeaseConfig.lan, "wan": LeaseConfig.wan, "local": LeaseConfig.local}
 
 
+def _raise_open_files() -> None:
+    """The soft open-file limit up to the hard one: the HTTP listeners' connection caps
+    follow it (`HttpLimits.for_open_files`); one line says when it stays low."""
+    soft, hard = raise_open_file_limit()
+    if soft < OPEN_FILES_LOW:
+        event(
+            _log, 30, "node.open_files_low", limit=soft, hard=hard,
+            per_listener=HttpLimits.for_open_files(soft).total,
+            message=f"raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) to"
+            f" {OPEN_FILES_LOW} or more for more HTTP connections",
+        )  # fmt: skip
+
+
 class Node:
     """One populi daemon. `await Node(config).run()` until it leaves or is cancelled."""
 
@@ -126,6 +140,7 @@ class Node:
         """
         config = self.config
         check_state_dir(config.state_dir, config.api_socket)
+        _raise_open_files()
         creds = load_credentials(config)
         parts = self._parts = NodeParts(config, creds, self.started_at)
         if ApiClient(config.api_socket, timeout=2.0).is_running():
@@ -343,8 +358,10 @@ class Node:
             if self.task_logs is not None:
                 status["tasks"]["logs_refused_not_member"] = self.task_logs.refused_not_member
         host = self.inference_host
-        if host is not None and host.peer_api is not None:
-            status["node"]["peer_port"] = getattr(host.peer_api, "port", None)
+        if host is not None:
+            status["http"] = host.http_statistics()
+            if host.peer_api is not None:
+                status["node"]["peer_port"] = getattr(host.peer_api, "port", None)
         return status
 
     def _lease_outcomes(self) -> list[Outcome] | None:

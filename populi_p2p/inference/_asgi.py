@@ -1,5 +1,6 @@
 """The few ASGI pieces the inference listeners share: types, body reading, JSON
-answers, and serving an app on a TCP address with hypercorn's Trio worker.
+answers, and serving an app on a TCP address with hypercorn's Trio worker (under the
+connection caps and timeouts of `populi_p2p._http_serve`).
 
 HTTP itself is hypercorn's; this only speaks ASGI to it.
 """
@@ -7,13 +8,14 @@ HTTP itself is hypercorn's; this only speaks ASGI to it.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import trio
 
 from .. import _asgi as _shared
 from .._asgi import AsgiApp, Receive, Scope, Send, lifespan
+from .._http_serve import ConnectionGate, HttpLimits, serve_http
 
 __all__ = [
     "AsgiApp",
@@ -138,30 +140,22 @@ async def serve_tcp(
     port: int,
     *,
     logger_name: str,
+    gate: ConnectionGate | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `app` on ``host:port`` until cancelled; started with the bound port."""
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
+    """Serve `app` on ``host:port`` until cancelled; started with the bound port.
 
-    config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    server_log = logging.getLogger(logger_name)
-    server_log.setLevel(logging.WARNING)
-    config.errorlog = server_log
-    config.graceful_timeout = 1.0
-    config.include_server_header = False
-    config.keep_alive_timeout = 30.0
-
+    `gate`: the listener's connection caps and timeouts (default: those for this
+    process's open-file limit, `HttpLimits.for_open_files`)."""
+    if gate is None:
+        gate = ConnectionGate(HttpLimits.for_open_files())
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(
+        names: list[Any] = await nursery.start(
             functools.partial(
-                serve,
-                app,  # type: ignore[arg-type]  # hypercorn's TypedDict scopes; ours is generic
-                config,
-                shutdown_trigger=shutdown_trigger,
+                serve_http, app, bind, gate,
+                logger_name=logger_name, shutdown_trigger=shutdown_trigger,
             )
-        )
-        task_status.started(int(binds[0].rsplit(":", 1)[1]))
+        )  # fmt: skip
+        task_status.started(int(names[0][1]))

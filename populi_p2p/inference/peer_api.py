@@ -2,8 +2,12 @@
 
 Other services register routes (`PeerRoutes.add`); every request is checked by
 `PeerCallVerifier` before any handler sees it, so a handler only ever meets enrolled,
-unrevoked members. A refused call is 401 with a one-line reason and is counted by
-reason (`statistics()`); a handler that raises is a 500, never a dead listener.
+unrevoked members. The caller, certificate, timestamp and nonce are checked from the
+headers before a byte of the body is read; then the body is read against its limit and
+its signature checked. A refused call is 401 with a one-line reason (and ``Connection:
+close`` when it came with a body) and is counted by reason (`statistics()`); a handler
+that raises is a 500, never a dead listener. The listener's connection caps and
+timeouts are `populi_p2p._http_serve`'s, counted under ``connections``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from .._http_serve import ConnectionGate, HttpLimits
 from .._log import event, get_logger
 from ._asgi import (
     BodyTooLarge,
@@ -96,6 +101,7 @@ class PeerApi:
         host: str,
         port: int,
         max_body: int = MAX_PEER_BODY,
+        limits: HttpLimits | None = None,
     ) -> None:
         self._verifier = verifier
         self.routes = routes
@@ -103,6 +109,8 @@ class PeerApi:
         self._port = port
         self._max_body = max_body
         self._stop = trio.Event()
+        #: The listener's connection caps and their counters.
+        self.gate = ConnectionGate(limits or HttpLimits.for_open_files())
         self.port: int | None = None
         self._refused: dict[str, int] = {}
         self._accepted = 0
@@ -116,6 +124,7 @@ class PeerApi:
             "accepted": self._accepted,
             "refused": dict(sorted(self._refused.items())),
             "handler_errors": self._errors,
+            "connections": self.gate.statistics(),
         }
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -123,11 +132,17 @@ class PeerApi:
             port: int = await nursery.start(
                 lambda task_status: serve_tcp(
                     self.app, self._host, self._port, logger_name="populi.peer.server",
-                    shutdown_trigger=self._stop.wait, task_status=task_status,
+                    gate=self.gate, shutdown_trigger=self._stop.wait, task_status=task_status,
                 )
             )  # fmt: skip
             self.port = port
             task_status.started(port)
+
+    async def _refuse(self, send: Send, exc: PeerAuthError, path: str) -> None:
+        self._refused[exc.reason] = self._refused.get(exc.reason, 0) + 1
+        # Debug: counted, and an outsider's flood of refusals must not flood the log.
+        event(_log, 10, "peer.refused", reason=exc.reason, path=path)
+        await send_json(send, 401, {"error": f"peer call refused: {exc}"})
 
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app (public so tests can call it without a socket)."""
@@ -140,17 +155,10 @@ class PeerApi:
         path = str(scope["path"])
         query = bytes(scope.get("query_string", b"")).decode("latin-1")
         target = f"{path}?{query}" if query else path
-        try:
-            body = await read_body(receive, self._max_body)
-        except BodyTooLarge as exc:
-            await send_json(send, 413, {"error": str(exc)})
-            return
-        try:
-            caller = self._verifier.verify(method, target, header_map(scope), body)
+        try:  # the headers alone: an outsider's body is never read
+            pending = self._verifier.check_headers(method, target, header_map(scope))
         except PeerAuthError as exc:
-            self._refused[exc.reason] = self._refused.get(exc.reason, 0) + 1
-            event(_log, 20, "peer.refused", reason=exc.reason, path=path)
-            await send_json(send, 401, {"error": f"peer call refused: {exc}"})
+            await self._refuse(send, exc, path)
             return
         handler = self.routes.find(method, path)
         if handler is None:
@@ -158,6 +166,16 @@ class PeerApi:
             return
         if handler is False:
             await send_json(send, 405, {"error": f"{method} is not allowed on {path}"})
+            return
+        try:
+            body = await read_body(receive, self._max_body)
+        except BodyTooLarge as exc:
+            await send_json(send, 413, {"error": str(exc)})
+            return
+        try:
+            caller = self._verifier.check_body(pending, body)
+        except PeerAuthError as exc:
+            await self._refuse(send, exc, path)
             return
         assert not isinstance(handler, bool)
         self._accepted += 1

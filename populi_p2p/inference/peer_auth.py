@@ -10,11 +10,13 @@ Every peer call carries five headers (wire format, version 1)::
                      b"populi/peer-call/v1" + msgpack([method, target, ts, nonce,
                      sha256(body), callee_node_id])
 
-`target` is the request path with its query string. The callee checks, in order: the
-headers are present and well formed; the certificate is from the cluster authority,
-in scope, unexpired and not revoked (the same `PeerVerifier` the packet envelope uses,
-so no new crypto); its key is the caller's id; the signature; the timestamp is within
-`freshness_window` of the callee's clock; the nonce was not seen in that window.
+`target` is the request path with its query string. The callee checks, in order, from
+the headers alone (`check_headers`, before it reads a byte of the body): the headers
+are present and well formed; the certificate is from the cluster authority, in scope,
+unexpired and not revoked (the same `PeerVerifier` the packet envelope uses, so no new
+crypto); its key is the caller's id; the timestamp is within `freshness_window` of the
+callee's clock; the nonce was not seen in that window. Then, with the body read against
+its limit (`check_body`): the signature, and the nonce is remembered.
 
 Limits, honestly: only the *request* is signed. The response is not, so its integrity
 and the confidentiality of both directions rely on the overlay (WireGuard/Tailscale).
@@ -32,6 +34,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Final, Literal
 
+import attrs
+
 from overlay.verifier import CredentialError, PeerCredential, PeerVerifier
 
 from .._codec import pack_canonical
@@ -44,6 +48,7 @@ __all__ = [
     "PeerAuthError",
     "PeerCallSigner",
     "PeerCallVerifier",
+    "PendingCall",
 ]
 
 #: Signature context of a peer call (see `identity.verify_signature`).
@@ -150,6 +155,10 @@ class NonceCache:
     def __len__(self) -> int:
         return len(self._seen)
 
+    def seen(self, nonce: bytes) -> bool:
+        """Whether `nonce` was used (a check before any body is read; `add` decides)."""
+        return nonce in self._seen
+
     def add(self, nonce: bytes, now: float) -> None:
         """Remember `nonce` (seen at `now`). Raises `PeerAuthError` replay or busy."""
         horizon = now - 2 * self._window
@@ -158,11 +167,24 @@ class NonceCache:
             if at >= horizon:
                 break
             del self._seen[oldest]
-        if nonce in self._seen:
+        if self.seen(nonce):
             raise PeerAuthError("replay", "this nonce was already used")
         if len(self._seen) >= self._max:
             raise PeerAuthError("busy", "too many calls within the freshness window")
         self._seen[nonce] = now
+
+
+@attrs.frozen
+class PendingCall:
+    """A call whose headers passed `PeerCallVerifier.check_headers`; its body is next."""
+
+    caller: str
+    method: str
+    target: str
+    ts: int
+    nonce: bytes
+    signature: bytes
+    public_key: bytes
 
 
 class PeerCallVerifier:
@@ -208,10 +230,21 @@ class PeerCallVerifier:
         return credential
 
     def verify(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> str:
-        """The caller's node id, if the call is genuine and fresh.
+        """The caller's node id, if the call is genuine and fresh (`check_headers`, then
+        `check_body`).
 
         Args:
             headers: lower-case header names to values.
+
+        Raises:
+            PeerAuthError: the call is refused (the reason says why).
+        """
+        return self.check_body(self.check_headers(method, target, headers), body)
+
+    def check_headers(self, method: str, target: str, headers: Mapping[str, str]) -> PendingCall:
+        """Everything but the body's signature: the headers are well formed, the
+        certificate is the cluster's, unexpired, unrevoked and the caller's, the
+        timestamp is fresh and the nonce unseen. Only then is a body worth reading.
 
         Raises:
             PeerAuthError: the call is refused (the reason says why).
@@ -244,12 +277,23 @@ class PeerCallVerifier:
         if node_id_from_public_key(public_key) != caller:
             raise PeerAuthError("bad_certificate", "the certificate is not the caller's")
         ts = int(ts_text)
-        message = _message(method, target, ts, nonce, body, self._node_id)
-        if not self._verifier.verify(public_key, PEER_CALL_CONTEXT, message, signature):
-            raise PeerAuthError("bad_signature", "the signature does not match the request")
         if abs(ts / 1000 - now) > self._window:
             raise PeerAuthError(
                 "stale", f"timestamp {ts / 1000 - now:+.1f} s from this node's clock"
             )
-        self._nonces.add(nonce, now)
-        return caller
+        if self._nonces.seen(nonce):
+            raise PeerAuthError("replay", "this nonce was already used")
+        return PendingCall(caller, method, target, ts, nonce, signature, public_key)
+
+    def check_body(self, call: PendingCall, body: bytes) -> str:
+        """The caller's node id once the signature over the call and `body` holds and
+        the nonce is remembered.
+
+        Raises:
+            PeerAuthError: bad signature, replay, or busy.
+        """
+        message = _message(call.method, call.target, call.ts, call.nonce, body, self._node_id)
+        if not self._verifier.verify(call.public_key, PEER_CALL_CONTEXT, message, call.signature):
+            raise PeerAuthError("bad_signature", "the signature does not match the request")
+        self._nonces.add(call.nonce, self._clock())
+        return call.caller

@@ -29,6 +29,7 @@ from typing import Any, Final
 import httpx
 import trio
 
+from .._http_serve import ConnectionGate, HttpLimits
 from .._log import event, get_logger
 from ..leases.config import LeaseConfig
 from ..leases.reliability import Outcome, earned_reliability, prior_reliability
@@ -132,6 +133,8 @@ class InferenceService:
         self.log = RequestLog()
         self._completions = CompletionHandler(self.decide, self.relay, self.log)
         self.port: int | None = None
+        #: The public listener's connection caps and their counters.
+        self.gate = ConnectionGate(HttpLimits.for_open_files())
         self._stop = trio.Event()
 
     ####################################################################################
@@ -179,6 +182,7 @@ class InferenceService:
                         host,
                         port,
                         logger_name="populi.inference.server",
+                        gate=self.gate,
                         shutdown_trigger=self._stop.wait,
                         task_status=task_status,
                     )

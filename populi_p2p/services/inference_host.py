@@ -201,6 +201,17 @@ class InferenceHost:
                 " (pick another with --api-listen)"
             ) from None
 
+    def http_statistics(self) -> dict[str, Any]:
+        """The peer API's calls and connections, and the public listener's connections
+        (``status["http"]``)."""
+        peer, service = self.peer_api, self.inference
+        return {
+            "peer": None if peer is None else {"port": peer.port, **peer.statistics()},
+            "api": None if service is None or service.port is None else {
+                "port": service.port, "connections": service.gate.statistics(),
+            },
+        }  # fmt: skip
+
     def requests(self) -> dict[str, Any]:
         """The recent routes of this node's inference API, and its engines."""
         service = self.inference

@@ -73,3 +73,39 @@ def test_routes_refuse_duplicates() -> None:
         routes.add("get", "/a", _echo)
     assert routes.find("POST", "/a") is False
     assert routes.find("GET", "/b") is None
+
+
+async def test_an_outsiders_body_is_never_read_and_a_members_is_checked_after() -> None:
+    """The caller is checked from the headers before the body is read: an unsigned or
+    foreign call is refused without one `receive`; a member's altered body is read,
+    then refused for its signature."""
+    routes = PeerRoutes()
+    routes.add("POST", "/peer/v1/echo", _echo)
+    verifier = PeerCallVerifier(keys(BOB), BOB.node_id, clock=time.time)
+    api = PeerApi(verifier, routes, host="127.0.0.1", port=0)
+    sent: list[dict[str, object]] = []
+    reads = [0]
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        reads[0] += 1
+        return {"type": "http.request", "body": b"tampered", "more_body": False}
+
+    def scope(headers: dict[str, str]) -> dict[str, object]:
+        raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+        return {"type": "http", "method": "POST", "path": "/peer/v1/echo", "headers": raw}
+
+    forger = PeerCallSigner(MALLORY, CERTS[ALICE.node_id], clock=time.time)
+    for headers in (
+        {"content-length": "8"},
+        forger.headers("POST", "/peer/v1/echo", b"x", BOB.node_id),
+    ):
+        await api.app(scope(headers), receive, send)  # type: ignore[arg-type]
+        assert sent[-2]["status"] == 401 and reads == [0]
+    member = PeerCallSigner(ALICE, CERTS[ALICE.node_id], clock=time.time)
+    headers = member.headers("POST", "/peer/v1/echo", b"original", BOB.node_id)
+    await api.app(scope(headers), receive, send)  # type: ignore[arg-type]
+    assert sent[-2]["status"] == 401 and reads == [1]
+    assert api.statistics()["refused"] == {"bad_certificate": 1, "bad_signature": 1, "missing": 1}

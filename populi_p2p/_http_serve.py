@@ -1,0 +1,317 @@
+"""Serving the node's HTTP listeners under limits an outsider cannot exhaust (issue 18).
+
+HTTP is hypercorn's (its Trio worker's `TCPServer`, one per connection); this module
+only decides which connections it gets and for how long. Every listener (the peer API,
+``--api-listen`` with the dashboard on it, the control API's unix socket) is served by
+`serve_http`, which does what hypercorn's ``worker_serve`` does, with two additions:
+
+- `ConnectionGate`: at most `HttpLimits.total` open connections per listener, at most
+  `HttpLimits.per_source` from one address (Consul's ``http_max_conns_per_client``). A
+  connection over its source's cap is closed at once and counted; at the total cap the
+  listener stops accepting until one closes (the kernel's backlog holds the rest), so
+  the daemon never runs out of file descriptors for its other sockets, files and tasks.
+- `guard_app`, around the app: a request's body must arrive within
+  `HttpLimits.body_timeout` (else 408), and any answer sent before the whole body was
+  read (a 401, 413, 408...) carries ``Connection: close``, so a keep-alive client knows
+  that the connection ends there.
+
+Headers and idle keep-alive share hypercorn's keep-alive timer (`HttpLimits.idle_timeout`):
+it runs from the connect, or from the end of the previous answer, until a request's
+headers are complete, and bytes trickling in do not reset it. Header size is h11's
+``max_incomplete_event_size`` (16 KiB). There is no read timeout while a request runs:
+a streamed answer may legitimately hear nothing from its client for minutes.
+
+`raise_open_file_limit` lifts the soft RLIMIT_NOFILE to the hard limit at start-up; the
+caps (`HttpLimits.for_open_files`) follow whatever limit the process ends up with.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import resource
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ._asgi import AsgiApp, Message, Receive, Scope, Send, send_json
+
+__all__ = [
+    "ConnectionGate",
+    "HttpLimits",
+    "guard_app",
+    "raise_open_file_limit",
+    "serve_http",
+]
+
+#: Seconds for a request's headers, counted from the connect or from the end of the
+#: previous answer; also how long an idle keep-alive connection stays open.
+IDLE_TIMEOUT: Final = 10.0
+#: Seconds for a request's whole body, counted from its headers.
+BODY_TIMEOUT: Final = 30.0
+#: Each listener's total cap is the open-file limit over this (three listeners then
+#: hold at most 3/8 of the descriptors), within `TOTAL_MIN` and `TOTAL_MAX`.
+OPEN_FILES_PER_CONNECTION: Final = 8
+TOTAL_MIN: Final = 16
+TOTAL_MAX: Final = 1024
+#: The per-source cap is the total cap over this (one address never takes it all).
+SOURCES_MIN: Final = 4
+#: Below this many open files the start-up log says the limit is low.
+OPEN_FILES_LOW: Final = 4096
+#: The soft limit asked for when the hard limit is unlimited (Linux's default nr_open).
+OPEN_FILES_UNLIMITED: Final = 1 << 20
+
+
+@attrs.frozen
+class HttpLimits:
+    """One listener's limits (docs/operations.md, "HTTP listeners")."""
+
+    #: Open connections from one address (a unix socket's peers are one source).
+    per_source: int = 32
+    #: Open connections in all; the listener waits for one to close beyond it.
+    total: int = 128
+    idle_timeout: float = IDLE_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= self.per_source <= self.total:
+            raise ValueError(f"per_source {self.per_source} must be in 1..total {self.total}")
+        if self.idle_timeout <= 0 or self.body_timeout <= 0:
+            raise ValueError("the HTTP timeouts must be positive")
+
+    @classmethod
+    def for_open_files(cls, open_files: int | None = None, **kwargs: Any) -> HttpLimits:
+        """The caps for an open-file limit (default: this process's soft limit):
+        1,024 files give 128 connections per listener, 32 per source."""
+        if open_files is None:
+            open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            if open_files == resource.RLIM_INFINITY:
+                open_files = OPEN_FILES_UNLIMITED
+        total = max(TOTAL_MIN, min(TOTAL_MAX, open_files // OPEN_FILES_PER_CONNECTION))
+        return cls(per_source=total // SOURCES_MIN, total=total, **kwargs)
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Lift the soft RLIMIT_NOFILE to the hard limit; returns (soft, hard) after.
+
+    A soft limit that cannot be raised stays as it was (the caps follow it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_UNLIMITED if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+class ConnectionGate:
+    """The connection caps of one listener, and what they refused (`statistics`)."""
+
+    def __init__(self, limits: HttpLimits) -> None:
+        self.limits = limits
+        self._slots = trio.Semaphore(limits.total)
+        self._by_source: Counter[str] = Counter()
+        self._refused_per_source = 0
+        self._waited_full = 0
+        self._accepted = 0
+
+    @property
+    def open(self) -> int:
+        """Connections admitted and not yet closed."""
+        return self._by_source.total()
+
+    async def slot(self) -> None:
+        """Wait for a free slot (counted when the listener was full)."""
+        if self._slots.value == 0:
+            self._waited_full += 1
+        await self._slots.acquire()
+
+    def admit(self, source: str) -> bool:
+        """Whether `source` may have the slot just acquired (False: over its cap)."""
+        if self._by_source[source] >= self.limits.per_source:
+            self._refused_per_source += 1
+            return False
+        self._by_source[source] += 1
+        self._accepted += 1
+        return True
+
+    def release(self, source: str | None) -> None:
+        """A connection closed (`source` None: the slot was never admitted)."""
+        if source is not None:
+            self._by_source[source] -= 1
+            if self._by_source[source] <= 0:
+                del self._by_source[source]
+        self._slots.release()
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "open": self.open,
+            "total_cap": self.limits.total,
+            "per_source_cap": self.limits.per_source,
+            "accepted": self._accepted,
+            "refused_per_source": self._refused_per_source,
+            "waited_full": self._waited_full,
+        }
+
+
+def _source(stream: trio.SocketStream) -> str | None:
+    """The peer's address (without the port), "" for a unix socket, None if gone."""
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        return None
+    return str(peer[0]) if isinstance(peer, tuple) else ""
+
+
+class _GatedListener(trio.abc.Listener[trio.SocketStream]):
+    """`inner`, accepting only what `gate` admits; `release` when a stream is done."""
+
+    def __init__(self, inner: trio.SocketListener, gate: ConnectionGate) -> None:
+        self._inner = inner
+        self._gate = gate
+        self._sources: dict[trio.SocketStream, str] = {}
+
+    async def accept(self) -> trio.SocketStream:
+        while True:
+            await self._gate.slot()
+            try:
+                stream = await self._inner.accept()
+            except BaseException:
+                self._gate.release(None)
+                raise
+            source = _source(stream)
+            if source is not None and self._gate.admit(source):
+                self._sources[stream] = source
+                return stream
+            self._gate.release(None)
+            stream.socket.close()  # over its source's cap, or already gone: at once
+
+    def release(self, stream: trio.SocketStream) -> None:
+        self._gate.release(self._sources.pop(stream))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope.get("headers", []):
+        name = bytes(name).lower()
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+def guard_app(app: AsgiApp, body_timeout: float) -> AsgiApp:
+    """`app` with a body deadline, and ``Connection: close`` on every early answer."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        body_read = not _has_body(scope)
+        started = timed_out = False
+        deadline = trio.current_time() + body_timeout
+
+        async def receive_in_time() -> Message:
+            nonlocal body_read, timed_out
+            if body_read:
+                return await receive()
+            with trio.move_on_at(deadline):
+                message = await receive()
+                body_read = message["type"] != "http.request" or not message.get("more_body")
+                return message
+            timed_out = True
+            app_scope.cancel()
+            await trio.lowlevel.checkpoint()  # raises Cancelled: the app stops here
+            raise AssertionError("unreachable: the app's scope was cancelled")
+
+        async def send_marked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if not body_read:
+                    headers = list(message.get("headers", []))
+                    if not any(bytes(k).lower() == b"connection" for k, _ in headers):
+                        message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        with trio.CancelScope() as app_scope:
+            await app(scope, receive_in_time, send_marked)
+        if timed_out and not started:
+            error = f"the request body did not arrive within {body_timeout:g} s"
+            await send_json(send, 408, {"error": error}, headers=[(b"connection", b"close")])
+
+    return guarded
+
+
+async def serve_http(
+    app: AsgiApp,
+    bind: str,
+    gate: ConnectionGate,
+    *,
+    logger_name: str,
+    umask: int | None = None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[Any]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `app` on `bind` (hypercorn's ``host:port``, ``[v6]:port`` or ``unix:path``)
+    under `gate` until cancelled or `shutdown_trigger` returns; started with the bound
+    socket names. At shutdown, answers in flight get 1 s."""
+    from hypercorn.app_wrappers import ASGIWrapper
+    from hypercorn.config import Config
+    from hypercorn.trio.tcp_server import TCPServer
+    from hypercorn.trio.worker_context import WorkerContext
+    from hypercorn.typing import ConnectionState
+
+    config = Config()
+    config.bind = [bind]
+    if umask is not None:
+        config.umask = umask
+    config.accesslog = None
+    server_log = logging.getLogger(logger_name)
+    server_log.setLevel(logging.WARNING)
+    config.errorlog = server_log
+    config.graceful_timeout = 1.0
+    config.include_server_header = False
+    config.keep_alive_timeout = gate.limits.idle_timeout
+    sockets = config.create_sockets().insecure_sockets
+    listeners = []
+    for sock in sockets:
+        sock.listen(config.backlog)
+        inner = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        listeners.append(_GatedListener(inner, gate))
+    wrapped = ASGIWrapper(guard_app(app, gate.limits.body_timeout))  # type: ignore[arg-type]
+    context = WorkerContext(None)
+
+    async def handle(listener: _GatedListener, stream: trio.SocketStream) -> None:
+        try:
+            await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
+        finally:
+            listener.release(stream)
+
+    try:
+        async with trio.open_nursery() as connections:
+            task_status.started([sock.getsockname() for sock in sockets])
+            try:
+                async with trio.open_nursery() as accepting:
+                    for listener in listeners:
+                        serve = functools.partial(
+                            trio.serve_listeners, functools.partial(handle, listener),
+                            [listener], handler_nursery=connections,
+                        )  # fmt: skip
+                        accepting.start_soon(serve)
+                    if shutdown_trigger is None:
+                        await trio.sleep_forever()
+                    await shutdown_trigger()
+                    accepting.cancel_scope.cancel()
+            finally:
+                await context.terminated.set()
+                connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+    finally:
+        with trio.CancelScope(shield=True):
+            for listener in listeners:
+                await listener.aclose()
