@@ -7,9 +7,13 @@ only decides which connections it gets and for how long. Every listener (the pee
 
 - `ConnectionGate`: at most `HttpLimits.total` open connections per listener, at most
   `HttpLimits.per_source` from one address (Consul's ``http_max_conns_per_client``). A
-  connection over its source's cap is closed at once and counted; at the total cap the
-  listener stops accepting until one closes (the kernel's backlog holds the rest), so
-  the daemon never runs out of file descriptors for its other sockets, files and tasks.
+  connection over its source's cap is closed at once and counted, so the daemon never
+  runs out of file descriptors for its other sockets, files and tasks. At the total
+  cap, when a newcomer waits in the kernel's backlog, the oldest TCP connection with no
+  request in flight (headers still trickling in, or an idle keep-alive) is closed to
+  let it in (`evicted`): an attacker with many addresses cannot hold the listener with
+  slow headers, and a request in flight is never cut. With every connection busy the
+  newcomer waits for one to close.
 - `guard_app`, around the app: a request's body must arrive within
   `HttpLimits.body_timeout` (else 408), and any answer sent before the whole body was
   read (a 401, 413, 408...) carries ``Connection: close``, so a keep-alive client knows
@@ -118,6 +122,11 @@ class ConnectionGate:
         self._refused_per_source = 0
         self._waited_full = 0
         self._accepted = 0
+        self._evicted = 0
+        #: TCP connections by peer (host, port): the scope that cancels each, and those
+        #: with no request in flight, oldest first (insertion order).
+        self._scopes: dict[tuple[str, int], trio.CancelScope] = {}
+        self._idle: dict[tuple[str, int], None] = {}
 
     @property
     def open(self) -> int:
@@ -139,6 +148,36 @@ class ConnectionGate:
         self._accepted += 1
         return True
 
+    @property
+    def full(self) -> bool:
+        return self._slots.value == 0
+
+    def opened(self, peer: tuple[str, int], scope: trio.CancelScope) -> None:
+        """A TCP connection's handler started under `scope`; no request in it yet."""
+        self._scopes[peer] = scope
+        self._idle[peer] = None
+
+    def closed(self, peer: tuple[str, int]) -> None:
+        self._scopes.pop(peer, None)
+        self._idle.pop(peer, None)
+
+    def request(self, peer: tuple[str, int], running: bool) -> None:
+        """A request on `peer`'s connection began (`running`) or was answered."""
+        if peer not in self._scopes:
+            return
+        self._idle.pop(peer, None)
+        if not running:
+            self._idle[peer] = None  # idle again: now the newest
+
+    def evict_oldest_idle(self) -> bool:
+        """Close the oldest connection with no request in flight (False: none)."""
+        for peer in self._idle:
+            del self._idle[peer]
+            self._scopes[peer].cancel()
+            self._evicted += 1
+            return True
+        return False
+
     def release(self, source: str | None) -> None:
         """A connection closed (`source` None: the slot was never admitted)."""
         if source is not None:
@@ -155,6 +194,7 @@ class ConnectionGate:
             "accepted": self._accepted,
             "refused_per_source": self._refused_per_source,
             "waited_full": self._waited_full,
+            "evicted_idle": self._evicted,
         }
 
 
@@ -177,6 +217,10 @@ class _GatedListener(trio.abc.Listener[trio.SocketStream]):
 
     async def accept(self) -> trio.SocketStream:
         while True:
+            if self._gate.full:
+                # Only for a newcomer actually waiting: then make room if we can.
+                await trio.lowlevel.wait_readable(self._inner.socket)
+                self._gate.evict_oldest_idle()
             await self._gate.slot()
             try:
                 stream = await self._inner.accept()
@@ -205,13 +249,34 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
-def guard_app(app: AsgiApp, body_timeout: float) -> AsgiApp:
-    """`app` with a body deadline, and ``Connection: close`` on every early answer."""
+def _peer(value: Any) -> tuple[str, int] | None:
+    """A TCP peer's (host, port) from a socket name or an ASGI ``client``; None else."""
+    if isinstance(value, list | tuple) and len(value) >= 2:
+        return str(value[0]), int(value[1])
+    return None
+
+
+def guard_app(
+    app: AsgiApp, body_timeout: float, on_request: Callable[[tuple[str, int], bool], None]
+) -> AsgiApp:
+    """`app` with a body deadline, and ``Connection: close`` on every early answer;
+    `on_request(peer, running)` hears when a TCP connection's request begins and ends."""
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        peer = _peer(scope.get("client"))
+        if peer is None:
+            await _guarded(scope, receive, send)
+            return
+        on_request(peer, True)
+        try:
+            await _guarded(scope, receive, send)
+        finally:
+            on_request(peer, False)
+
+    async def _guarded(scope: Scope, receive: Receive, send: Send) -> None:
         body_read = not _has_body(scope)
         started = timed_out = False
         deadline = trio.current_time() + body_timeout
@@ -284,13 +349,26 @@ async def serve_http(
         sock.listen(config.backlog)
         inner = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
         listeners.append(_GatedListener(inner, gate))
-    wrapped = ASGIWrapper(guard_app(app, gate.limits.body_timeout))  # type: ignore[arg-type]
+    guarded = guard_app(app, gate.limits.body_timeout, gate.request)
+    wrapped = ASGIWrapper(guarded)  # type: ignore[arg-type]
     context = WorkerContext(None)
 
     async def handle(listener: _GatedListener, stream: trio.SocketStream) -> None:
         try:
-            await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
+            peer = _peer(stream.socket.getpeername())
+        except OSError:
+            peer = None
+        try:
+            with trio.CancelScope() as scope:
+                if peer is not None:
+                    gate.opened(peer, scope)
+                await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
         finally:
+            # Cancelled (evicted, or at shutdown), hypercorn's own close stops at its
+            # first checkpoint: close the socket here, whatever happened.
+            stream.socket.close()
+            if peer is not None:
+                gate.closed(peer)
             listener.release(stream)
 
     try:

@@ -60,11 +60,14 @@ class LocalEngine:
         if self._engines is not None and isinstance(model, str):
             url = self._engines.engine_for(model)
         if url is None or self._engines is None:
+            # As a stream, like an engine's answer: callers read it with aiter_raw().
+            error = openai_error(
+                f"this node has no healthy engine for {model!r}", "engine_unavailable"
+            )
             yield httpx.Response(
                 503,
-                json=openai_error(
-                    f"this node has no healthy engine for {model!r}", "engine_unavailable"
-                ),
+                headers={"content-type": "application/json"},
+                stream=httpx.ByteStream(json.dumps(error).encode()),
             )
             return
         assert isinstance(model, str)

@@ -837,10 +837,14 @@ class LeaseAgent:
         part = self._rounds.answered(sender, msg)
         if part is None:
             return []
-        if msg.missed:  # the replica holds another set: the full list, at once
+        if msg.missed:
+            # The replica holds another set: the full list, at once, as part of the
+            # same round (its `at`), so that its answer counts with the round's others
+            # towards a majority. The lease is measured from `at`, before this resend
+            # left and before the replica renews it: conservative.
             out: list[AgentCommand] = []
             pairs = self._renewing().get(sender, [])
-            for node, full in self._rounds.full(sender, pairs, now):
+            for node, full in self._rounds.full(sender, pairs, part.at):
                 out += self._to(node, full, now)
             return out
         at = part.at

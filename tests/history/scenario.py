@@ -18,7 +18,12 @@ Not here: partitions. Loopback daemons share one address, so cutting the mesh in
 needs network namespaces and nftables (root only; ``tests/node/test_netns.py``); the
 one-owner test of a partition belongs there.
 
-The tasks run as ``nobody`` when the daemons run as root, so the lab lives in a
+The probe reads the run from outside: it appends to a log in the lab's directory and
+names the daemon that started it by its parent pid, which needs the host's view of
+processes and files. So when the daemons run as root their tasks run as root without
+namespaces (`TASK_FLAGS`: ``--task-user root``, isolation level ``none``); each task's
+own uid, PID namespace and private ``/tmp`` are tested in tests/attacks/
+test_attacks_tasks.py and tests/executor/test_executor_isolation.py. The lab lives in a
 directory of its own under the system temp dir, traversable by all, with a sticky,
 world-writable log directory and a readable copy of the probe.
 """
@@ -139,13 +144,17 @@ def poll(condition: Callable[[], Any], timeout: float, interval: float) -> bool:
         time.sleep(interval)
 
 
+#: What every lab daemon runs with (see the module doc): tasks in the host's view.
+TASK_FLAGS: tuple[str, ...] = ("--task-user", "root") if os.geteuid() == 0 else ()
+
+
 @attrs.define
 class Lab:
     """N daemons, the probe, and the history of one scenario."""
 
     n: int
     preset: str = "local"
-    flags: tuple[str, ...] = ()
+    flags: tuple[str, ...] = TASK_FLAGS
     seed: int = 1
     root: Path = attrs.field(factory=lambda: Path(tempfile.mkdtemp(prefix="populi-hist-")))
     rng: random.Random = attrs.field(init=False)

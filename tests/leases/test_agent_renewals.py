@@ -135,19 +135,24 @@ def test_in_steady_state_owners_renew_by_digest_and_no_lease_lapses() -> None:
     assert [len(c.runs[t]) for t in tids] == [1] * 20
 
 
-def test_a_replica_holding_another_set_misses_and_the_full_list_keeps_the_lease() -> None:
+def test_replicas_holding_another_set_miss_and_the_full_list_keeps_the_lease() -> None:
+    """Two of five replicas hold a grant to the owner that the owner does not (a lost
+    vote, a missed end), so they miss every digest; a third is down. The full lists
+    sent after each miss count with the round's digests towards the majority (3 of 5),
+    so the lease holds."""
     c = Counting(5, seed=12)
     tid = c.submit("n0", 100.0)
     c.run_until(10.0)
     owner = c.runs[tid][0].node
     spec = c.nodes[owner].agent.spec_of(tid)
     assert spec is not None
-    replica = next(r for r in spec[0].replicas if r != owner)
-    grants = c.nodes[replica].agent.grants
-    # A grant to the owner this replica holds and the owner does not (a lost vote, a
-    # missed end): the digests differ.
+    others = [r for r in spec[0].replicas if r != owner]
+    assert len(others) == 4
     ghost = "f" * 32
-    grants[ghost] = attrs.evolve(grants[tid], task_id=ghost)
+    for replica in others[:2]:
+        grants = c.nodes[replica].agent.grants
+        grants[ghost] = attrs.evolve(grants[tid], task_id=ghost)
+    c.crash(others[2])
     c.since = 10.0
     c.run_until(60.0)
     assert _counters(c).get("renew_digests_missed", 0) >= 1

@@ -80,14 +80,26 @@ def test_caps_follow_the_open_file_limit() -> None:
         HttpLimits(per_source=5, total=4)
 
 
-async def test_a_source_over_its_cap_is_closed_and_a_full_listener_waits() -> None:
+#: A request whose body never comes: in flight until its body deadline.
+BUSY = b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12"
+
+
+async def _in_flight(gate: ConnectionGate, n: int) -> None:
+    """Wait until `n` connections have a request in flight."""
+    with trio.fail_after(WITHIN):
+        while len(gate._scopes) - len(gate._idle) < n:
+            await trio.sleep(0.01)
+
+
+async def test_a_source_over_its_cap_is_closed_and_a_full_busy_listener_waits() -> None:
     async with _serving(HttpLimits(per_source=2, total=3)) as (gate, port):
         held = [await _connect(port), await _connect(port)]
         over = await _connect(port)
         assert await _closed(over)  # the third from 127.0.0.1: closed at once
         third = await _connect(port, "127.0.0.2")
-        await third.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert b"HTTP/1.1 200" in await _answer(third)
+        for sock in [*held, third]:
+            await sock.send(BUSY)
+        await _in_flight(gate, 3)
         waiting = await _connect(port, "127.0.0.3")  # the kernel's backlog holds it
         await waiting.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         with trio.move_on_after(0.3):
@@ -97,11 +109,41 @@ async def test_a_source_over_its_cap_is_closed_and_a_full_listener_waits() -> No
         stats = gate.statistics()
         assert stats["refused_per_source"] == 1
         assert stats["waited_full"] >= 1
+        assert stats["evicted_idle"] == 0, "a request in flight is never cut"
         for sock in [*held, third, waiting]:
             sock.close()
         with trio.fail_after(WITHIN):
             while gate.open:
                 await trio.sleep(0.01)
+
+
+async def test_a_full_listener_closes_the_oldest_idle_connection_for_a_newcomer() -> None:
+    """Slow headers from many addresses fill the listener: each newcomer gets in by
+    closing the oldest of them; the one request in flight is never cut."""
+    async with _serving(HttpLimits(per_source=1, total=4)) as (gate, port):
+        busy = await _connect(port, "127.0.0.9")
+        await busy.send(BUSY)
+        await _in_flight(gate, 1)
+        slow = []
+        for i in range(3):  # headers trickling in: no request yet
+            sock = await _connect(port, f"127.0.0.{20 + i}")
+            await sock.send(b"GET / HT")
+            slow.append(sock)
+        with trio.fail_after(WITHIN):
+            while gate.open < 4:
+                await trio.sleep(0.01)
+        newcomers = []  # kept open (idle keep-alive, newer than the slow ones)
+        for i in range(3):
+            newcomer = await _connect(port, f"127.0.0.{30 + i}")
+            await newcomer.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b"HTTP/1.1 200" in await _answer(newcomer)
+            assert await _closed(slow[i]), "the oldest idle connection goes first"
+            newcomers.append(newcomer)
+        assert gate.statistics()["evicted_idle"] == 3
+        await busy.send(b"34567890")  # the rest of its body: answered, never cut
+        assert b"HTTP/1.1 200" in await _answer(busy)
+        for sock in [busy, *newcomers]:
+            sock.close()
 
 
 async def test_headers_trickled_in_are_cut_at_the_deadline() -> None:
