@@ -374,10 +374,14 @@ def chaos(seed: int, *, nodes: int = 7, tasks: int = 30, faults: bool = True) ->
         elif what == "heal":
             c.heal()
         elif what == "cancel" and c.acked:
+            up = [n for n in names if c.nodes[n].up]
             tid = rng.choice(sorted(c.acked))
-            by = c.accepted_by[tid]  # only the accepting node may cancel (no operator)
-            if c.nodes[by].up:
-                c.cancel(by, tid)
+            user_at = rng.choice(up)  # where the user happens to be: drawn, as before
+            by = c.accepted_by[tid]  # but only the accepting node may cancel (no operator)
+            try:  # at another node: refused there (or unknown to it)
+                c.cancel(by if c.nodes[by].up else user_at, tid)
+            except KeyError:
+                pass
     c.heal()
     for name in names:
         if not c.nodes[name].up:
