@@ -195,7 +195,12 @@ class TaskBench:
         epoch = int(task["epoch"])
         wait_for(lambda: self.started(tid, epoch), "the task to start again", 120, 0.05)
         again = self.started(tid, epoch) or math.nan
-        self.alive()[0].client.post(f"/v1/tasks/{tid}/cancel")
+        # The accepting daemon may be the one killed: cancel with an operator key.
+        from populi_p2p.operator import OperatorKey, proof_to_json
+
+        operator, _ = OperatorKey.create(self.mesh.authority, now=time.time())
+        proof = proof_to_json(operator.prove_cancel(tid, time.time()))
+        self.alive()[0].client.post(f"/v1/tasks/{tid}/cancel", {"operator": proof})
         return again - killed
 
     def run(self, latency_tasks: int, throughput_tasks: int, kills: int) -> dict[str, Any]:

@@ -19,7 +19,9 @@ Endpoints (all JSON):
 ``POST /v1/tasks``       submit a task (JSON spec); answers once it is durable
 ``GET  /v1/tasks``       every task this node's lease table holds
 ``GET  /v1/tasks/ID``    one task: spec, epochs, result (``/explain``: its placement)
-``POST /v1/tasks/ID/cancel``  cancel a task everywhere (409 once it has finished)
+``POST /v1/tasks/ID/cancel``  cancel a task everywhere (409 once it has finished; 403
+                         unless this node accepted it or the body carries an
+                         ``operator`` proof: ``populi-node cancel --operator-key``)
 ``GET  /v1/tasks/ID/logs``  ``?stream=stdout|stderr&offset=N``: a base64 chunk of the
                          task's full output from N (fetched from the node that ran it
                          when that is another), the next offset, and ``done`` once it
@@ -32,8 +34,9 @@ requests``
 
 The task routes are served when the backend is also a `TaskBackend`. A bad spec or
 argument is a 400 with one line, an unknown task a 404, a request the task's state
-refuses (`ConflictError`: cancelling a finished task) a 409, a submit without enough
-acknowledgements a 504.
+refuses (`ConflictError`: cancelling a finished task) a 409, one this node may not make
+(`ForbiddenError`: a cancel of a task accepted elsewhere, without an operator proof) a
+403, a submit without enough acknowledgements a 504.
 
 The app only translates: it asks an `ApiBackend` (the node) for plain dicts and encodes
 them, so it is tested without a daemon. Unknown paths are 404, wrong methods 405, and a
@@ -68,6 +71,7 @@ __all__ = [
     "ApiClient",
     "ApiError",
     "ConflictError",
+    "ForbiddenError",
     "TaskBackend",
     "make_app",
     "serve_api",
@@ -112,7 +116,9 @@ class TaskBackend(Protocol):
 
     def explain(self, task_id: str) -> dict[str, Any]: ...
 
-    async def cancel(self, task_id: str) -> dict[str, Any]: ...
+    async def cancel(self, task_id: str, operator: object = None) -> dict[str, Any]:
+        """`operator`: the request's ``operator`` field (a proof, `operator.py`)."""
+        ...
 
     async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]: ...
 
@@ -124,6 +130,11 @@ class TaskBackend(Protocol):
 class ConflictError(Exception):
     """The request is well formed but the resource's state refuses it (e.g. cancelling
     a task that already finished). The API answers 409 with the message: one line."""
+
+
+class ForbiddenError(Exception):
+    """This node may not do what was asked (e.g. cancel a task another node accepted,
+    without an operator proof). The API answers 403 with the message: one line."""
 
 
 class _BadRequest(Exception):
@@ -164,7 +175,8 @@ def _task_route(
     if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "explain" and method == "GET":
         return lambda: backend.explain(parts[1])
     if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "cancel" and method == "POST":
-        return lambda: backend.cancel(parts[1])
+        operator = body.get("operator") if isinstance(body, dict) else None
+        return lambda: backend.cancel(parts[1], operator)
     if len(parts) == 3 and parts[0] == "tasks" and parts[2] == "logs" and method == "GET":
         query = body if isinstance(body, dict) else {}
         return lambda: backend.logs(parts[1], query.get("stream", "stdout"), query.get("offset", 0))
@@ -230,6 +242,9 @@ def make_app(backend: ApiBackend) -> AsgiApp:
             return
         except ConflictError as exc:
             await _respond(send, 409, {"error": str(exc)})
+            return
+        except ForbiddenError as exc:
+            await _respond(send, 403, {"error": str(exc)})
             return
         except LookupError as exc:
             await _respond(send, 404, {"error": str(exc.args[0] if exc.args else exc)})
@@ -362,7 +377,7 @@ class ApiClient:
         if response.status_code != 200:
             detail = answer.get("error") if isinstance(answer, dict) else None
             if detail and (
-                response.status_code in (400, 409, 504) or path.startswith("/v1/tasks/")
+                response.status_code in (400, 403, 409, 504) or path.startswith("/v1/tasks/")
             ):
                 raise ApiError(str(detail))
             raise ApiError(f"the daemon refused {method} {path}: {detail or response.status_code}")

@@ -21,6 +21,7 @@ Commands::
     populi-node cluster enroll KEY         issue an enrollment certificate
     populi-node cluster revoke             sign a revocation (by serial, node key or API key)
     populi-node cluster apikey create      sign an API key for the inference API
+    populi-node cluster operator           make an operator key (may cancel any task)
     populi-node requests                   the inference API's recent routes
 """
 
@@ -256,7 +257,12 @@ def _build_parser() -> _Parser:
     create.add_argument("--models", nargs="+", metavar="MODEL", help="only these models")
     create.add_argument("--rate", metavar="N/min", help="requests per minute per node, e.g. 60/min")
     create.add_argument("--expires", metavar="DURATION", help="validity, e.g. 30d (default never)")
-    for p in (init, enroll, revoke, create):
+    operator = csub.add_parser("operator", help="make an operator key: it may cancel any task")
+    operator.add_argument(
+        "--expires", metavar="DURATION", help="validity, e.g. 30d (default never)"
+    )
+    operator.add_argument("--out", type=Path, help="key file (default operator-ID.key)")
+    for p in (init, enroll, revoke, create, operator):
         p.add_argument(
             "--authority-dir",
             type=Path,
@@ -554,6 +560,29 @@ def _cmd_cluster_apikey(args: argparse.Namespace) -> None:
     )
 
 
+def _cmd_cluster_operator(args: argparse.Namespace) -> None:
+    """A new operator key and its certificate, in one 0600 file for the operator."""
+    from .operator import OperatorKey
+
+    try:
+        expires = parse_duration(args.expires) if args.expires is not None else None
+    except ValueError as exc:
+        raise _UsageError(f"--expires: {exc}") from None
+    authority = _load_authority(args)
+    key, cert = OperatorKey.create(authority, now=time.time(), expires_in=expires)
+    out = args.out if args.out is not None else Path(f"operator-{key.key_id[:16]}.key")
+    expiry = "never" if cert.expires_at is None else f"at Unix time {cert.expires_at}"
+    try:
+        key.write(out, f" (serial {cert.serial}, expires {expiry})")
+    except FileExistsError:
+        raise CliError(f"{shown(out)} exists already (remove it or pass --out)") from None
+    print(f"operator key {key.key_id} (serial {cert.serial}, expires {expiry}) written to {out}")
+    print(
+        "keep it off the mesh; cancel any task with: populi-node cancel ID --operator-key"
+        f" {out}; revoke it with: populi-node cluster revoke --serial {cert.serial}"
+    )
+
+
 def _cmd_requests(args: argparse.Namespace) -> None:
     data = _client(args).get("/v1/inference/requests")
     if args.json:
@@ -627,6 +656,7 @@ _CLUSTER_COMMANDS = {
     "enroll": _cmd_cluster_enroll,
     "revoke": _cmd_cluster_revoke,
     "apikey": _cmd_cluster_apikey,
+    "operator": _cmd_cluster_operator,
 }
 
 

@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 from ._terminal import terminal_safe
@@ -64,6 +65,14 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
         add_state_dir(p)
         p.add_argument("task", help="task id (or a unique prefix)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
+        if name == "cancel":
+            p.add_argument(
+                "--operator-key",
+                type=Path,
+                metavar="FILE",
+                help="an operator key (populi-node cluster operator): cancel a task that"
+                " another node accepted",
+            )
     g = sub.add_parser("logs", help="a task's full output (fetched from the node that ran it)")
     add_state_dir(g)
     g.add_argument("task", help="task id (or a unique prefix)")
@@ -257,7 +266,17 @@ def _cmd_explain(args: argparse.Namespace) -> None:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> None:
-    answer = _client(args).post(f"/v1/tasks/{args.task}/cancel")
+    """Cancel; with --operator-key, sign a proof for this one task here (the secret key
+    never goes to the daemon) and send the proof with the cancel."""
+    client = _client(args)
+    body = None
+    if args.operator_key is not None:
+        from .operator import OperatorKey, proof_to_json
+
+        key = OperatorKey.read(args.operator_key)  # KeyFileError: main prints one line
+        tid = str(client.get(f"/v1/tasks/{args.task}")["id"])  # a prefix: the whole id
+        body = {"operator": proof_to_json(key.prove_cancel(tid, time.time()))}
+    answer = client.post(f"/v1/tasks/{args.task}/cancel", body)
     print(terminal_safe(f"cancelled {answer['id']}"))
 
 

@@ -55,6 +55,7 @@ from .leases import LeaseConfig
 from .leases.reliability import Outcome
 from .observe import ObserveView
 from .observe.web import make_observe_app
+from .operator import operator_checker
 from .services._lazy import import_in_thread
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_backend import NodeBackend
@@ -216,6 +217,9 @@ class Node:
         leases = self._leases = LeaseService(
             lease_config, creds.identity, config.state_dir / "leases.sqlite3",
             runner=runner, channel=parts.app,
+            check_operator=operator_checker(
+                creds.authority_key, lambda: parts.revocations.revocations
+            ),
         )  # fmt: skip
         leases.attach(
             members=membership.members, record_of=parts.roster.records.get,

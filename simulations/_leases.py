@@ -581,15 +581,17 @@ class LeaseSim:
         self.sim.note("lease-submit", f"{n.name} {tid[:12]}")
         if self._rng.random() < self.spec.cancel_fraction:
             at = self.sim.now + self._rng.uniform(0.0, 2.0 * duration)
-            self.sim.call_at(at, self._cancel, tid)
+            self.sim.call_at(at, self._cancel, (tid, n.name))
         self._do(n, cmds)
 
-    def _cancel(self, tid: str) -> None:
-        """A user cancels the task at some live member."""
-        ready = self._ready_nodes()
-        if not ready:
+    def _cancel(self, task: tuple[str, str]) -> None:
+        """The user cancels the task where it was submitted (only the accepting node may
+        cancel without an operator key); not while that node is down."""
+        tid, accepting = task
+        n = next((m for m in self._ready_nodes() if m.name == accepting), None)
+        if n is None:
+            self._count("cancels_accepting_down")
             return
-        n = self._rng.choice(ready)
         try:
             cmds = n.agent.cancel(tid, self.clock(n))
         except KeyError:

@@ -43,8 +43,9 @@ class TasksSpec:
     #: `retry_limit` times by the lease table, then failed for good.
     failure_rate: float = 0.0
     retry_limit: int = 2
-    #: Fraction of tasks a user cancels, at a random member, at a uniform time within
-    #: twice the task's run time after its submission.
+    #: Fraction of tasks a user cancels, at the member that accepted it (the only one
+    #: that may without an operator key), at a uniform time within twice the task's
+    #: run time after its submission.
     cancel_fraction: float = 0.0
     #: Each node's lease clock runs at a rate drawn in ``1 +- clock_drift`` (the
     #: agent's `clock_margin` of 1.25 covers clocks up to 20 % apart).

@@ -32,9 +32,11 @@ product:
     did complete.)
     Keeping the top K keys of a union is itself associative, so the bound costs no law.
 
-``cancel`` (``None`` < a cancel record, records ordered by (by, signature))
+``cancel`` (``None`` < a cancel record, records ordered by (by, signature, proof))
     Cancelled stands above every phase: once any replica has seen a cancel, the task's
-    phase is `CANCELLED` everywhere, whatever else arrives later.
+    phase is `CANCELLED` everywhere, whatever else arrives later. A cancel record is
+    merged only when it is signed by the task's accepting node or carries an operator
+    proof (`_cancel.py`; checked by the table before merging, as results are).
 
 The result of epoch *e* is *accepted* only while *e* is the current epoch and the record
 carries the owner's signature over ``(task, epoch, owner, result)`` (checked by the
@@ -51,6 +53,7 @@ from typing import Any
 import attrs
 import msgpack
 
+from ._cancel import OperatorProof
 from ._spec import Signer, TaskSpec, Verifier
 
 #: Epochs of history kept per task (each a claim with its outcome); older ones drop.
@@ -208,13 +211,15 @@ def claim_bytes(
 
 @attrs.frozen
 class Cancel:
-    """A cancel request by node `by`, signed by it."""
+    """A cancel agreed by the task's granters, asked by node `by` and signed by it:
+    the accepting node, or any member given an operator's `operator` proof."""
 
     by: str
     signature: bytes
+    operator: OperatorProof | None = None
 
-    def key(self) -> tuple[str, bytes]:
-        return (self.by, self.signature)
+    def key(self) -> tuple[str, bytes, bytes]:
+        return (self.by, self.signature, b"" if self.operator is None else self.operator.sort_key())
 
 
 def cancel_bytes(task_id: str, by: str) -> bytes:

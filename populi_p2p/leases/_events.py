@@ -77,3 +77,6 @@ class LeaseStatistics:
     unknown_dropped: int = 0
     #: Claims far past the epoch held, or past the largest one (`_table._bounded`).
     claims_out_of_bounds: int = 0
+    #: Cancel records by a node other than the accepting one, with no operator proof
+    #: that holds (`_cancel.may_cancel`): dropped, as the granters refuse them.
+    cancels_refused: int = 0

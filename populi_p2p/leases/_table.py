@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from ._cancel import OperatorCheck, OperatorProof, may_cancel, no_operators
 from ._entry import (
     EXPLANATION_CHARS_MAX,
     HISTORY_EPOCHS_MAX,
@@ -98,6 +99,8 @@ class LeaseTable:
         verify: `verify(node_id, data, sig)`; every remote part is checked with it.
         persist: called with each changed entry (and `None`-entry removal via
             `forget`) before the operation returns; default does nothing.
+        check_operator: checks the operator proof of a cancel record by a node other
+            than the task's accepting node (default: none holds).
     """
 
     def __init__(
@@ -108,8 +111,10 @@ class LeaseTable:
         verify: Verifier,
         persist: Callable[[TaskEntry], None] | None = None,
         forget: Callable[[str], None] | None = None,
+        check_operator: OperatorCheck = no_operators,
     ) -> None:
         self.config = config
+        self._check_operator = check_operator
         self.me = me
         self._sign = sign
         self._verify = verify
@@ -264,10 +269,19 @@ class LeaseTable:
         phase = Phase.SUCCEEDED if result.exit_code == 0 else Phase.FAILED
         return self._advance(task_id, now, phase=phase, result=signed)
 
-    def cancel(self, task_id: str, now: float) -> bytes:
-        self._need(task_id)
+    def cancel(self, task_id: str, now: float, operator: OperatorProof | None = None) -> bytes:
+        """Record a cancel the granters agreed (by us: the accepting node, or with an
+        operator's proof, which then travels with the record).
+
+        Raises:
+            LeaseError: unknown task, or a cancel that every other table would drop.
+        """
+        spec = self._need(task_id).spec
+        why = may_cancel(task_id, spec, self.me, operator, self._check_operator, fresh=False)
+        if why is not None:
+            raise LeaseError(f"{task_id}: this node may not cancel it ({why})")
         sig = self._sign(cancel_bytes(task_id, self.me))
-        return self._local(TaskEntry(task_id, cancel=Cancel(self.me, sig)), now)
+        return self._local(TaskEntry(task_id, cancel=Cancel(self.me, sig, operator)), now)
 
     def full_delta(self, task_id: str) -> bytes:
         """The whole entry as a delta (e.g. to re-gossip a spec)."""
@@ -341,7 +355,22 @@ class LeaseTable:
         entry = self._bounded(entry, old)
         checked, dropped = verify_entry(entry, self._verify, old)
         self._stats["forged_parts_dropped"] += dropped
-        self._install(checked, now, events)
+        self._install(self._cancel_allowed(checked, old), now, events)
+
+    def _cancel_allowed(self, entry: TaskEntry, old: TaskEntry | None) -> TaskEntry:
+        """Drop a cancel record that the granters would refuse: not by the accepting
+        node, and no operator proof that holds (checked as of when it was signed)."""
+        cancel = entry.cancel
+        if cancel is None or (old is not None and old.cancel == cancel):
+            return entry
+        spec = entry.spec if entry.spec is not None else None if old is None else old.spec
+        why = may_cancel(
+            entry.task_id, spec, cancel.by, cancel.operator, self._check_operator, fresh=False
+        )
+        if why is not None:
+            self._stats["cancels_refused"] += 1
+            return attrs.evolve(entry, cancel=None)
+        return entry
 
     def _bounded(self, entry: TaskEntry, old: TaskEntry | None) -> TaskEntry:
         """Drop claims that jump more than `TABLE_EPOCH_JUMP_MAX` epochs past what we hold

@@ -24,7 +24,8 @@ rendezvous hash, all of them in a smaller mesh). Those members are its **granter
 * **End.** The owner's result, a release or a cancel counts only once a majority of
   the replicas recorded it (`Finish`); then it goes into the lease table that every
   node shows. A granter that holds a success, a cancel or the last failure grants
-  nothing again.
+  nothing again. A cancel counts only from the accepting node or with an operator's
+  proof (`_cancel.py`); the granters refuse any other (`NOT_CANCELLER`).
 
 The `LeaseTable` (a CRDT, gossiped) is what every node shows: specs, claims, results.
 Decisions come only from the granters. Inputs: `receive`, `submit`, `cancel`,
@@ -42,6 +43,7 @@ from typing import Final
 
 import attrs
 
+from ._cancel import OperatorCheck, OperatorProof, cancel_refusal_line, may_cancel, no_operators
 from ._entry import Phase, TaskEntry, TaskResult
 from ._spec import Signer, TaskSpec, Verifier
 from ._table import LeaseError, LeaseTable
@@ -153,6 +155,7 @@ class _Pending:
     done: bool = False
     failures: int = 0
     delta: bytes | None = None  # our table's change, gossiped once agreed
+    operator: OperatorProof | None = None  # a cancel's operator proof, if any
 
 
 class LeaseAgent:
@@ -166,6 +169,7 @@ class LeaseAgent:
     persist_grant: writes a changed `GrantRecord` durably before the agent answers.
     forget_grant: deletes a final record compacted after `finished_retention`.
     table: the shown lease table (its own `persist` wired by the caller).
+    check_operator: checks an operator's proof on a cancel (default: none holds).
     """
 
     def __init__(
@@ -181,8 +185,10 @@ class LeaseAgent:
         table: LeaseTable,
         persist_grant: Callable[[GrantRecord], None] | None = None,
         forget_grant: Callable[[str], None] | None = None,
+        check_operator: OperatorCheck = no_operators,
     ) -> None:
         self.config, self.me, self.table = config, me, table
+        self._check_operator = check_operator
         self._sign, self._verify = sign, verify
         self._members, self._candidates, self._rng = members, candidates, rng
         self._persist = persist_grant or (lambda _r: None)
@@ -283,8 +289,12 @@ class LeaseAgent:
         out += self._repeat(tid, pending, now)
         return tid, out
 
-    def cancel(self, task_id: str, now: float) -> list[AgentCommand]:
-        """Ask the replicas to cancel; `Acknowledged("cancel")` says how it went.
+    def cancel(
+        self, task_id: str, now: float, operator: OperatorProof | None = None
+    ) -> list[AgentCommand]:
+        """Ask the replicas to cancel; `Acknowledged("cancel")` says how it went. Only
+        the accepting node, or one given an operator's `operator` proof, may: any other
+        is refused here at once, as the replicas would refuse it.
 
         Raises:
             KeyError: no spec of this task here.
@@ -293,13 +303,19 @@ class LeaseAgent:
         if known is None:
             raise KeyError(f"no task {task_id} here (see populi-node tasks)")
         spec = known[0]
+        why = may_cancel(task_id, spec, self.me, operator, self._check_operator, fresh=True)
+        if why is not None:
+            self._count("cancels_refused_here")
+            line = cancel_refusal_line(task_id, spec, None if operator is None else why)
+            return [Acknowledged(task_id, "cancel", 0, line, forbidden=True)]
         entry = self.table.get(task_id)
         rec = self.grants.get(task_id)
         epoch = rec.epoch if rec is not None else 0 if entry is None else entry.epoch
         epoch = min(epoch, EPOCH_MAX)  # a cancel's epoch is informational
         pending = self._pending[("cancel", task_id)] = _Pending(
-            "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait
-        )
+            "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait,
+            operator=None if spec.submitted_by == self.me else operator,
+        )  # fmt: skip
         return self._repeat(task_id, pending, now)
 
     def task_exited(
@@ -513,7 +529,12 @@ class LeaseAgent:
                 sender, FinishAnswer(tid, msg.epoch, msg.ended, Refusal.UNKNOWN, Ended.NO), now
             )
         before = (rec.epoch, rec.owner, rec.ended, rec.failures)
-        refusal = on_finish(rec, msg.epoch, sender, msg.ended, msg.failures)
+        operator = (
+            msg.operator is not None
+            and sender != rec.spec.submitted_by
+            and (self._check_operator(tid, msg.operator, True) is None)
+        )  # checked only when it matters: two signatures to verify
+        refusal = on_finish(rec, msg.epoch, sender, msg.ended, msg.failures, operator=operator)
         if refusal is not None:
             self._count(f"finishes_refused_{refusal.name.lower()}")
         elif before != (rec.epoch, rec.owner, rec.ended, rec.failures):
@@ -543,7 +564,7 @@ class LeaseAgent:
             if p.what == "offer":
                 out += self._to(node, Offer(*self._offers[tid]), now)
             else:
-                out += self._to(node, Finish(tid, p.epoch, p.ended, p.failures), now)
+                out += self._to(node, Finish(tid, p.epoch, p.ended, p.failures, p.operator), now)
             if p.done and p.what != "offer":
                 break  # already decided: one nudge a round is enough
         return out
@@ -580,7 +601,8 @@ class LeaseAgent:
                 out += self._propose(tid, 1, set(), now)
         elif what == "cancel":
             out.append(Acknowledged(tid, "cancel", len(p.acks)))
-            out += self._table_op(tid, lambda: self.table.cancel(tid, now), f"c/{tid}", now)
+            cancel = functools.partial(self.table.cancel, tid, now, p.operator)
+            out += self._table_op(tid, cancel, f"c/{tid}", now)
         elif p.delta is not None:
             out.append(self._gossip(f"l/{tid}", p.delta, now))
         self._check_at = min(self._check_at, now)
@@ -588,6 +610,11 @@ class LeaseAgent:
 
     def _refused(self, what: str, tid: str, p: _Pending, final: Ended) -> list[AgentCommand]:
         self._count(f"{what}_refused")
+        known = self.spec_of(tid)
+        if what == "cancel" and Refusal.NOT_CANCELLER in p.refused.values() and known:
+            line = cancel_refusal_line(tid, known[0], "its replicas refused the operator key"
+                                       if p.operator is not None else None)  # fmt: skip
+            return [Acknowledged(tid, "cancel", len(p.acks), line, forbidden=True)]
         if what == "cancel":
             reason = (
                 f"task {tid} already {final.name.lower()}; nothing to cancel"

@@ -59,12 +59,14 @@ class StopTask:
 @attrs.frozen
 class Acknowledged:
     """A submit or cancel reached a majority of the task's replicas (`refusal` None), or
-    was refused by them (`refusal`: one line, e.g. the task already succeeded)."""
+    was refused by them (`refusal`: one line, e.g. the task already succeeded).
+    `forbidden`: refused because this node may not cancel the task (`_cancel.py`)."""
 
     task_id: str
     what: str  # "submit" or "cancel"
     acks: int
     refusal: str | None = None
+    forbidden: bool = False
 
 
 AgentCommand = SendTo | Gossip | StartTask | FenceTask | StopTask | Acknowledged

@@ -15,6 +15,7 @@ from typing import Any, Final
 import attrs
 import msgpack
 
+from ._cancel import OperatorProof
 from ._spec import NODE_ID_CHARS_MAX, TASK_ID_CHARS, Signer, TaskSpec, Verifier
 from .grants import EPOCH_MAX, Ended, Refusal
 from .wire import DecodeError
@@ -126,12 +127,14 @@ class RenewAnswer:
 
 @attrs.frozen
 class Finish:
-    """Owner (or a canceller) -> replica: how `epoch` ended."""
+    """Owner (or a canceller) -> replica: how `epoch` ended. A cancel by a node other
+    than the accepting one carries an `operator` proof (`_cancel.py`)."""
 
     task_id: str
     epoch: int
     ended: Ended
     failures: int = 0  # failed epochs, this one included (the owner's count)
+    operator: OperatorProof | None = None  # a fifth element, only when present
 
 
 @attrs.frozen
@@ -194,8 +197,9 @@ def _body(msg: AgentMessage) -> tuple[_Type, list[Any]]:
             return _Type.RENEW_ANSWER, [seq, pairs, 1] if missed else [seq, pairs]
         case RenewDigest(seq, count, digest):
             return _Type.RENEW_DIGEST, [seq, count, digest]
-        case Finish(tid, epoch, ended, failures):
-            return _Type.FINISH, [_tid(tid), epoch, int(ended), failures]
+        case Finish(tid, epoch, ended, failures, operator):
+            body = [_tid(tid), epoch, int(ended), failures]
+            return _Type.FINISH, body if operator is None else [*body, operator.to_wire()]
         case FinishAnswer(tid, epoch, ended, refusal, final):
             return _Type.FINISH_ANSWER, [_tid(tid), epoch, int(ended), refusal, int(final)]
         case SpecWanted(tid):
@@ -254,6 +258,13 @@ def _spec(raw: Any, sig: Any) -> tuple[TaskSpec, bytes]:
         raise DecodeError(f"bad spec: {exc}") from None
 
 
+def _operator(raw: Any) -> OperatorProof:
+    try:
+        return OperatorProof.from_wire(raw)
+    except ValueError as exc:
+        raise DecodeError(f"bad operator proof: {exc}") from None
+
+
 def _pairs(raw: Any, code: type[enum.IntEnum] | None) -> tuple[tuple[str, int], ...]:
     _need(isinstance(raw, list) and len(raw) <= RENEW_LEASES_MAX, "bad lease list")
     out = []
@@ -292,8 +303,11 @@ def _message(kind: int, b: list[Any]) -> AgentMessage:
             _need(type(b[1]) is int and 0 < b[1] <= RENEW_LEASES_MAX, "bad lease count")
             _need(type(b[2]) is bytes and len(b[2]) == RENEW_DIGEST_BYTES, "bad digest")
             return RenewDigest(b[0], b[1], b[2])
-        case _Type.FINISH if n == 4:
-            return Finish(_task(b[0]), _epoch(b[1]), Ended(_enum(Ended, b[2])), _count(b[3]))
+        case _Type.FINISH if n in (4, 5):
+            ended = Ended(_enum(Ended, b[2]))
+            proof = _operator(b[4]) if n == 5 else None
+            _need(proof is None or ended is Ended.CANCELLED, "an operator proof is for a cancel")
+            return Finish(_task(b[0]), _epoch(b[1]), ended, _count(b[3]), proof)
         case _Type.FINISH_ANSWER if n == 5:
             ended, final = Ended(_enum(Ended, b[2])), Ended(_enum(Ended, b[4]))
             return FinishAnswer(_task(b[0]), _epoch(b[1]), ended, _enum(Refusal, b[3], True), final)

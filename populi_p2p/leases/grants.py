@@ -61,6 +61,7 @@ class Refusal(enum.IntEnum):
     LEASE_LIVE = 6  # the current owner renewed within lease_ttl * clock_margin
     NOT_OWNER = 7  # an end posted by someone who does not hold the epoch
     SUPERSEDED = 8  # a renewal or end of an epoch below the granter's
+    NOT_CANCELLER = 9  # a cancel neither by the accepting node nor with an operator key
 
 
 @attrs.define
@@ -141,18 +142,23 @@ def on_renew(rec: GrantRecord, epoch: int, owner: str, now: float) -> Refusal | 
 
 
 def on_finish(
-    rec: GrantRecord, epoch: int, sender: str, ended: Ended, failures: int = 0
-) -> Refusal | None:
+    rec: GrantRecord, epoch: int, sender: str, ended: Ended, failures: int = 0,
+    *, operator: bool = False,
+) -> Refusal | None:  # fmt: skip
     """Record how `epoch` ended, or say why not.
 
-    A cancel comes from any member and ends the task whatever its epoch, unless it is
-    already final. Every other end comes from the epoch's owner, who renewed with a
-    majority before it started: an end of an older epoch is superseded (its result is
-    fenced out), and one of an epoch this granter never heard of is refused (a member
-    cannot end a task by naming a newer epoch). A failure carries the owner's count of
-    failed epochs, itself included: the most any granter of its epoch knew, plus one, so
-    a granter that missed an earlier failure still counts it."""
+    A cancel comes from the task's accepting node (`TaskSpec.submitted_by`), or carries
+    an operator proof that the caller checked (`operator`: `_cancel.may_cancel`); any
+    other is refused before anything else is looked at. It ends the task whatever its
+    epoch, unless it is already final. Every other end comes from the epoch's owner, who
+    renewed with a majority before it started: an end of an older epoch is superseded
+    (its result is fenced out), and one of an epoch this granter never heard of is
+    refused (a member cannot end a task by naming a newer epoch). A failure carries the
+    owner's count of failed epochs, itself included: the most any granter of its epoch
+    knew, plus one, so a granter that missed an earlier failure still counts it."""
     if ended is Ended.CANCELLED:
+        if sender != rec.spec.submitted_by and not operator:
+            return Refusal.NOT_CANCELLER
         if rec.final and rec.ended is not Ended.CANCELLED:
             return Refusal.FINISHED
         rec.ended = Ended.CANCELLED

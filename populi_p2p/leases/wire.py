@@ -14,6 +14,7 @@ from typing import Any
 
 import msgpack
 
+from ._cancel import OperatorProof
 from ._entry import (
     EPOCH_MAX,
     EXPLANATION_CHARS_MAX,
@@ -63,8 +64,14 @@ def entry_to_wire(entry: TaskEntry) -> list[Any]:
         None if entry.spec is None else entry.spec.to_wire(),
         entry.spec_signature,
         [c.to_wire() for c in entry.claims],
-        None if entry.cancel is None else [entry.cancel.by, entry.cancel.signature],
+        None if entry.cancel is None else _cancel_to_wire(entry.cancel),
     ]
+
+
+def _cancel_to_wire(cancel: Cancel) -> list[Any]:
+    """``[by, signature]``, and the operator proof as a third element when present."""
+    out: list[Any] = [cancel.by, cancel.signature]
+    return out if cancel.operator is None else [*out, cancel.operator.to_wire()]
 
 
 def encode_entry(entry: TaskEntry) -> bytes:
@@ -159,8 +166,14 @@ def entry_from_wire(raw: Any) -> TaskEntry:
     )
     cancel = None
     if cancel_raw is not None:
-        _need(isinstance(cancel_raw, list) and len(cancel_raw) == 2, "bad cancel")
-        cancel = Cancel(_node_id(cancel_raw[0]), _sig(cancel_raw[1]))
+        _need(isinstance(cancel_raw, list) and len(cancel_raw) in (2, 3), "bad cancel")
+        proof = None
+        if len(cancel_raw) == 3:
+            try:
+                proof = OperatorProof.from_wire(cancel_raw[2])
+            except ValueError as exc:
+                raise DecodeError(f"bad cancel: {exc}") from None
+        cancel = Cancel(_node_id(cancel_raw[0]), _sig(cancel_raw[1]), proof)
     return TaskEntry(tid, spec, _sig(spec_sig) if spec is not None else b"", claims, cancel)
 
 

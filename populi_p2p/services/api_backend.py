@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..api import ConflictError
+from ..operator import proof_from_json
 from .lease_view import cancel_refusal
 
 if TYPE_CHECKING:
@@ -52,13 +53,16 @@ class NodeBackend:
     def explain(self, task_id: str) -> dict[str, Any]:
         return self._node.leases.explain(task_id)
 
-    async def cancel(self, task_id: str) -> dict[str, Any]:
-        """Cancel a task that may still run; a finished one is a `ConflictError` (409)."""
+    async def cancel(self, task_id: str, operator: object = None) -> dict[str, Any]:
+        """Cancel a task that may still run; a finished one is a `ConflictError` (409).
+        `operator`: an operator's proof as JSON (`operator.proof_from_json`); a
+        malformed one is a `ValueError` (400)."""
         entry = self._node.leases.find(task_id)
         refusal = cancel_refusal(entry)
         if refusal is not None:
             raise ConflictError(refusal)
-        return await self._node.leases.cancel(entry.task_id)
+        proof = None if operator is None else proof_from_json(operator)
+        return await self._node.leases.cancel(entry.task_id, proof)
 
     async def logs(self, task_id: str, stream: object, offset: object) -> dict[str, Any]:
         if self._node.task_logs is None:  # for a moment after the API first answers

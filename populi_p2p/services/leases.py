@@ -32,7 +32,7 @@ import trio
 from swim import AppMessage, Event, Member, MemberState
 
 from .._log import event, get_logger
-from ..api import ConflictError
+from ..api import ConflictError, ForbiddenError
 from ..identity import NodeIdentity, verify_signature
 from ..leases import (
     LeaseConfig,
@@ -43,6 +43,7 @@ from ..leases import (
     TaskResult,
     TaskSpec,
 )
+from ..leases._cancel import OperatorCheck, OperatorProof, no_operators
 from ..leases.agent import LeaseAgent
 from ..leases.agent_commands import (
     Acknowledged,
@@ -111,6 +112,7 @@ class LeaseService:
     store_path: ``STATE_DIR/leases.sqlite3`` (created 0600).
     runner: runs the processes (`TaskRunner`).
     channel: the application channel (kinds registered here).
+    check_operator: checks operator proofs on cancels (`operator.operator_checker`).
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class LeaseService:
         channel: AppChannel,
         ack_timeout: float = ACK_TIMEOUT,
         rng: random.Random | None = None,
+        check_operator: OperatorCheck = no_operators,
     ) -> None:
         self.config = config
         self.me = identity.node_id
@@ -136,13 +139,14 @@ class LeaseService:
         sign = lambda data: identity.sign(LEASE_CONTEXT, data)  # noqa: E731
         self.table = LeaseTable(
             config, self.me, sign, self._verify,
-            persist=self._store.put, forget=self._store.delete,
+            persist=self._store.put, forget=self._store.delete, check_operator=check_operator,
         )  # fmt: skip
         self.agent = LeaseAgent(
             config, self.me, sign, self._verify,
             members=self._live, candidates=self._candidates,
             rng=rng if rng is not None else random.Random(), table=self.table,
             persist_grant=self._store.put_grant, forget_grant=self._store.delete_grant,
+            check_operator=check_operator,
         )  # fmt: skip
         self.section = LeaseSection(self.table, self._on_sync, trio.current_time)
         self._members: Callable[[], list[Member]] = list
@@ -374,17 +378,19 @@ class LeaseService:
             )
         return {"id": tid, "acks": ack.acks}
 
-    async def cancel(self, task_id: str) -> dict[str, Any]:
-        """Cancel once a majority of the task's replicas recorded it.
+    async def cancel(self, task_id: str, operator: OperatorProof | None = None) -> dict[str, Any]:
+        """Cancel once a majority of the task's replicas recorded it. Only the accepting
+        node may, or any node given an operator's proof (`operator`).
 
         Raises:
             KeyError: no such task here. ConflictError: it already finished.
+            ForbiddenError: this node may not cancel it (one line: who may, and how).
             SubmitError: the replicas did not answer in time.
         """
         if self.table.get(task_id) is None:
             raise KeyError(f"no task {task_id} here (see populi-node tasks)")
         ack = await self._acknowledged(
-            "cancel", task_id, self.agent.cancel(task_id, trio.current_time())
+            "cancel", task_id, self.agent.cancel(task_id, trio.current_time(), operator)
         )
         if ack is None:
             raise SubmitError(
@@ -392,7 +398,7 @@ class LeaseService:
                 f" within {self._ack_timeout:.0f} s (it is sent again until they do)"
             )
         if ack.refusal is not None:
-            raise ConflictError(ack.refusal)
+            raise (ForbiddenError if ack.forbidden else ConflictError)(ack.refusal)
         return {"id": task_id, "cancelled": True}
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
@@ -438,6 +444,7 @@ class LeaseService:
             "running": len(self.agent.running()),
             "known": len(self.table),
             "stale_results_rejected": self.table.statistics().stale_results_rejected,
+            "cancels_refused": self.table.statistics().cancels_refused,
             "agent": self.agent.statistics(),
         }
 

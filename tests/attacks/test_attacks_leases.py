@@ -5,7 +5,9 @@ The insider (`attacker.Insider`) joins a 4-daemon mesh (LAN preset) after three 
 are running, so it is in none of their replica sets; its record says draining, so no
 work is placed on it. It then asks each replica to grant it the running task (at 2^62,
 at the wire's largest epoch, at the next epoch and at the current one), posts a success
-for a task it does not own, floods every daemon with ends and grant requests for task
+for a task it does not own, cancels a task it did not accept (with no proof, with its
+own member certificate passed off as an operator's, and with another cluster's
+operator key), floods every daemon with ends and grant requests for task
 ids nobody holds, gossips a lease-table claim at epoch 2^62, and renews a running task
 at the next epoch in its own name.
 
@@ -27,7 +29,9 @@ import attrs
 import pytest
 from node.harness import Daemon, WaitTimeout, wait_until
 
-from populi_p2p.api import ApiClient
+from populi_p2p.api import ApiClient, ApiError
+from populi_p2p.authority import ClusterAuthority
+from populi_p2p.leases._cancel import OPERATOR_CANCEL_CONTEXT, OperatorProof, operator_cancel_bytes
 from populi_p2p.leases._entry import ClaimRecord, Phase, TaskEntry, claim_bytes
 from populi_p2p.leases.agent_wire import (
     Finish,
@@ -38,6 +42,7 @@ from populi_p2p.leases.agent_wire import (
 )
 from populi_p2p.leases.grants import EPOCH_MAX, Ended, Refusal
 from populi_p2p.leases.wire import encode_entries
+from populi_p2p.operator import OperatorKey, proof_to_json
 
 from .attacker import TALLY, Insider
 from .conftest import AttackMesh, start_mesh
@@ -259,6 +264,51 @@ def test_a_forged_success_for_a_task_it_does_not_own_is_refused(
     assert changes == []
 
 
+def test_a_cancel_of_a_task_it_did_not_accept_is_refused(insider_mesh: InsiderMesh) -> None:
+    """Finish(task, e, CANCELLED) to each replica of a running task that another daemon
+    accepted: bare, with the insider's own member certificate as an "operator" proof
+    (signed with its node key), and with an operator key of another cluster's authority.
+    Each replica refuses all three (`not_canceller`), counts them and answers so; the
+    run keeps its process, owner and epoch (issue 18: who may cancel)."""
+    mesh, insider = insider_mesh, insider_mesh.insider
+    r = mesh.tasks["hijack"]
+    watch = mesh.attack.watch()
+    assert unchanged_run(mesh, r) is None
+    sent = insider.sent
+    before = {d.name: agent(d) for d in r.replicas}
+    now = time.time()
+    at = int(now)
+    own = insider.identity.sign(OPERATOR_CANCEL_CONTEXT, operator_cancel_bytes(r.tid, at))
+    foreign, _ = OperatorKey.create(ClusterAuthority.generate(), now=now)
+    cancels = [
+        insider.agent(Finish(r.tid, r.epoch, Ended.CANCELLED)),
+        insider.agent(Finish(r.tid, r.epoch, Ended.CANCELLED, 0,
+                             OperatorProof(insider.certificate, at, own))),
+        insider.agent(Finish(r.tid, r.epoch, Ended.CANCELLED, 0,
+                             foreign.prove_cancel(r.tid, now))),
+    ]  # fmt: skip
+    for d in r.replicas:
+        mesh.send(d, cancels, per_packet=1)
+    for d in r.replicas:
+        counted(d, before[d.name], {"finishes_refused_not_canceller": 3})
+
+    def refused() -> dict[str, int]:
+        got = insider.agent_messages(FinishAnswer)
+        out: dict[str, int] = {}
+        for s, m in got:
+            if m.task_id == r.tid and m.refusal == Refusal.NOT_CANCELLER:
+                out[s] = out.get(s, 0) + 1
+        return out
+
+    want = {d.node_id: 3 for d in r.replicas}
+    answered(mesh, lambda: refused() == want, "each replica to answer NOT_CANCELLER thrice")
+    holds_for(mesh, r, RENEW_INTERVAL)  # a cancel that went through stops it at once
+    changes = watch.settled()
+    TALLY.add("insider: Finish(CANCELLED) of a task it did not accept (bare, own cert, "
+              "foreign operator key)", insider.sent - sent, len(changes))  # fmt: skip
+    assert changes == []
+
+
 def test_grant_requests_for_a_running_task_are_refused(insider_mesh: InsiderMesh) -> None:
     """GrantRequest(task, e, insider) at 2^62, at the wire's largest epoch, at the next
     and at the current epoch, to every daemon: replicas refuse (decode error, epoch_jump,
@@ -418,10 +468,22 @@ def test_a_claim_at_2_62_does_not_change_what_the_daemons_show(
 def test_a_task_whose_entry_carries_a_claim_at_2_62_can_still_be_cancelled(
     insider_mesh: InsiderMesh, poisoned: Poisoned
 ) -> None:
-    """Cancelled through the daemon that took the claim: its process must go."""
+    """Cancelled through the daemon that took the claim, with an operator key (that
+    daemon did not accept the task: without one it refuses, in one line): its process
+    must go."""
     r = poisoned.run
-    ApiClient(poisoned.target.client.socket_path, timeout=15.0).post(f"/v1/tasks/{r.tid}/cancel")
+    client = ApiClient(poisoned.target.client.socket_path, timeout=15.0)
+    accepting = task(poisoned.target, r.tid)["spec"]["submitted_by"]
+    if accepting != poisoned.target.node_id:
+        with pytest.raises(ApiError, match="may be cancelled only by the node that accepted"):
+            client.post(f"/v1/tasks/{r.tid}/cancel")
+        assert sleepers(r.sleep) == [r.pid]
+    operator, _ = OperatorKey.create(insider_mesh.attack.mesh.authority, now=time.time())
+    proof = proof_to_json(operator.prove_cancel(r.tid, time.time()))
+    client.post(f"/v1/tasks/{r.tid}/cancel", {"operator": proof})
     wait_until(lambda: not sleepers(r.sleep), 10, "the cancelled process to go")
+    for d in insider_mesh.daemons:  # every table shows the operator's cancel
+        wait_until(lambda d=d: task(d, r.tid)["phase"] == "cancelled", 10, f"{d.name} to show it")
 
 
 ########################################################################################

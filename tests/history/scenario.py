@@ -313,9 +313,15 @@ class Lab:
         return [tid for tid in ids if tid is not None]
 
     def cancel(self, tid: str) -> None:
-        """Cancel through a live daemon; an acknowledged cancel joins the history."""
+        """Cancel through any live daemon, with an operator key of the lab's authority
+        (without one only the accepting daemon may, and it may be dead); an
+        acknowledged cancel joins the history."""
+        from populi_p2p.operator import OperatorKey, proof_to_json
+
         d = self.rng.choice(list(self.live.values()))
-        d.client.post(f"/v1/tasks/{tid}/cancel")
+        operator, _ = OperatorKey.create(self.mesh.authority, now=time.time())
+        proof = proof_to_json(operator.prove_cancel(tid, time.time()))
+        d.client.post(f"/v1/tasks/{tid}/cancel", {"operator": proof})
         with self._lock:
             self.acks.append(Ack(tid, "cancel", time.time()))
 

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from populi_p2p.leases import LeaseConfig, LeaseTable, Requirements, TaskKind, TaskResult, TaskSpec
+from populi_p2p.leases._cancel import OperatorCheck, OperatorProof, no_operators
 from populi_p2p.leases.agent import LeaseAgent, majority
 from populi_p2p.leases.agent_commands import (
     Acknowledged,
@@ -86,7 +87,9 @@ class Cluster:
         loss: float = 0.0,
         delay: tuple[float, float] = (0.001, 0.02),
         drift: float = 0.05,
+        check_operator: OperatorCheck = no_operators,
     ) -> None:
+        self.check_operator = check_operator
         # Finished entries are kept through the run, so every table can be compared.
         self.config = config or attrs.evolve(
             LeaseConfig.local(), finished_retention=1e6, tombstone_retention=2e6
@@ -100,6 +103,8 @@ class Cluster:
         self.runs: dict[str, list[Run]] = {}
         self.durations: dict[str, tuple[float, int]] = {}
         self.acked: dict[str, float] = {}  # submit acknowledged at
+        self.accepted_by: dict[str, str] = {}  # task -> the node it was submitted at
+        self.answers: list[Acknowledged] = []  # every Acknowledged, in order
         self.final_at: dict[str, float] = {}  # success or cancel acknowledged at
         self.violations: list[str] = []
         self.nodes: dict[str, Node] = {}
@@ -114,7 +119,7 @@ class Cluster:
         table = LeaseTable(
             self.config, name, sign_as(name), verify,
             persist=lambda e: node.disk_table.__setitem__(e.task_id, e),
-            forget=lambda t: node.disk_table.pop(t, None),
+            forget=lambda t: node.disk_table.pop(t, None), check_operator=self.check_operator,
         )  # fmt: skip
         return LeaseAgent(
             self.config, name, sign_as(name), verify,
@@ -125,6 +130,7 @@ class Cluster:
             ],
             rng=random.Random(self.rng.random()), table=table,
             persist_grant=lambda r: node.disk_grants.__setitem__(r.task_id, attrs.evolve(r)),
+            check_operator=self.check_operator,
         )  # fmt: skip
 
     def live_view(self, name: str) -> list[str]:
@@ -149,13 +155,14 @@ class Cluster:
         )  # fmt: skip
         tid, cmds = node.agent.submit(spec, node.local(self.now))
         self.durations[tid] = (duration, code)
+        self.accepted_by[tid] = at_node
         self.runs.setdefault(tid, [])
         self._apply(node, cmds)
         return tid
 
-    def cancel(self, at_node: str, tid: str) -> None:
+    def cancel(self, at_node: str, tid: str, operator: OperatorProof | None = None) -> None:
         node = self.nodes[at_node]
-        self._apply(node, node.agent.cancel(tid, node.local(self.now)))
+        self._apply(node, node.agent.cancel(tid, node.local(self.now), operator))
 
     def crash(self, name: str) -> None:
         node = self.nodes[name]
@@ -205,6 +212,8 @@ class Cluster:
                     self._end(node.name, tid, epoch, None)
 
     def _ack(self, cmd: AgentCommand) -> None:
+        if isinstance(cmd, Acknowledged):
+            self.answers.append(cmd)
         if isinstance(cmd, Acknowledged) and cmd.refusal is None and cmd.what == "submit":
             self.acked.setdefault(cmd.task_id, self.now)
 
@@ -367,8 +376,10 @@ def chaos(seed: int, *, nodes: int = 7, tasks: int = 30, faults: bool = True) ->
         elif what == "cancel" and c.acked:
             up = [n for n in names if c.nodes[n].up]
             tid = rng.choice(sorted(c.acked))
-            try:
-                c.cancel(rng.choice(up), tid)
+            user_at = rng.choice(up)  # where the user happens to be: drawn, as before
+            by = c.accepted_by[tid]  # but only the accepting node may cancel (no operator)
+            try:  # at another node: refused there (or unknown to it)
+                c.cancel(by if c.nodes[by].up else user_at, tid)
             except KeyError:
                 pass
     c.heal()

@@ -16,6 +16,7 @@ from populi_p2p.leases import (
     TaskResult,
     TaskSpec,
 )
+from populi_p2p.leases._cancel import OperatorProof
 
 
 def fake_sign(node: str):
@@ -78,6 +79,21 @@ def claim_records(draw: st.DrawFn, epoch: int | None = None) -> ClaimRecord:
     )
 
 
+#: Operator proofs as the wire bounds them (the signatures are not checked here).
+operator_proofs = st.builds(
+    OperatorProof,
+    st.sampled_from([b"cert-1", b"cert-2" * 40]),
+    st.integers(0, 2),
+    st.sampled_from([b"s" * 64, b"t" * 64]),
+)
+cancels = st.builds(
+    Cancel,
+    st.sampled_from(OWNERS),
+    st.sampled_from([b"c1", b"c2"]),
+    st.none() | operator_proofs,
+)
+
+
 @st.composite
 def entries(draw: st.DrawFn) -> TaskEntry:
     records = draw(st.lists(claim_records(), max_size=4))
@@ -85,9 +101,7 @@ def entries(draw: st.DrawFn) -> TaskEntry:
     for r in records:
         by_epoch[r.epoch] = r
     has_spec = draw(st.booleans())
-    cancel = draw(
-        st.none() | st.builds(Cancel, st.sampled_from(OWNERS), st.sampled_from([b"c1", b"c2"]))
-    )
+    cancel = draw(st.none() | cancels)
     return TaskEntry(
         TID,
         SPEC if has_spec else None,

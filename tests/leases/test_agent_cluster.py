@@ -101,12 +101,12 @@ def test_a_cancel_stops_the_run_and_a_finished_task_refuses_it() -> None:
     c = Cluster(3, seed=6)
     long, short = c.submit("n0", 60.0), c.submit("n1", 0.5)
     c.run_until(3.0)
-    c.cancel("n2", long)
+    c.cancel("n0", long)  # where it was submitted: the node that may cancel it
     c.run_until(4.0)
     assert c.runs[long][0].end is not None and c.runs[long][0].end < 3.5
     assert long in c.final_at
     seen: list[Acknowledged] = []
-    node = c.nodes["n2"]
+    node = c.nodes["n1"]
     original = c._apply
 
     def spy(n, cmds):  # type: ignore[no-untyped-def]

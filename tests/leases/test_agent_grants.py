@@ -66,14 +66,33 @@ def test_jumps_and_the_largest_epoch_are_refused() -> None:
 @pytest.mark.parametrize("ended", [Ended.SUCCEEDED, Ended.CANCELLED])
 def test_a_finished_task_grants_nothing_again(ended: Ended) -> None:
     rec = record()
+    by = "x" if ended is Ended.SUCCEEDED else "a"  # the owner ends; "a" accepted the task
     assert on_grant(rec, "a", 1, "x", 0.0, WAIT) is None
-    assert on_finish(rec, 1, "x", ended) is None
+    assert on_finish(rec, 1, by, ended) is None
     assert rec.final
     assert on_grant(rec, "a", 2, "y", 100.0, WAIT) is Refusal.FINISHED
     assert on_renew(rec, 1, "x", 100.0) is Refusal.FINISHED
-    assert on_finish(rec, 1, "x", ended) is None  # a repeat is answered alike
+    assert on_finish(rec, 1, by, ended) is None  # a repeat is answered alike
     if ended is Ended.SUCCEEDED:  # a cancel of a success is refused
-        assert on_finish(rec, 0, "z", Ended.CANCELLED) is Refusal.FINISHED
+        assert on_finish(rec, 0, "a", Ended.CANCELLED) is Refusal.FINISHED
+        assert on_finish(rec, 0, "z", Ended.CANCELLED, operator=True) is Refusal.FINISHED
+
+
+def test_only_the_accepting_node_or_an_operator_cancels() -> None:
+    """ "a" accepted the task (`submitted_by`): the owner, another replica or any member
+    is refused before anything else is looked at, unless its cancel carries an operator
+    proof the caller checked; a refused cancel changes nothing."""
+    rec = record()
+    assert on_grant(rec, "a", 1, "x", 0.0, WAIT) is None
+    for sender in ("x", "b", "z"):
+        assert on_finish(rec, 1, sender, Ended.CANCELLED) is Refusal.NOT_CANCELLER
+        assert (rec.ended, rec.final) == (Ended.NO, False)
+    rec.ended = Ended.SUCCEEDED  # even a finished task says only "not yours to cancel"
+    assert on_finish(rec, 1, "z", Ended.CANCELLED) is Refusal.NOT_CANCELLER
+    for sender, operator in (("a", False), ("z", True), ("x", True)):
+        rec = record()
+        assert on_finish(rec, 0, sender, Ended.CANCELLED, operator=operator) is None
+        assert rec.final and rec.ended is Ended.CANCELLED
 
 
 def test_only_the_owner_ends_its_epoch_and_old_epochs_are_fenced_out() -> None:
@@ -103,7 +122,7 @@ OPS = st.lists(
     st.tuples(
         st.sampled_from(["grant", "renew", "finish"]),
         st.integers(min_value=0, max_value=12),
-        st.sampled_from(["x", "y", "z"]),
+        st.sampled_from(["x", "y", "z", "a"]),  # "a" accepted the task: it may cancel
         st.sampled_from(list(Ended)[1:]),
         st.floats(min_value=0.0, max_value=3.0),
     ),
@@ -130,7 +149,10 @@ def test_any_sequence_grants_each_epoch_to_one_owner_and_never_goes_back(ops: li
         elif op == "renew" and rec.epoch:  # only an epoch's winner renews it
             on_renew(rec, rec.epoch, rec.owner, now)
         else:
-            on_finish(rec, epoch, node, ended)
+            was = rec.ended
+            refusal = on_finish(rec, epoch, node, ended)
+            if ended is Ended.CANCELLED and node != "a":
+                assert refusal is Refusal.NOT_CANCELLER and rec.ended is was
         assert rec.epoch >= before
         final = final or rec.final
         assert rec.final or not final or rec.ended is Ended.CANCELLED

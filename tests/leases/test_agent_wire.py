@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from populi_p2p.leases import DecodeError, Requirements, TaskKind, TaskSpec
+from populi_p2p.leases._cancel import OPERATOR_CERTIFICATE_BYTES_MAX, OperatorProof
 from populi_p2p.leases.agent_wire import (
     MESSAGE_BYTES_MAX,
     AgentMessage,
@@ -47,6 +48,7 @@ MESSAGES: list[AgentMessage] = [
     RenewAnswer(8, (), missed=True),
     RenewDigest(9, 2, bytes(range(16))),
     Finish(TID, 3, Ended.FAILED, 3),
+    Finish(TID, 3, Ended.CANCELLED, 0, OperatorProof(b"c" * 140, 1_700_000_000, b"s" * 64)),
     FinishAnswer(TID, 3, Ended.CANCELLED, Refusal.FINISHED, Ended.SUCCEEDED),
     SpecWanted(TID),
 ]
@@ -108,3 +110,70 @@ def test_a_flipped_byte_never_decodes_to_something_else(i: int, data: st.DataObj
     except DecodeError:
         return
     assert (sender, msg) == ("n1", MESSAGES[i])  # only a flip msgpack ignores
+
+
+PROOFS = st.builds(
+    OperatorProof,
+    st.binary(min_size=1, max_size=OPERATOR_CERTIFICATE_BYTES_MAX),
+    st.integers(0, 1 << 40),
+    st.binary(min_size=64, max_size=64),
+)
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.binary(min_size=16, max_size=16), st.integers(0, (1 << 62) - 1), PROOFS)
+def test_a_cancel_with_any_operator_proof_round_trips(
+    tid: bytes, epoch: int, proof: OperatorProof
+) -> None:
+    msg = Finish(tid.hex(), epoch, Ended.CANCELLED, 0, proof)
+    data = encode(msg, "n1", sign_as("n1"))
+    assert len(data) <= MESSAGE_BYTES_MAX
+    assert decode(data, verify) == ("n1", msg)
+
+
+def _signed_finish(body: list[object]) -> bytes:
+    from populi_p2p.leases.agent_wire import _signed_bytes
+
+    return msgpack.packb([1, 8, "n1", body, sign_as("n1")(_signed_bytes(8, "n1", body))])
+
+
+HOSTILE = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.binary(max_size=300)
+    | st.text(max_size=20) | st.floats(allow_nan=False),
+    lambda inner: st.lists(inner, max_size=4),
+    max_leaves=8,
+)  # fmt: skip
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(HOSTILE)
+def test_a_hostile_operator_proof_is_one_decode_error_or_a_bounded_proof(raw: object) -> None:
+    """Whatever a signed member puts in the proof's place: a `DecodeError`, or a proof
+    within the bounds (certificate at most 256 bytes, a 64-byte signature)."""
+    data = _signed_finish([bytes(16), 1, int(Ended.CANCELLED), 0, raw])
+    try:
+        _, msg = decode(data, verify)
+    except DecodeError:
+        return
+    assert isinstance(msg, Finish) and msg.operator is not None
+    proof = msg.operator
+    assert 0 < len(proof.certificate) <= OPERATOR_CERTIFICATE_BYTES_MAX
+    assert len(proof.signature) == 64 and 0 <= proof.signed_at <= 1 << 40
+
+
+def test_an_operator_proof_rides_only_on_a_cancel_and_is_bounded() -> None:
+    proof = [b"c" * 140, 1, b"s" * 64]
+    with pytest.raises(DecodeError, match="for a cancel"):
+        decode(_signed_finish([bytes(16), 1, int(Ended.SUCCEEDED), 0, proof]), verify)
+    for bad in (
+        [b"c" * (OPERATOR_CERTIFICATE_BYTES_MAX + 1), 1, b"s" * 64],
+        [b"", 1, b"s" * 64],
+        [b"c", -1, b"s" * 64],
+        [b"c", 1 << 41, b"s" * 64],
+        [b"c", 1, b"s" * 63],
+        [b"c", True, b"s" * 64],
+        ["c", 1, b"s" * 64],
+        [b"c", 1, b"s" * 64, b"more"],
+    ):
+        with pytest.raises(DecodeError, match="operator proof"):
+            decode(_signed_finish([bytes(16), 1, int(Ended.CANCELLED), 0, bad]), verify)

@@ -121,3 +121,38 @@ def test_digest_round_trip_is_quiet() -> None:
     a, b = table("a"), table("b")
     assert b.state_for(a.digest()) is None
     assert anti_entropy(a, b) == len(a.digest())
+
+
+@FUZZ
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.binary(max_size=300)
+        | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4),
+        max_leaves=8,
+    )
+)  # fmt: skip
+def test_a_hostile_cancel_record_is_one_decode_error_or_a_bounded_one(proof: object) -> None:
+    """A cancel record ``[by, signature, proof]`` with anything in the proof's place:
+    a `DecodeError`, or a proof within its bounds; never a crash."""
+    from populi_p2p.leases.wire import entry_from_wire
+
+    raw = ["0" * 32, None, b"", [], ["n1", b"sig", proof]]
+    try:
+        entry = entry_from_wire(raw)
+    except DecodeError:
+        return
+    assert entry.cancel is not None and entry.cancel.operator is not None
+    assert 0 < len(entry.cancel.operator.certificate) <= 256
+    assert len(entry.cancel.operator.signature) == 64
+
+
+def test_a_cancel_record_has_two_or_three_parts() -> None:
+    from populi_p2p.leases.wire import entry_from_wire
+
+    proof = [b"c" * 140, 5, b"s" * 64]
+    assert entry_from_wire(["0" * 32, None, b"", [], ["n1", b"sig"]]).cancel is not None
+    assert entry_from_wire(["0" * 32, None, b"", [], ["n1", b"sig", proof]]).cancel is not None
+    for bad in (["n1"], ["n1", b"sig", proof, proof], ["n1", b"sig", [b"c", 5]]):
+        with pytest.raises(DecodeError, match="cancel"):
+            entry_from_wire(["0" * 32, None, b"", [], bad])

@@ -294,7 +294,7 @@ class _Tasks:
     def explain(self, task_id: str) -> dict[str, Any]:
         return {"id": task_id}
 
-    async def cancel(self, task_id: str) -> dict[str, Any]:
+    async def cancel(self, task_id: str, operator: object = None) -> dict[str, Any]:
         if task_id == "done":
             raise ConflictError("task done already succeeded at epoch 2; nothing to cancel")
         return {"id": task_id, "cancelled": True}
@@ -421,7 +421,7 @@ async def test_node_backend_refuses_a_finished_cancel_and_forwards_the_rest() ->
         def find(self, task_id: str) -> TaskEntry:
             return {"d": done, "r": running}[task_id]
 
-        async def cancel(self, task_id: str) -> dict[str, Any]:
+        async def cancel(self, task_id: str, operator: object = None) -> dict[str, Any]:
             cancelled.append(task_id)
             return {"id": task_id, "cancelled": True}
 
