@@ -25,6 +25,13 @@ headers are complete, and bytes trickling in do not reset it. Header size is h11
 ``max_incomplete_event_size`` (16 KiB). There is no read timeout while a request runs:
 a streamed answer may legitimately hear nothing from its client for minutes.
 
+Closing after an early answer lingers, as nginx's ``lingering_close`` does
+(`LingeringStream`): the daemon sends its FIN after the answer, then reads and drops
+what the client still sends, for at most `LINGER_SECONDS` and `LINGER_BYTES`, before
+it closes. Closing at once with a body still arriving makes the kernel send a reset,
+and a reset makes the client's kernel drop the answer it had not read yet: the client
+saw a dead connection instead of its 401 or 413.
+
 `raise_open_file_limit` lifts the soft RLIMIT_NOFILE to the hard limit at start-up; the
 caps (`HttpLimits.for_open_files`) follow whatever limit the process ends up with.
 """
@@ -63,6 +70,9 @@ TOTAL_MIN: Final = 16
 TOTAL_MAX: Final = 1024
 #: The per-source cap is the total cap over this (one address never takes it all).
 SOURCES_MIN: Final = 4
+#: How long, and how many bytes, a closing connection reads and drops before it closes.
+LINGER_SECONDS: Final = 2.0
+LINGER_BYTES: Final = 16 << 20
 #: Below this many open files the start-up log says the limit is low.
 OPEN_FILES_LOW: Final = 4096
 #: The soft limit asked for when the hard limit is unlimited (Linux's default nr_open).
@@ -241,6 +251,56 @@ class _GatedListener(trio.abc.Listener[trio.SocketStream]):
         await self._inner.aclose()
 
 
+class LingeringStream(trio.abc.HalfCloseableStream):
+    """`stream` for hypercorn, whose `aclose` only sends our FIN and starts lingering:
+    from then on `receive_some` drops what arrives and ends the stream (b"") when the
+    client closes, after `LINGER_BYTES`, or at `LINGER_SECONDS`. The socket itself is
+    closed by whoever handed the stream out (`serve_http`'s handler)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self.socket = stream.socket  # hypercorn reads the peer's address from it
+        self._linger_until: float | None = None
+        # hypercorn sends under its own lock but closes outside it: its send_eof then
+        # met an answer still being sent (trio's BusyResourceError, a traceback).
+        self._sending = trio.Lock()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        async with self._sending:
+            await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        async with self._sending:
+            await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        async with self._sending:
+            await self._stream.send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._linger_until is None:
+            return await self._stream.receive_some(max_bytes)
+        dropped = 0
+        with trio.move_on_at(self._linger_until):
+            while dropped < LINGER_BYTES:
+                data = await self._stream.receive_some(1 << 16)
+                if not data:
+                    break
+                dropped += len(data)
+        return b""
+
+    async def aclose(self) -> None:
+        if self._linger_until is None:
+            self._linger_until = trio.current_time() + LINGER_SECONDS
+            async with self._sending:  # after the answer in flight, if any
+                if not self.socket.did_shutdown_SHUT_WR:
+                    try:
+                        self.socket.shutdown(trio.socket.SHUT_WR)  # our answer ends here
+                    except OSError:
+                        pass  # the peer is gone
+        await trio.lowlevel.checkpoint()
+
+
 def _has_body(scope: Scope) -> bool:
     for name, value in scope.get("headers", []):
         name = bytes(name).lower()
@@ -362,7 +422,8 @@ async def serve_http(
             with trio.CancelScope() as scope:
                 if peer is not None:
                     gate.opened(peer, scope)
-                await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
+                lingering = LingeringStream(stream)
+                await TCPServer(wrapped, config, context, ConnectionState({}), lingering)  # type: ignore[arg-type]
         finally:
             # Cancelled (evicted, or at shutdown), hypercorn's own close stops at its
             # first checkpoint: close the socket here, whatever happened.

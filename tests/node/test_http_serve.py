@@ -194,3 +194,26 @@ async def test_early_answers_close_and_others_keep_alive() -> None:
         assert b"\r\nconnection: close" in answer.lower()
         assert await _closed(sock)
         sock.close()
+
+
+async def test_an_early_answer_reaches_a_client_still_sending_its_body() -> None:
+    """A 401 sent at the headers of a 4 MiB body, to a client that sends its whole
+    request before it reads (as many do): the daemon sends its FIN, then lingers,
+    dropping the rest, so the client reads the 401. Closed at once instead, with the
+    body still arriving, the connection is reset, and the reset drops the answer the
+    client had not read yet."""
+    body = 4 << 20
+    async with _serving(HttpLimits()) as (_, port):
+        for _ in range(3):
+            sock = await _connect(port)
+            data = memoryview(
+                f"POST /no HTTP/1.1\r\nHost: x\r\ncontent-length: {body}\r\n\r\n".encode()
+                + bytes(body)
+            )
+            with trio.fail_after(WITHIN):
+                while data:
+                    data = data[await sock.send(data[: 1 << 16]) :]
+            answer = await _answer(sock)
+            assert answer.startswith(b"HTTP/1.1 401"), answer
+            assert b"\r\nconnection: close" in answer.lower()
+            sock.close()
