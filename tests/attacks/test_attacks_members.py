@@ -243,7 +243,7 @@ def test_pulls_over_tcp_never_open_a_connection_to_the_named_address(
         TALLY.add("pulls naming a victim (TCP frames)", insider.sent + stranger.sent,
                   len(changes), f"victim: {victim.connections} connections")  # fmt: skip
         assert victim.connections == 0 and victim.received == 0
-        assert changes == [], (changes, insider.node_id, stranger.node_id, insider.diagnose())
+        assert changes == []
     finally:
         stranger.close()
 
@@ -302,42 +302,6 @@ def test_a_non_members_pull_gets_no_more_than_it_sent(pull_mesh: PullMesh) -> No
         stranger.close()
 
 
-def test_a_hostile_name_is_refused_and_members_prints_no_escape(pull_mesh: PullMesh) -> None:
-    """A second insider signs a record named with escapes, a newline and a forged row:
-    every daemon refuses it (a malformed record, counted) and shows the member as
-    unverified; `populi-node members` prints one row for it, escaped or not named."""
-    mesh = pull_mesh.attack
-    daemons = pull_mesh.daemons
-    before = {d.node_id: int(d.status()["drops"]["records"]["malformed"]) for d in daemons}
-    hostile = Insider(HOSTILE_HOST, mesh.mesh.authority, seed=84, name=HOSTILE_NAME)
-    try:
-        hostile.start()
-        hostile.join(mesh.address(daemons[0]), daemons[0].node_id)
-        wait_until(
-            lambda: _held_everywhere(mesh, hostile.node_id, verified=None),
-            30, "every daemon to hold the hostile member",
-        )  # fmt: skip
-        for d in daemons:
-            row = next(m for m in d.members() if m["node_id"] == hostile.node_id)
-            assert row["unverified"] == "malformed" and row["name"].isprintable(), row
-            assert int(d.status()["drops"]["records"]["malformed"]) > before[d.node_id]
-        shown = subprocess.run(
-            [sys.executable, "-m", "populi_p2p.cli", "members",
-             "--state-dir", str(daemons[0].state_dir)],
-            check=True, capture_output=True, text=True, timeout=60,
-        ).stdout  # fmt: skip
-        lines = shown.rstrip("\n").split("\n")
-        assert all(line.isprintable() for line in lines), shown
-        assert "\x1b" not in shown and not any(line.startswith("ghost") for line in lines)
-        members = daemons[0].members()
-        assert len(lines) == 1 + len(members), shown  # the header, one row each
-        assert sum(hostile.node_id in line for line in lines) == 1
-        TALLY.add("a member's signed name with escapes and a forged row", hostile.sent, 0,
-                  "refused as malformed; members shows it unverified")  # fmt: skip
-    finally:
-        hostile.close()
-
-
 ########################################################################################
 # Row 4, the other replies: pings, indirect pings, syncs and push-pulls naming a victim
 
@@ -391,6 +355,7 @@ def test_pings_and_syncs_naming_a_victim_send_it_nothing(pull_mesh: PullMesh) ->
         answered = 0
         while (reply := stranger.receive(timeout=2.0)) is not None:
             answered += len(reply)
+        assert victim.received == 0, (victim.udp_bytes, victim.connections, victim.tcp_bytes)
         for d in daemons:
             capped = swim_counter(d, "replies_capped") - before[d.node_id]["replies_capped"]
             assert capped >= REQUESTS, (d.name, capped)  # the stranger's, at least
@@ -439,6 +404,7 @@ def test_pings_and_syncs_over_tcp_never_open_a_connection_to_the_named_address(
                     )  # fmt: skip
                 finally:
                     conn.close()
+        assert victim.connections == 0 and victim.received == 0
         for d in daemons:
             refused = swim_counter(d, "replies_refused") - before[d.node_id]["replies_refused"]
             assert refused >= 6, (d.name, refused)  # the stranger's
@@ -446,6 +412,46 @@ def test_pings_and_syncs_over_tcp_never_open_a_connection_to_the_named_address(
         TALLY.add("pings and syncs naming a victim (TCP frames)", insider.sent + stranger.sent,
                   len(changes), f"victim: {victim.connections} connections")  # fmt: skip
         assert victim.connections == 0 and victim.received == 0
-        assert changes == [], (changes, insider.node_id, stranger.node_id, insider.diagnose())
+        assert changes == []
     finally:
         stranger.close()
+
+
+########################################################################################
+# Row 5 (last: its hostile member stops answering when done, and is then declared dead)
+
+
+def test_a_hostile_name_is_refused_and_members_prints_no_escape(pull_mesh: PullMesh) -> None:
+    """A second insider signs a record named with escapes, a newline and a forged row:
+    every daemon refuses it (a malformed record, counted) and shows the member as
+    unverified; `populi-node members` prints one row for it, escaped or not named."""
+    mesh = pull_mesh.attack
+    daemons = pull_mesh.daemons
+    before = {d.node_id: int(d.status()["drops"]["records"]["malformed"]) for d in daemons}
+    hostile = Insider(HOSTILE_HOST, mesh.mesh.authority, seed=84, name=HOSTILE_NAME)
+    try:
+        hostile.start()
+        hostile.join(mesh.address(daemons[0]), daemons[0].node_id)
+        wait_until(
+            lambda: _held_everywhere(mesh, hostile.node_id, verified=None),
+            30, "every daemon to hold the hostile member",
+        )  # fmt: skip
+        for d in daemons:
+            row = next(m for m in d.members() if m["node_id"] == hostile.node_id)
+            assert row["unverified"] == "malformed" and row["name"].isprintable(), row
+            assert int(d.status()["drops"]["records"]["malformed"]) > before[d.node_id]
+        shown = subprocess.run(
+            [sys.executable, "-m", "populi_p2p.cli", "members",
+             "--state-dir", str(daemons[0].state_dir)],
+            check=True, capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        lines = shown.rstrip("\n").split("\n")
+        assert all(line.isprintable() for line in lines), shown
+        assert "\x1b" not in shown and not any(line.startswith("ghost") for line in lines)
+        members = daemons[0].members()
+        assert len(lines) == 1 + len(members), shown  # the header, one row each
+        assert sum(hostile.node_id in line for line in lines) == 1
+        TALLY.add("a member's signed name with escapes and a forged row", hostile.sent, 0,
+                  "refused as malformed; members shows it unverified")  # fmt: skip
+    finally:
+        hostile.close()
