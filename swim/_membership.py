@@ -49,6 +49,7 @@ from ._math import (
     suspicion_timeout_min,
 )
 from ._pull import parts_within, pull_answer_route
+from ._reply import fit_within, reply_route
 from ._state import PRECEDENCE_FAST, Action, Rumor, Subject
 from ._stats import Counters, MembershipStatistics
 from .app import AppState
@@ -85,6 +86,7 @@ from .wire import (
     encode_push_pull,
     encode_sync,
     meta_digest,
+    packet_size,
 )
 
 _ALIVE = MemberState.ALIVE
@@ -366,13 +368,23 @@ class _ViewCache:
 class _Relay:
     """An indirect probe we run for another member: forward the ack, or send a nack."""
 
-    __slots__ = ("deadline", "nack", "requester", "requester_seq")
+    __slots__ = ("budget", "deadline", "nack", "requester", "requester_seq")
 
-    def __init__(self, requester: Address, requester_seq: int, nack: bool, deadline: float):
+    def __init__(
+        self,
+        requester: Address,
+        requester_seq: int,
+        nack: bool,
+        deadline: float,
+        budget: int | None,
+    ) -> None:
+        #: Where the answer goes (`swim._reply`), and the most bytes it may have there
+        #: (None: a full packet).
         self.requester = requester
         self.requester_seq = requester_seq
         self.nack = nack
         self.deadline = deadline
+        self.budget = budget
 
 
 class _Pull:
@@ -534,6 +546,9 @@ class Membership:
         # whom to ask (see `_flush_pulls`).
         self._pulls: dict[str, _Pull] = {}
         self._pull_batch: dict[Address, list[str]] = {}
+        # Of those, the addresses asked that sent us nothing in this call (a member's own
+        # address a lean rumor names): their pulls carry no piggybacked rumors.
+        self._pull_bare: set[Address] = set()
         # The digest of our own metadata, as lean rumors about us carry it.
         self._own_digest = (meta, meta_digest(meta))
         # Smoothed RTT of our direct probes, by member. Kept apart from `_Node` so that
@@ -558,10 +573,13 @@ class Membership:
         # a lean rumor's receiver pulls from its sender.
         self._source: Address = address
         self._reliable = False
-        # Who authenticated it (None: the driver does not say), and its size: a pull
-        # from an address we cannot tie to the requester is answered within it.
+        # Who authenticated it (None: the driver does not say).
         self._sender: str | None = None
-        self._request_size = 0
+        # What this packet may still have sent back to its source when the request did
+        # not come from the requester's held address, and to indirect-ping targets:
+        # each at most the packet's size (`swim._reply`).
+        self._capped_left = 0
+        self._relay_left = 0
         # Announce ourselves: whoever we meet first spreads it.
         self._broadcast_self(now)
 
@@ -644,9 +662,9 @@ class Membership:
 
         Args:
             source: where the packet came from (for a stream, the connection's remote
-                address). A pull is answered only there or at the requester's held
-                address (see `swim._pull`); other replies go to the address the sender
-                advertises inside its message.
+                address). Replies go only there or to the requester's held address
+                (see `swim._reply` and `swim._pull`), never to an address the message
+                alone names.
             payload: the packet bytes.
             now: the driver's clock.
             reliable: the packet came over a stream (TCP); replies to it go the same way.
@@ -673,7 +691,7 @@ class Membership:
         self._source = source
         self._reliable = reliable
         self._sender = sender
-        self._request_size = len(payload)
+        self._capped_left = self._relay_left = len(payload)
         for message in messages:
             cls = type(message)
             if type(message) is Alive or type(message) is AliveRef:
@@ -1018,30 +1036,43 @@ class Membership:
         out.append(Send(destination, payload, reliable))
 
     def _send_packet(
-        self, destination: Address, first: bytes, out: list[Output], second: bytes | None = None
-    ) -> None:
-        """A datagram: `first` (and `second`), then as many queued updates as fit."""
+        self,
+        destination: Address,
+        first: bytes,
+        out: list[Output],
+        second: bytes | None = None,
+        *,
+        budget: int | None = None,
+    ) -> int:
+        """A datagram: `first` (and `second`), then as many queued updates as fit.
+
+        `budget` caps the packet below `packet_budget` (a reply that must not be bigger
+        than its request, `swim._reply`): piggybacked updates fill only what is left,
+        and a packet whose own messages do not fit is not sent. Returns its size (0:
+        not sent).
+        """
         if second is None:
             parts = [first]
             used = len(first)
         else:
             parts = [first, second]
             used = len(first) + len(second)
+        limit = self._config.packet_budget
+        if budget is not None:
+            if packet_size(used, len(parts)) > budget:
+                return 0
+            limit = min(limit, budget)
         broadcasts = self._broadcasts
-        if len(broadcasts):
-            extra = broadcasts.get_broadcasts(
-                PACKET_OVERHEAD + used, self._config.packet_budget, self.num_alive()
-            )
+        if len(broadcasts) and PACKET_OVERHEAD + used < limit:
+            extra = broadcasts.get_broadcasts(PACKET_OVERHEAD + used, limit, self.num_alive())
             parts.extend(extra)
             used += sum(map(len, extra))
         app = self._app_broadcasts
-        if len(app):
-            parts.extend(
-                app.get_broadcasts(
-                    PACKET_OVERHEAD + used, self._config.packet_budget, self.num_alive()
-                )
-            )
-        self._emit(destination, encode_packet(parts), False, out)
+        if len(app) and PACKET_OVERHEAD + used < limit:
+            parts.extend(app.get_broadcasts(PACKET_OVERHEAD + used, limit, self.num_alive()))
+        packet = encode_packet(parts)
+        self._emit(destination, packet, False, out)
+        return len(packet)
 
     def _broadcast(self, name: str, payload: bytes, now: float, extra: int = 0) -> None:
         """Queue an update for piggybacking, and wake gossip up if it was idle."""
@@ -1218,28 +1249,123 @@ class Membership:
                 _RUMOR_SUSPECT, target.name, target.incarnation, now, out, source=self._name
             )
 
+    ################################################################################
+    # Where replies go (`swim._reply`)
+    ################################################################################
+
+    def _reply_route(self, requester: str, named: Address) -> tuple[Address, int | None] | None:
+        """Where to answer `requester`'s message of this packet, and its byte budget
+        (None: a full answer), or None (counted) to leave it unanswered."""
+        if self._in_another_name(requester):
+            return None
+        node = self._members.get(requester)
+        held = node.address if node is not None and node is not self._self else None
+        route = reply_route(held, named, self._source, self._reliable)
+        if route is None:
+            self._counters.replies_refused += 1  # over a stream from another host
+            return None
+        destination, capped = route
+        return destination, self._capped_left if capped else None
+
+    def _in_another_name(self, requester: str) -> bool:
+        """The authenticated sender is not `requester` (counted): refuse the message."""
+        sender = self._sender
+        if sender is not None and sender != requester:
+            self._counters.replies_refused += 1
+            return True
+        return False
+
+    def _spent(self, budget: int | None, sent: int) -> None:
+        """Count a reply of `sent` bytes against this packet's budget (when capped)."""
+        if budget is not None:
+            if sent == 0:
+                self._counters.replies_refused += 1  # nothing fits the request's size
+            else:
+                self._counters.replies_capped += 1
+            self._capped_left -= sent
+
+    def _reply_packet(
+        self, route: tuple[Address, int | None], first: bytes, out: list[Output]
+    ) -> None:
+        """A datagram reply (an ack): piggybacked updates only within its budget."""
+        destination, budget = route
+        self._spent(budget, self._send_packet(destination, first, out, budget=budget))
+
+    def _reply_built(
+        self,
+        route: tuple[Address, int | None],
+        build: Callable[[int], bytes],
+        count: int,
+        reliable: bool,
+        out: list[Output],
+    ) -> None:
+        """A reply of `count` items (`build(k)`: the packet with the first `k`): whole
+        on a full route (over a stream when it came on one, or when it is too big for
+        a datagram), else as many items as fit the budget, in one datagram."""
+        destination, budget = route
+        if budget is None:
+            payload = build(count)
+            self._emit(
+                destination, payload, reliable or len(payload) > self._config.packet_budget, out
+            )
+            return
+        fitted = fit_within(build, count, min(budget, self._config.packet_budget))
+        if fitted is not None:
+            self._emit(destination, fitted[1], False, out)
+        self._spent(budget, 0 if fitted is None else len(fitted[1]))
+
+    ################################################################################
+    # Probes answered
+    ################################################################################
+
     def _on_ping(self, message: Ping, now: float, reliable: bool, out: list[Output]) -> None:
         if message.target != self._name:
             self._counters.dropped_misdirected += 1
             return
+        route = self._reply_route(message.source, message.source_address)
+        if route is None:
+            return
         ack = encode_message(Ack(message.seq))
-        if reliable:
-            self._emit(message.source_address, encode_packet([ack]), True, out)
+        if reliable and route[1] is None:
+            self._emit(route[0], encode_packet([ack]), True, out)
         else:
-            self._send_packet(message.source_address, ack, out)
+            self._reply_packet(route, ack, out)
 
     def _on_indirect_ping(
         self, message: IndirectPing, now: float, reliable: bool, out: list[Output]
     ) -> None:
+        """Ping the target at its held address (never the one the request names) with
+        at most the request's size, and answer the requester under `swim._reply`."""
         if len(self._relays) >= self._config.indirect_pending_max:
             self._counters.dropped_indirect_full += 1
             return
+        target = self._members.get(message.target)
+        if target is None or target is self._self:
+            self._counters.indirect_targets_refused += 1
+            return
+        route = self._reply_route(message.source, message.source_address)
+        if route is None:
+            return
+        destination, budget = route
+        if budget is not None:
+            # A capped requester gets the bare ack or nack (they are one size), which
+            # this packet's budget must hold now: it is sent later.
+            budget = packet_size(len(encode_message(Nack(message.seq))), 1)
+            if budget > self._capped_left:
+                self._counters.replies_refused += 1
+                return
         seq = self._next_seq()
+        ping = encode_message(Ping(seq, target.name, self._name, self._address))
+        sent = self._send_packet(target.address, ping, out, budget=self._relay_left)
+        if sent == 0:
+            self._counters.indirect_targets_refused += 1
+            return
+        self._relay_left -= sent
+        if budget is not None:
+            self._spent(budget, budget)
         deadline = now + self._config.probe_timeout
-        self._relays[seq] = _Relay(message.source_address, message.seq, message.nack, deadline)
+        self._relays[seq] = _Relay(destination, message.seq, message.nack, deadline, budget)
         self._push_timer(deadline, _TIMER_RELAY, seq)
-        ping = encode_message(Ping(seq, message.target, self._name, self._address))
-        self._send_packet(message.target_address, ping, out)
 
     def _on_ack(self, message: Ack, now: float, reliable: bool, out: list[Output]) -> None:
         probe = self._probe
@@ -1259,7 +1385,8 @@ class Membership:
             return
         relay = self._relays.pop(message.seq, None)
         if relay is not None:
-            self._send_packet(relay.requester, encode_message(Ack(relay.requester_seq)), out)
+            ack = encode_message(Ack(relay.requester_seq))
+            self._send_packet(relay.requester, ack, out, budget=relay.budget)
             return
         self._counters.acks_unexpected += 1
 
@@ -1331,8 +1458,13 @@ class Membership:
             if reaped is not None and incarnation <= reaped:
                 self._on_stale_rumor(_RUMOR_ALIVE, name, reaped, address, out)
                 return
-        # Over a stream the packet's source is an ephemeral port: ask the member.
-        self._want(name, incarnation, address, address if self._reliable else self._source, now)
+        # Over a stream the packet's source is an ephemeral port: ask the member, with a
+        # bare pull (the address is only named by the packet).
+        if self._reliable:
+            self._want(name, incarnation, address, address, now)
+            self._pull_bare.add(address)
+        else:
+            self._want(name, incarnation, address, self._source, now)
 
     def _want(
         self, name: str, incarnation: int, address: Address, ask: Address, now: float
@@ -1374,20 +1506,49 @@ class Membership:
         pull.deadline = now + self._config.pull_timeout
         self._push_timer(pull.deadline, _TIMER_PULL, name)
         self._pull_batch.setdefault(ask, []).append(name)
+        self._pull_bare.add(ask)  # no packet of this call came from it
 
     def _flush_pulls(self, out: list[Output]) -> None:
         """Send the pulls gathered during this call: one request per peer asked (more
-        when over `pull_names_max` names), piggybacking queued rumors as pings do."""
+        when over `pull_names_max` names), piggybacking queued rumors as pings do, but
+        only to the source of a packet: an address only a rumor names gets the bare
+        request, about the size of the rumors that named it (`swim._reply`)."""
         batch = self._pull_batch
+        bare = self._pull_bare
         self._pull_batch = {}
+        self._pull_bare = set()
         most = self._config.pull_names_max
         for destination, names in batch.items():
+            if destination in bare:
+                self._send_bare_pulls(destination, names, out)
+                continue
             for at in range(0, len(names), most):
                 request = encode_message(
                     Pull(self._name, self._address, tuple(names[at : at + most]))
                 )
                 self._counters.pulls_sent += 1
                 self._send_packet(destination, request, out)
+
+    def _send_bare_pulls(self, destination: Address, names: list[str], out: list[Output]) -> None:
+        """Pulls of `names` with nothing else, each one datagram within the packet
+        budget (never a stream to an address a rumor names)."""
+        budget = self._config.packet_budget
+        at = 0
+        while at < len(names):
+            rest = names[at : at + self._config.pull_names_max]
+
+            def build(k: int, rest: list[str] = rest) -> bytes:
+                return encode_packet(
+                    [encode_message(Pull(self._name, self._address, tuple(rest[:k])))]
+                )
+
+            fitted = fit_within(build, len(rest), budget)
+            if fitted is None or fitted[0] == 0:
+                return  # not even one name fits: a record name is never that long
+            taken, packet = fitted
+            self._counters.pulls_sent += 1
+            self._emit(destination, packet, False, out)
+            at += taken
 
     def _on_pull(self, message: Pull, now: float, reliable: bool, out: list[Output]) -> None:
         """Answer a pull with the full records we hold, in datagrams, bounded.
@@ -1422,12 +1583,15 @@ class Membership:
                     encode_message(Alive(node.name, node.incarnation, node.address, node.meta))
                 )
         if capped:
-            answer = parts_within(parts, self._request_size)
+            # Within what this packet may still have back (its other replies share it).
+            answer = parts_within(parts, min(self._capped_left, self._config.packet_budget))
             counters.pulled_records_sent += len(answer)
             if len(answer) < len(parts):
                 counters.pull_answers_capped += 1
             if answer:
-                self._emit(destination, encode_packet(answer), False, out)
+                capped_packet = encode_packet(answer)
+                self._capped_left -= len(capped_packet)
+                self._emit(destination, capped_packet, False, out)
             return
         counters.pulled_records_sent += len(parts)
         # As many datagrams as the records need, each within the packet budget: one
@@ -1792,10 +1956,8 @@ class Membership:
 
     def _send_sync(
         self,
-        destination: Address,
+        route: tuple[Address, int | None],
         leg: int,
-        join: bool,
-        digest: Sequence[bytes],
         members: Sequence[bytes],
         wanted: Sequence[str],
         app_digest: bytes,
@@ -1803,20 +1965,21 @@ class Membership:
         reliable: bool,
         out: list[Output],
     ) -> None:
-        message = encode_sync(
-            leg,
-            join,
-            self._name,
-            self._address,
-            digest,
-            members,
-            wanted,
-            app_digest,
-            app_state,
-        )
-        payload = encode_packet([message])
+        """A reply leg: whole on a full route, else as many of `members`, then
+        `wanted`, as fit its budget, without application state (`swim._reply`)."""
+        if route[1] is not None:
+            app_state = b""
+        name, address, split = self._name, self._address, len(members)
+
+        def build(k: int) -> bytes:
+            message = encode_sync(
+                leg, False, name, address, (), members[:k], wanted[: max(0, k - split)],
+                app_digest, app_state,
+            )  # fmt: skip
+            return encode_packet([message])
+
         self._counters.push_pulls_sent += 1
-        self._emit(destination, payload, reliable or len(payload) > self._config.packet_budget, out)
+        self._reply_built(route, build, split + len(wanted), reliable, out)
 
     def _send_sync_open(self, destination: Address, *, join: bool, out: list[Output]) -> None:
         """Leg 0: the digest of our whole view, our own full entry, our app digest."""
@@ -1842,8 +2005,17 @@ class Membership:
         self._emit(destination, payload, len(payload) > self._config.packet_budget, out)
 
     def _on_sync(self, message: Sync, now: float, reliable: bool, out: list[Output]) -> None:
-        """Digest-first anti-entropy: merge what came, send only what the peer lacks."""
+        """Digest-first anti-entropy: merge what came, send only what the peer lacks.
+
+        Where the answer goes is decided before the merge, from the view the packet
+        found (its own entry must not vouch for the address it names).
+        """
+        if self._in_another_name(message.source):
+            return
         self._counters.push_pulls_received += 1
+        route = None
+        if message.leg < 2:
+            route = self._reply_route(message.source, message.source_address)
         if message.members:
             self._merge_entries(message.members, message.source, now, out)
         if message.app_state:
@@ -1884,39 +2056,20 @@ class Membership:
                         # table does with it is the peer's call (a member refutes a
                         # different record of itself, everyone else ignores it).
                         newer.append(node.encoded_entry())
-            self._send_sync(
-                message.source_address,
-                1,
-                False,
-                (),
-                newer,
-                wanted,
-                self._app_digest(),
-                self._app_state_for(app_digest),
-                reliable,
-                out,
-            )
-        elif message.leg == 1:
+            if route is not None:
+                own_digest = self._app_digest()
+                state = self._app_state_for(app_digest) if route[1] is None else b""
+                self._send_sync(route, 1, newer, wanted, own_digest, state, reliable, out)
+        elif message.leg == 1 and route is not None:
             members = self._members
             entries = [
                 members[name].encoded_entry()
                 for name in dict.fromkeys(message.wanted)
                 if name in members
             ]
-            app_state = self._app_state_for(app_digest)
+            app_state = self._app_state_for(app_digest) if route[1] is None else b""
             if entries or app_state:
-                self._send_sync(
-                    message.source_address,
-                    2,
-                    False,
-                    (),
-                    entries,
-                    (),
-                    b"",
-                    app_state,
-                    reliable,
-                    out,
-                )
+                self._send_sync(route, 2, entries, (), b"", app_state, reliable, out)
 
     def _merge_digest(
         self,
@@ -1970,13 +2123,17 @@ class Membership:
         return wanted
 
     def _send_push_pull(
-        self, destination: Address, *, join: bool, reply: bool, reliable: bool, out: list[Output]
+        self, route: tuple[Address, int | None], *, reliable: bool, out: list[Output]
     ) -> None:
+        """Our whole view as a push-pull reply, or as much of it as fits its budget."""
         entries = [node.encoded_entry() for node in self._members.values()]
-        message = encode_push_pull(join, reply, self._name, self._address, entries)
-        payload = encode_packet([message])
+        name, address = self._name, self._address
+
+        def build(k: int) -> bytes:
+            return encode_packet([encode_push_pull(False, True, name, address, entries[:k])])
+
         self._counters.push_pulls_sent += 1
-        self._emit(destination, payload, reliable or len(payload) > self._config.packet_budget, out)
+        self._reply_built(route, build, len(entries), reliable, out)
 
     def _on_push_pull(
         self, message: PushPull, now: float, reliable: bool, out: list[Output]
@@ -1986,12 +2143,15 @@ class Membership:
         The protocol's first anti-entropy message, still answered for older peers; we
         open with `Sync`, which sends full entries only where a digest shows a need.
         """
+        if self._in_another_name(message.source):
+            return
         self._counters.push_pulls_received += 1
-        self._merge_entries(message.members, message.source, now, out)
+        route = None
         if not message.reply:
-            self._send_push_pull(
-                message.source_address, join=False, reply=True, reliable=reliable, out=out
-            )
+            route = self._reply_route(message.source, message.source_address)
+        self._merge_entries(message.members, message.source, now, out)
+        if route is not None:
+            self._send_push_pull(route, reliable=reliable, out=out)
 
     def _merge_entries(
         self,
@@ -2058,7 +2218,8 @@ class Membership:
             relay = self._relays.pop(key)
             if relay.nack:
                 self._counters.nacks_sent += 1
-                self._send_packet(relay.requester, encode_message(Nack(relay.requester_seq)), out)
+                nack = encode_message(Nack(relay.requester_seq))
+                self._send_packet(relay.requester, nack, out, budget=relay.budget)
             return
         if kind == _TIMER_PULL:
             self._retry_pull(key, now)
@@ -2083,12 +2244,17 @@ class Membership:
     ) -> None:
         """A rumor about a reaped member at or below the incarnation it was reaped at.
 
-        It is ignored. If it was an alive, its address is told the member is dead at the
-        remembered incarnation: a stale rumor costs one packet, and a member that really
-        restarted with a lower incarnation refutes above it and so gets back in.
+        It is ignored. If it was an alive that came from the address it names (the
+        member itself: `swim._reply`), that address is told the member is dead at the
+        remembered incarnation: a stale rumor costs one packet, and a member that
+        really restarted with a lower incarnation refutes above it and so gets back in.
+        Relayed by another, it is told nobody.
         """
         self._counters.stale_rumors_ignored += 1
-        if rumor == _RUMOR_ALIVE and address is not None and address != self._address:
+        if rumor != _RUMOR_ALIVE or address is None or address == self._address:
+            return
+        route = reply_route(None, address, self._source, self._reliable)
+        if route is not None and route[0] == address:
             self._send_packet(address, encode_message(Dead(name, reaped, self._name)), out)
 
     def _reap(self, node: _Node) -> None:

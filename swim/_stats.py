@@ -94,6 +94,17 @@ class MembershipStatistics:
     pulls_refused: int = 0
     #: Answers to an address not tied to the requester, cut to the request's size.
     pull_answers_capped: int = 0
+    #: Acks, nacks, sync and push-pull answers sent to the packet's source within the
+    #: request's size: the request did not come from the requester's held address
+    #: (`swim._reply`).
+    replies_capped: int = 0
+    #: Pings, indirect pings, syncs and push-pulls left unanswered: in another member's
+    #: name, over a stream from a host neither named nor held, or with no answer that
+    #: fits the request's size.
+    replies_refused: int = 0
+    #: Indirect pings for a target this core does not hold (or for itself), or whose
+    #: ping would not fit the request's size: the target is not pinged.
+    indirect_targets_refused: int = 0
     #: Members pulled in full after a lean rumor (the answer arrived and was applied).
     pulls_completed: int = 0
     #: Pulls given up after their last try, and lean rumors not pulled because
@@ -153,6 +164,9 @@ class Counters:
     pull_names_refused: int
     pulls_refused: int
     pull_answers_capped: int
+    replies_capped: int
+    replies_refused: int
+    indirect_targets_refused: int
     pulls_completed: int
     pulls_given_up: int
     pulls_dropped_full: int

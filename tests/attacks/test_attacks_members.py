@@ -32,7 +32,7 @@ from node.harness import Daemon, wait_until
 
 from swim import wire
 
-from .attacker import TALLY, Attacker, Insider
+from .attacker import TALLY, Address, Attacker, Insider
 from .conftest import AttackMesh, start_mesh
 from .helpers import swim_counter
 
@@ -300,6 +300,125 @@ def test_a_non_members_pull_gets_no_more_than_it_sent(pull_mesh: PullMesh) -> No
         assert victim.received == 0
     finally:
         stranger.close()
+
+
+########################################################################################
+# Row 4, the other replies: pings, indirect pings, syncs and push-pulls naming a victim
+
+
+def _requests_naming(
+    requester: str, victim: Address, daemon: Daemon, other: Daemon, insider: Insider
+) -> list[wire.Message]:
+    """Every kind of request a member answers, each naming `victim` to answer at (an
+    indirect ping names it as its target's address too). Syncs and push-pulls are
+    padded with stale entries (the insider at incarnation 0: every daemon holds it
+    above), so that an answer could be several times the request."""
+    padding = tuple((insider.node_id, insider.address, 0, 0, b"p" * 40) for _ in range(6))
+    return [
+        wire.Ping(7, daemon.node_id, requester, victim),
+        wire.IndirectPing(8, other.node_id, victim, True, requester, victim),
+        wire.Sync(0, False, requester, victim, (), padding, (), b"", b""),
+        wire.Sync(0, True, requester, victim, (), padding, (), b"", b""),
+        wire.Sync(1, False, requester, victim, (), (), (other.node_id,) * 8, b"", b""),
+        wire.PushPull(True, False, requester, victim, padding),
+    ]
+
+
+def test_pings_and_syncs_naming_a_victim_send_it_nothing(pull_mesh: PullMesh) -> None:
+    """The insider (from its held address) and a non-member (from its own) send every
+    request a member answers, naming the victim, over UDP: the victim gets not one byte;
+    the non-member gets at most one byte back per byte it sent."""
+    mesh, insider, victim = pull_mesh.attack, pull_mesh.insider, pull_mesh.victim
+    watch = mesh.watch()
+    daemons = pull_mesh.daemons
+    stranger = Attacker(STRANGER_HOST, mesh.mesh.authority, seed=85)
+    names = ("replies_capped", "replies_refused", "packets_received")
+    try:
+        before = _counters(daemons, *names)
+        sent = {insider.node_id: 0, stranger.node_id: 0}
+        for sender in (insider, stranger):
+            for i, d in enumerate(daemons):
+                other = daemons[(i + 1) % len(daemons)]
+                requests = _requests_naming(sender.node_id, victim.address, d, other, insider)
+                packets = [
+                    sender.seal(r, recipient=d.node_id) for _ in range(REQUESTS) for r in requests
+                ]
+                sent[sender.node_id] += sum(map(len, packets))
+                sender.send_paced(mesh.address(d), packets, per_second=200)
+        count = 2 * 6 * REQUESTS
+        for d in daemons:
+            wait_until(
+                lambda d=d: swim_counter(d, "packets_received")
+                - before[d.node_id]["packets_received"] >= count,
+                15, f"{d.name} to read every request",
+            )  # fmt: skip
+        answered = 0
+        while (reply := stranger.receive(timeout=2.0)) is not None:
+            answered += len(reply)
+        assert victim.received == 0, (victim.udp_bytes, victim.connections, victim.tcp_bytes)
+        for d in daemons:
+            capped = swim_counter(d, "replies_capped") - before[d.node_id]["replies_capped"]
+            assert capped >= REQUESTS, (d.name, capped)  # the stranger's, at least
+        changes = watch.settled()
+        ratio = answered / sent[stranger.node_id]
+        print(
+            f"pings, syncs and push-pulls naming a victim over UDP: victim received"
+            f" {victim.received} bytes; the non-member sent {sent[stranger.node_id]} bytes"
+            f" and got {answered} back ({ratio:.2f} per byte)"
+        )
+        TALLY.add("pings, indirect pings, syncs naming a victim (UDP)",
+                  insider.sent + stranger.sent, len(changes),
+                  f"victim received {victim.received} bytes; a non-member got"
+                  f" {ratio:.2f} bytes back per byte")  # fmt: skip
+        assert victim.received == 0, (victim.udp_bytes, victim.connections, victim.tcp_bytes)
+        assert answered > 0 and ratio <= 1.0, (answered, sent[stranger.node_id])
+        assert changes == []
+    finally:
+        stranger.close()
+
+
+def test_pings_and_syncs_over_tcp_never_open_a_connection_to_the_named_address(
+    pull_mesh: PullMesh,
+) -> None:
+    """The same requests as TCP frames, from the insider and from a non-member: the
+    non-member's are refused (counted), nobody connects to the victim."""
+    mesh, insider, victim = pull_mesh.attack, pull_mesh.insider, pull_mesh.victim
+    watch = mesh.watch()
+    daemons = pull_mesh.daemons
+    stranger = Attacker(STRANGER_HOST, mesh.mesh.authority, seed=86)
+    try:
+        before = _counters(daemons, "replies_refused", "packets_received")
+        for sender in (insider, stranger):
+            for i, d in enumerate(daemons):
+                other = daemons[(i + 1) % len(daemons)]
+                requests = _requests_naming(sender.node_id, victim.address, d, other, insider)
+                conn = sender.tcp(mesh.address(d))
+                try:
+                    for request in requests:
+                        sender.send_frame(conn, sender.seal(request, recipient=d.node_id))
+                    expected = len(requests) * (1 if sender is insider else 2)
+                    wait_until(
+                        lambda d=d, n=expected: swim_counter(d, "packets_received")
+                        - before[d.node_id]["packets_received"] >= n,
+                        15, f"{d.name} to read every frame",
+                    )  # fmt: skip
+                finally:
+                    conn.close()
+        assert victim.connections == 0 and victim.received == 0
+        for d in daemons:
+            refused = swim_counter(d, "replies_refused") - before[d.node_id]["replies_refused"]
+            assert refused >= 6, (d.name, refused)  # the stranger's
+        changes = watch.settled()
+        TALLY.add("pings and syncs naming a victim (TCP frames)", insider.sent + stranger.sent,
+                  len(changes), f"victim: {victim.connections} connections")  # fmt: skip
+        assert victim.connections == 0 and victim.received == 0
+        assert changes == []
+    finally:
+        stranger.close()
+
+
+########################################################################################
+# Row 5 (last: its hostile member stops answering when done, and is then declared dead)
 
 
 def test_a_hostile_name_is_refused_and_members_prints_no_escape(pull_mesh: PullMesh) -> None:

@@ -214,15 +214,17 @@ def test_a_record_storm_checking_a_check_interval_after_the_join_converges_late(
     seeds for a check interval, and merging them takes one 340-byte alive rumor per
     member across the cut, three to a packet: some pairs wait for a push-pull.
 
-    How late depends on the seed (seeds 1 to 5: from 1 to 60 s after the last start);
+    How late depends on the seed (seeds 1 to 12: from 1 to 19 s after the last start);
     seed 3 is one where the two meshes grow apart. (Seed 1 was until pulls from an
     address the answerer cannot tie to the requester were cut to the request's size,
-    issue 18: that changed the run, not the spread across seeds.)"""
+    issue 18: that changed the run, not the spread across seeds. Seed 3 took 59 s until
+    a pull to a member's own address went bare, split into datagrams within the
+    packet budget, issue 18 again: its retries now arrive, and it takes 13 s.)"""
     result, run = record_storm(3, at_once=False)
     assert result.ok, result.failure
     last = max(run.up.values())
-    assert result.formation_seconds is not None and result.formation_seconds - last > 20.0
-    assert run.lags()[-1] > 20.0
+    assert result.formation_seconds is not None and result.formation_seconds - last > 10.0
+    assert run.lags()[-1] > 10.0
 
 
 def test_a_record_storm_gossips_a_quarter_of_the_bytes_with_lean_alive_rumors() -> None:

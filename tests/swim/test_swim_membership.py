@@ -545,7 +545,8 @@ def test_push_pull_merges_views_both_ways() -> None:
 def test_a_legacy_push_pull_is_still_merged_and_answered_in_kind() -> None:
     core = Membership(TEST_CONFIG, "a", ("10.0.0.1", 1), random.Random(1), 0.0)
     state = (("b", ("10.0.0.2", 1), 3, int(ALIVE), b"m"),)
-    out = core.receive(("x", 1), encode(PushPull(False, False, "b", ("10.0.0.2", 1), state)), 0.0)
+    join = encode(PushPull(True, False, "b", ("10.0.0.2", 1), state))
+    out = core.receive(("10.0.0.2", 1), join, 0.0)  # a join, from the address it names
     member = core.member("b")
     assert member is not None and member.incarnation == 3
     (reply,) = [o for o in out if isinstance(o, Send)]
@@ -712,22 +713,28 @@ def test_bad_input_is_dropped_and_counted_never_raised() -> None:
         decode_packet(b"\x01garbage")
 
 
-def test_replies_go_to_the_advertised_address() -> None:
+def test_replies_go_to_the_advertised_address_only_from_its_host() -> None:
+    """A ping over a stream comes from an ephemeral port: the ack goes to the address
+    it names, on that host. A datagram from elsewhere than the held address is
+    answered where it came from (`swim._reply`)."""
     core = lone_core()
     ping = encode(Ping(42, "me", "m0", ("10.0.1.0", 1)))
-    (ack,) = core.receive(("10.0.1.0", 55555), ping, 0.0)  # from an ephemeral port
+    (ack,) = core.receive(("10.0.1.0", 1), ping, 0.0)
     assert isinstance(ack, Send)
     assert ack.destination == ("10.0.1.0", 1) and not ack.reliable
     assert decoded(ack)[0] == Ack(42)
     (ack,) = core.receive(("10.0.1.0", 55555), ping, 0.0, reliable=True)
-    assert isinstance(ack, Send) and ack.reliable
+    assert isinstance(ack, Send) and ack.reliable and ack.destination == ("10.0.1.0", 1)
+    (ack,) = core.receive(("10.0.1.0", 55555), ping, 0.0)
+    assert isinstance(ack, Send) and ack.destination == ("10.0.1.0", 55555)
+    assert not ack.reliable and len(ack.payload) <= len(ping)
 
 
 def test_indirect_probe_requests_are_bounded_and_relayed() -> None:
     config = attrs.evolve(TEST_CONFIG, indirect_pending_max=2)
     core = lone_core(config)
     request = IndirectPing(7, "m1", ("10.0.1.1", 1), True, "m0", ("10.0.1.0", 1))
-    outputs = [core.receive(("x", 1), encode(request), 0.0) for _ in range(3)]
+    outputs = [core.receive(("10.0.1.0", 1), encode(request), 0.0) for _ in range(3)]
     assert [len(o) for o in outputs] == [1, 1, 0]
     assert core.statistics().dropped_indirect_full == 1
     (relayed,) = outputs[0]
