@@ -14,9 +14,9 @@ daemon's task process groups are the groups of its children, watched in /proc un
 gone. Waits poll with deadlines. A wait that runs out does not raise: the history is
 checked as it stands and the checker says what is missing (I3, I4).
 
-Not here: partitions. Loopback daemons share one address, so cutting the mesh in two
-needs network namespaces and nftables (root only; ``tests/node/test_netns.py``); the
-one-owner test of a partition belongs there.
+Partitions: loopback daemons share one address and cannot be cut apart, so
+``test_partition_netns.py`` runs this lab's daemons in network namespaces (root only;
+`Lab.spawn` is the one place that says where a daemon runs) and cuts them with iptables.
 
 The probe reads the run from outside: it appends to a log in the lab's directory and
 names the daemon that started it by its parent pid, which needs the host's view of

@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 #: cut) with room to spare, and short enough that the next epoch's run ends soon.
 SECONDS = 15.0
 #: Added to each derived bound for a loaded 2-core box (daemons stalled, slow forks).
-SLACK_S = 3.0
+SLACK_S = 4.0
 #: How often the dying run is looked for in /proc (its death time is known to this).
 POLL_S = 0.05
 CONFIG = LeaseConfig.local()
