@@ -14,9 +14,9 @@ daemon's task process groups are the groups of its children, watched in /proc un
 gone. Waits poll with deadlines. A wait that runs out does not raise: the history is
 checked as it stands and the checker says what is missing (I3, I4).
 
-Not here: partitions. Loopback daemons share one address, so cutting the mesh in two
-needs network namespaces and nftables (root only; ``tests/node/test_netns.py``); the
-one-owner test of a partition belongs there.
+Partitions: loopback daemons share one address and cannot be cut apart, so
+``test_partition_netns.py`` runs this lab's daemons in network namespaces (root only;
+`Lab.spawn` is the one place that says where a daemon runs) and cuts them with iptables.
 
 The probe reads the run from outside: it appends to a log in the lab's directory and
 names the daemon that started it by its parent pid, which needs the host's view of
@@ -191,19 +191,23 @@ class Lab:
     def start(self, timeout: float = 300.0) -> float:
         """Start every daemon; seconds until all see all alive (raises if they never do)."""
         t0 = time.monotonic()
-        self._track(self.mesh.start("d00", *self.flags))
+        self._track(self.mesh.ready(self.spawn("d00")))
         for first in range(1, self.n, BATCH):
             up = list(self.live.values())
             batch = [
-                self.mesh.spawn(f"d{i:02d}", "--bootstrap", self.rng.choice(up).address,
-                                *self.flags)
+                self.spawn(f"d{i:02d}", "--bootstrap", self.rng.choice(up).address)
                 for i in range(first, min(first + BATCH, self.n))
-            ]  # fmt: skip
+            ]
             for d in batch:
                 self._track(self.mesh.ready(d, timeout=120.0))
             if not poll(self.converged, timeout, 0.5):
                 raise TimeoutError(f"the first {len(self.live)} daemons never converged")
         return time.monotonic() - t0
+
+    def spawn(self, name: str, *flags: str, **kwargs: Any) -> Daemon:
+        """Start daemon `name` with the lab's flags, not waiting for it. A lab whose
+        daemons live elsewhere (network namespaces) overrides this one place."""
+        return self.mesh.spawn(name, *flags, *self.flags, **kwargs)
 
     def _track(self, d: Daemon) -> None:
         with self._lock:
@@ -239,8 +243,7 @@ class Lab:
         """Start `name` again on its state dir, joining through a live daemon."""
         seed = self.rng.choice(list(self.live.values()))
         state = self.mesh.root / name
-        d = self.mesh.spawn(name, "--bootstrap", seed.address, *self.flags, state=state,
-                            prepare=False)  # fmt: skip
+        d = self.spawn(name, "--bootstrap", seed.address, state=state, prepare=False)
         self._track(self.mesh.ready(d, timeout=120.0))
         return d
 
