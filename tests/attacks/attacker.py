@@ -27,6 +27,7 @@ import attrs
 
 from overlay.auth import PacketAuthenticator
 from populi_p2p.authority import ClusterAuthority
+from populi_p2p.certificate import EnrollmentCertificate, read_certificate
 from populi_p2p.envelope_keys import packet_authenticator
 from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import agent_wire
@@ -297,6 +298,15 @@ class Insider(Attacker):
     def seal(self, *messages: wire.Message, **options: Any) -> bytes:
         with self._lock:
             return super().seal(*messages, **options)
+
+    def learn_certificates(self, state_dirs: list[Path], authority_key: bytes) -> None:
+        """Hold the members' certificates, as a member does from their verified records
+        (a daemon stops sending its certificate to a peer that addressed it a packet:
+        without them our responder could not open the answers it waits for)."""
+        for state in state_dirs:
+            raw = read_certificate(state / "node.cert")
+            cert = EnrollmentCertificate.from_bytes(raw, authority_key)
+            assert self.auth.learn(cert.node_public_key, raw, time.time()), state
 
     def join(self, target: Address, target_id: str) -> None:
         """Announce ourselves (Alive with our record) to one member; gossip does the rest."""
