@@ -21,7 +21,7 @@ in one episode of UDP silence (since the peer was last heard over UDP):
 Datagrams that expect nothing back (gossip, acks) are counted but open no episode: right
 after a cluster forms, a member gossips to a peer that, by chance, sends it nothing for
 half a minute, and a push-pull over TCP between them then looked like "UDP silent, TCP
-works" (the untrue warnings of issue 8's storms and idle windows).
+works" (untrue warnings, seen in start storms and idle windows).
 
 Keys are the addresses we *send to*. UDP replies come from the peer's bound port (one
 socket sends and receives), so they match; inbound TCP comes from ephemeral ports and is

@@ -1,4 +1,4 @@
-"""Serving the node's HTTP listeners under limits an outsider cannot exhaust (issue 18).
+"""Serving the node's HTTP listeners under limits an outsider cannot exhaust.
 
 HTTP is hypercorn's (its Trio worker's `TCPServer`, one per connection); this module
 only decides which connections it gets and for how long. Every listener (the peer API,

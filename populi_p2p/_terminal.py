@@ -6,7 +6,7 @@ decode (`record._check_text`), but the CLI does not rely on that: every table ce
 every line that carries such text goes through `terminal_safe`, which writes a control,
 format or separator character (an escape, a newline, a bidi override, U+2028) as its
 Python escape (``\\x1b``, ``\\n``, ``\\u202e``). A hostile name then shows as text, on
-its own row (issue 18, row 5).
+its own row, and cannot move the cursor or forge another row.
 """
 
 from __future__ import annotations

@@ -340,7 +340,7 @@ class ApiClient:
         if not os.path.exists(self.socket_path):
             raise self._not_running()
         # Imported here: a daemon checks for a live socket at start and has none to ask
-        # on a fresh start, so it never pays for the HTTP client (issue 8, start-up CPU).
+        # on a fresh start, so it never pays for the HTTP client (start-up CPU).
         import httpx
 
         transport = httpx.HTTPTransport(uds=str(self.socket_path))

@@ -7,14 +7,14 @@ table once the survivors agree it is dead. It prints the dashboard's address (th
 node's page, through a loopback relay to its API socket); run in a terminal, it waits for
 Enter before the kill and again before stopping the mesh, so the page can be watched.
 
-Then inference (issue 11): two stand-in engines (``populi_p2p.inference.standin``,
+Then inference: two stand-in engines (``populi_p2p.inference.standin``,
 processes on loopback) attached to node4 and node5 with ``--engine``, node2 accepting
 OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
 completion from node2, the serving node is killed with SIGKILL mid-stream, and the
 stream finishes on the other node with the text intact. If llama-cpp-python is
 installed (``make .venv/.engine``), node1 also serves a real engine: llama.cpp on a tiny
 generated model (``populi_p2p.inference.tiny_gguf``), and a second stream, from node2,
-comes from it. Then tasks (issue 10): a few
+comes from it. Then tasks: a few
 short tasks submitted through the control API run on their owners (the ``populi-node
 tasks`` table), then a longer one whose owner is killed; it runs again at the next epoch
 on another node and finishes (the epochs and their owners are printed). Each part has a
@@ -218,7 +218,7 @@ class _Demo:
                 pass
 
     ####
-    # Inference (issue 11)
+    # Inference
 
     def inference(self) -> None:
         """A streamed chat completion through the API node, its serving node killed."""
@@ -312,7 +312,7 @@ class _Demo:
             raise DemoError(f"wanted {REAL_TOKENS} tokens from {host}")
 
     ####
-    # Tasks (issue 10)
+    # Tasks
 
     def client_alive(self) -> ApiClient:
         """A control client of a live node, longer timeout: submit waits for acks."""

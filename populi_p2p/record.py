@@ -151,7 +151,7 @@ def _check_text(name: str, value: object, limit: int) -> None:
     such as the bidi overrides (U+202A-U+202E, U+2066-U+2069) and zero-width ones, line
     and paragraph separators (U+2028, U+2029), and every space but U+0020: what would
     let a member's own signed record move a terminal's cursor, recolour it, start a new
-    table row or reorder what is shown (issue 18, row 5).
+    table row or reorder what is shown.
     """
     if not isinstance(value, str) or len(value) > limit:
         raise ValueError(f"{name} must be a string of at most {limit} characters")

@@ -5,7 +5,7 @@ Theory of operation
 A `Pull` names its requester (`source`) and an address to answer at
 (`source_address`). Answering at that address made the pull a reflector: any enrolled
 key could name a victim's host and port and have every member send it full records,
-6 to 9 bytes for each byte asked (issue 18, row 4), and over a stream have members open
+6 to 9 bytes for each byte asked, and over a stream have members open
 TCP connections to it. So the named address is never used. An answer goes only where
 the request provably came from:
 

@@ -6,9 +6,9 @@ Pings, indirect pings, syncs and push-pulls name an address to answer at
 (`source_address`), and an indirect ping names the address of the member to probe.
 Answering there made every member a reflector: any enrolled key could name a victim's
 host and port and have members send it an ack with a datagram of piggybacked rumors,
-or a whole view over a TCP connection opened to it (issue 18, row 4; pulls have their
-own rule, `swim._pull`, which this one follows). So an answer goes only where the
-request provably came from:
+or a whole view over a TCP connection opened to it (pulls have their own rule,
+`swim._pull`, which this one follows). So an answer goes only where the request
+provably came from:
 
 - **datagram** from the address it names, or from the requester's held address (the
   requester is a member this core holds, in any state): the whole answer, there. A

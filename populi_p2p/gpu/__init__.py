@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 
 #: Where each public name lives. The submodules load on first use (PEP 562), so that
 #: importing one of them (the CLI's label parsing) does not load the probes, and a
-#: daemon answers its API before any of them is imported (issue 8, start-up CPU).
+#: daemon answers its API before any of them is imported (start-up CPU).
 _WHERE: dict[str, str] = {
     "AppleProbe": "._apple",
     "parse_system_profiler_json": "._apple",

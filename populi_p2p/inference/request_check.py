@@ -1,4 +1,4 @@
-"""The check of an OpenAI request before it is routed (issue 18, row 7).
+"""The check of an OpenAI request before it is routed.
 
 A client's mistake (``"stream": "false"``, ``"max_tokens": "abc"``) is the client's
 answer: a 400 with OpenAI's ``invalid_request_error`` shape that names the field and

@@ -205,8 +205,9 @@ class InferenceService:
             self._on_outcome(outcome)
 
     def _reliability(self) -> dict[str, float]:
-        # One function for both (issue 9): the lease table's task outcomes, seen by every
-        # node, plus the relay outcomes this node saw itself.
+        # The same earned reliability that places tasks (leases.reliability), so routing
+        # and placement agree. Its evidence: the lease table's task outcomes, seen by
+        # every node, plus the relay outcomes this node saw itself.
         now = trio.current_time()
         cached = self._reliability_cache
         if cached is not None and now - cached[0] < RELIABILITY_REFRESH:

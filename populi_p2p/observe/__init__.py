@@ -1,4 +1,4 @@
-"""Seeing the mesh: Prometheus metrics, an event feed and the dashboard (issue 12).
+"""Seeing the mesh: Prometheus metrics, an event feed and the dashboard.
 
 See docs/observability.md. Other services add metrics by registering a collector with
 the node's `MetricsService` and events with `EventService.publish`.

@@ -6,7 +6,7 @@ their own statistics at scrape time (`register`, or `register_factory` to build 
 collector only at the first scrape); the task, lease and inference issues add theirs the
 same way, so ``GET /metrics`` grows without this file changing. The text is always
 written by prometheus-client (`render`), never by hand. prometheus-client is imported
-when the registry is first needed, not when the node starts (start-up CPU, issue 8).
+when the registry is first needed, not when the node starts (start-up CPU).
 """
 
 from __future__ import annotations

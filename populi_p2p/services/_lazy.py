@@ -1,7 +1,7 @@
 """Importing what a service needs late, without stalling the event loop.
 
 A node answers its API and its probes before it loads the GPU probe modules, the
-inference package or the HTTP client (issue 8: start-up CPU). When they are loaded, a
+inference package or the HTTP client, so start-up costs less CPU. When they are loaded, a
 worker thread does it, so that the Trio loop goes on acking pings and answering the
 API meanwhile (the import lock makes a concurrent import from the loop wait safely).
 """

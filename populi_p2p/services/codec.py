@@ -113,7 +113,7 @@ class AuthCodec:
         A member's address gives its node id. Any other address is addressed to the
         sender that authenticated from it in the last `REPLY_BINDING_SECONDS` (our reply
         to a non-member's ping): so a reply captured on its way cannot be replayed to
-        another member, nor reflected back to us (issue 7, attack suite).
+        another member, nor reflected back to us (tests/attacks).
         """
         now = self._clock()
         recipient = self.recipients.get(destination)
