@@ -43,14 +43,14 @@ from ._terminal import format_table, terminal_safe
 from .api import ApiClient, ApiError
 from .cli_tasks import TASK_COMMANDS, add_task_commands
 from .config import (
-    OVERLAYS,
-    PRESETS,
+    SETTINGS,
     ConfigError,
     NodeConfig,
     check_arguments,
     default_state_dir,
     shown,
 )
+from .settings import add_argument
 
 __all__ = ["main", "parse_duration"]
 
@@ -115,92 +115,20 @@ def _add_state_dir(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_up(up: argparse.ArgumentParser) -> None:
+    """The `up` flags: one per setting, each made from its declaration (`NodeConfig`)."""
+    for position, name in enumerate(SETTINGS):
+        add_argument(up, NodeConfig, name)
+        if position == 0:  # after --state-dir, as ever
+            up.add_argument("--config", type=Path, help="a TOML config file (flags override it)")
+
+
 def _build_parser() -> _Parser:
     parser = _Parser(prog=_PROG, description="A peer-to-peer mesh of GPU machines.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    up = sub.add_parser("up", help="run the daemon in the foreground")
-    _add_state_dir(up)
-    up.add_argument("--config", type=Path, help="a TOML config file (flags override it)")
-    up.add_argument("--name", help="name shown in tables (default: the host name)")
-    up.add_argument("--bind", help="address to listen on (default: overlay address, or all)")
-    up.add_argument("--port", type=int, help="UDP and TCP port (default 7950; 0 picks one)")
-    up.add_argument("--advertise", help="address other nodes use to reach this one")
-    up.add_argument(
-        "--bootstrap", action="append", metavar="HOST:PORT", help="a node to join through"
-    )
-    up.add_argument("--overlay", choices=OVERLAYS, help="which overlay to use (default auto)")
-    up.add_argument(
-        "--allow-cidr", action="append", metavar="CIDR", help="also accept packets from CIDR"
-    )
-    up.add_argument(
-        "--mdns", action="store_true", default=None, help="find peers on the LAN with mDNS"
-    )
-    up.add_argument("--cert", type=Path, help="enrollment certificate (default STATE/node.cert)")
-    up.add_argument(
-        "--authority-pubkey",
-        type=Path,
-        help="cluster authority public key (default STATE/authority.pub)",
-    )
-    up.add_argument("--cluster-secret", type=Path, help="file with a secret to encrypt packets")
-    up.add_argument("--label", action="append", metavar="K=V", help="an operator label")
-    up.add_argument(
-        "--advertise-gpu",
-        action="append",
-        metavar="[NxMODEL[:MEM]]",
-        help="declare a GPU no probe can see (a claim, never capacity)",
-    )
-    up.add_argument("--reserve-vram", metavar="SIZE", help="VRAM kept for the owner, e.g. 2GiB")
-    up.add_argument(
-        "--withhold-gpu",
-        action="append",
-        metavar="INDEX|UUID",
-        help="a GPU kept for local use: never offered as capacity (repeatable)",
-    )
-    up.add_argument(
-        "--gpu-probe-interval",
-        type=float,
-        metavar="SECONDS",
-        help="seconds between GPU re-probes (default 30)",
-    )
-    up.add_argument("--preset", choices=PRESETS, help="membership timing (default lan)")
-    up.add_argument(
-        "--task-user",
-        metavar="USER",
-        help="user every task runs as when the daemon is root (default: a uid of its own"
-        " per task, from --task-uids; root keeps root)",
-    )
-    up.add_argument(
-        "--task-uids",
-        metavar="FIRST-LAST",
-        help="uids handed to tasks one each when root and no --task-user (default 61184-65519)",
-    )
-    up.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    up.add_argument(
-        "--peer-port", type=int, help="peer API TCP port (default: --port + 1; 0 picks one)"
-    )
-    up.add_argument(
-        "--engine", action="append", metavar="URL",
-        help="a local OpenAI-compatible engine, loopback only, e.g. http://127.0.0.1:8080",
-    )  # fmt: skip
-    up.add_argument(
-        "--api-listen", metavar="HOST:PORT",
-        help="serve the OpenAI-compatible API here (default off; host default 127.0.0.1)",
-    )  # fmt: skip
-    up.add_argument(
-        "--require-api-keys", action="store_true", default=None,
-        help="demand API keys on a loopback listener too (always demanded elsewhere)",
-    )  # fmt: skip
-    up.add_argument(
-        "--stall-timeout", type=float, metavar="SECONDS",
-        help="token gap that fails a stream over (default max(3x p99 gap, 2 s))",
-    )  # fmt: skip
-    up.add_argument(
-        "--max-clock-skew", type=float, metavar="SECONDS",
-        help="how far a peer's clock may be off before its packets are refused (default 120)",
-    )  # fmt: skip
-
+    _add_up(sub.add_parser("up", help="run the daemon in the foreground"))
     for name, text in (
         ("status", "this node, overlay, cluster summary"),
         ("members", "the member table"),
@@ -600,35 +528,7 @@ def _cmd_requests(args: argparse.Namespace) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> None:
-    flags = {
-        "state_dir": args.state_dir,
-        "name": args.name,
-        "bind": args.bind,
-        "port": args.port,
-        "advertise": args.advertise,
-        "bootstrap": args.bootstrap,
-        "overlay": args.overlay,
-        "allow_cidr": args.allow_cidr,
-        "mdns": args.mdns,
-        "cert": args.cert,
-        "authority_pubkey": args.authority_pubkey,
-        "cluster_secret": args.cluster_secret,
-        "labels": args.label,
-        "advertise_gpu": args.advertise_gpu,
-        "reserve_vram": args.reserve_vram,
-        "withhold_gpu": args.withhold_gpu,
-        "gpu_probe_interval": args.gpu_probe_interval,
-        "preset": args.preset,
-        "task_user": args.task_user,
-        "task_uids": args.task_uids,
-        "log_level": args.log_level,
-        "peer_port": args.peer_port,
-        "engine": args.engine,
-        "api_listen": args.api_listen,
-        "require_api_keys": args.require_api_keys,
-        "stall_timeout": args.stall_timeout,
-        "max_clock_skew": args.max_clock_skew,
-    }
+    flags = {name: getattr(args, name) for name in SETTINGS}
     config = NodeConfig.load(args.config, flags)
     # Every argument is checked before the node looks at its state (key, certificate).
     check_arguments(config)

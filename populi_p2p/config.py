@@ -15,8 +15,10 @@ Sources, lowest precedence first:
 Lists from flags replace lists from the file (they do not append), the way most tools
 behave, so an operator can always override the file from the command line.
 
-The ``preset`` picks the membership timing (`swim.SwimConfig.lan()`, ``wan()`` or
-``local()``); see `NodeConfig.swim_config`.
+Each setting is declared once, as a `NodeConfig` field whose metadata makes its flag,
+its coercion and its row in docs/configuration.md (`populi_p2p.settings`). The
+``preset`` names the membership and lease timing; the node resolves it once
+(`populi_p2p.presets.resolve_preset`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import threading
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import attrs
 import platformdirs
@@ -38,14 +40,14 @@ from overlay.base import DEFAULT_PORT as _TRANSPORT_DEFAULT_PORT
 from overlay.bootstrap import parse_host_port as _parse_host_port
 
 from ._log import LOG_LEVELS
-
-if TYPE_CHECKING:
-    from swim import SwimConfig
+from .presets import PRESET_NAMES, Preset
+from .settings import ConfigError, add_checks, coerce, settings_of, up
 
 __all__ = [
     "DEFAULT_PORT",
     "OVERLAYS",
     "PRESETS",
+    "SETTINGS",
     "ConfigError",
     "NodeConfig",
     "check_arguments",
@@ -60,18 +62,13 @@ __all__ = [
 DEFAULT_PORT: Final = _TRANSPORT_DEFAULT_PORT
 #: `--overlay` choices.
 OVERLAYS: Final = ("auto", "wireguard", "tailscale", "none")
-#: `--preset` choices: names of `swim.SwimConfig` constructors.
-PRESETS: Final = ("lan", "wan", "local")
+#: `--preset` choices: names of `swim.SwimConfig` and `LeaseConfig` constructors.
+PRESETS: Final = PRESET_NAMES
 #: Default file names inside the state directory.
 CERT_FILE_NAME: Final = "node.cert"
 AUTHORITY_PUBKEY_FILE_NAME: Final = "authority.pub"
 
 Overlay = Literal["auto", "wireguard", "tailscale", "none"]
-Preset = Literal["lan", "wan", "local"]
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message is one line that names the key and the fix."""
 
 
 def shown(value: object) -> str:
@@ -110,16 +107,6 @@ def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value
     if not (0 < value < math.inf):
         name = attribute.name.replace("_", "-")
         raise ConfigError(f"{name}: {value!r} is not a positive number of seconds")
-
-
-def _choice(choices: tuple[str, ...]) -> Any:
-    def check(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
-        if value not in choices:
-            raise ConfigError(
-                f"{attribute.name.replace('_', '-')}: {value!r} is not one of {', '.join(choices)}"
-            )
-
-    return check
 
 
 def _ip_or_none(
@@ -222,80 +209,220 @@ def _name(instance: object, attribute: attrs.Attribute[str], value: str) -> None
         raise ConfigError(f"name: {value!r} must be 1 to 64 printable characters without spaces")
 
 
-@attrs.frozen
+@attrs.frozen(field_transformer=add_checks)
 class NodeConfig:
-    """Everything `populi-node up` needs, validated. Build with `NodeConfig.load`."""
+    """Everything `populi-node up` needs, validated. Build with `NodeConfig.load`.
+
+    Each field is one ``up`` setting: its ``metadata`` (`settings.up`) makes the flag,
+    the coercion of TOML and flag values, and the row of docs/configuration.md.
+    """
 
     #: Where the key, certificate, SQLite store, API socket and logs live (mode 0700).
-    state_dir: Path = attrs.field(factory=default_state_dir, converter=Path)
+    state_dir: Path = attrs.field(
+        factory=default_state_dir, converter=Path,
+        metadata=up("path", "the node's state directory (default {default})",
+                    default="platform user state dir (`~/.local/state/populi`)",
+                    doc="the key, certificate, stores, API socket and task files"
+                    " (operations.md, \"Files in the state directory\")"),
+    )  # fmt: skip
     #: Human name shown in tables. Not an identity: two nodes may clash (reported).
-    name: str = attrs.field(factory=lambda: socket.gethostname()[:64] or "node", validator=_name)
+    name: str = attrs.field(
+        factory=lambda: socket.gethostname()[:64] or "node", validator=_name,
+        metadata=up("text", "name shown in tables (default: the host name)",
+                    default="host name",
+                    doc="shown in tables; not an identity (clashes are reported)"),
+    )  # fmt: skip
     #: Address to bind UDP and TCP on; None means the overlay's address, or all.
-    bind: str | None = attrs.field(default=None, validator=_ip_or_none)
+    bind: str | None = attrs.field(
+        default=None, validator=_ip_or_none,
+        metadata=up("text", "address to listen on (default: overlay address, or all)",
+                    default="overlay address, else `0.0.0.0`",
+                    doc="where UDP and TCP listen"),
+    )  # fmt: skip
     #: UDP and TCP port (one number for both). 0 lets the kernel pick (tests).
-    port: int = attrs.field(default=DEFAULT_PORT, validator=_port)
+    port: int = attrs.field(
+        default=DEFAULT_PORT, validator=_port,
+        metadata=up("port", "UDP and TCP port (default {default}; 0 picks one)",
+                    doc="UDP and TCP, the same number; 0 lets the kernel pick"),
+    )  # fmt: skip
     #: Address other nodes should use to reach this one; None means the bind address
     #: (or the overlay's address when bound to all).
-    advertise: str | None = attrs.field(default=None, validator=_ip_or_none)
+    advertise: str | None = attrs.field(
+        default=None, validator=_ip_or_none,
+        metadata=up("text", "address other nodes use to reach this one",
+                    default="bind address (overlay address when bound to all)",
+                    doc="what peers dial"),
+    )  # fmt: skip
     #: ``HOST:PORT`` of nodes to join through, tried with exponential backoff.
-    bootstrap: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_bootstraps)
+    bootstrap: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, validator=_bootstraps,
+        metadata=up("list", "a node to join through", metavar="HOST:PORT",
+                    doc="a node to join through; retried 1 s doubling to 60 s. A name that"
+                    " does not exist is refused at start; a resolver that is down or slow"
+                    " is not (the retries cover it)"),
+    )  # fmt: skip
     #: Which overlay to look for and bind to.
-    overlay: Overlay = attrs.field(default="auto", validator=_choice(OVERLAYS))
+    overlay: Overlay = attrs.field(
+        default="auto",
+        metadata=up("choice", "which overlay to use (default {default})", choices=OVERLAYS,
+                    doc="which overlay to look for and bind to"),
+    )  # fmt: skip
     #: Extra source networks accepted besides the overlay's ranges.
-    allow_cidr: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_cidrs)
+    allow_cidr: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, validator=_cidrs,
+        metadata=up("list", "also accept packets from CIDR", metavar="CIDR",
+                    doc="accept packets from this range too, besides the overlay's"),
+    )  # fmt: skip
     #: Advertise and browse ``_populi._udp`` on the LAN (trusted LANs only).
-    mdns: bool = False
+    mdns: bool = attrs.field(
+        default=False,
+        metadata=up("switch", "find peers on the LAN with mDNS",
+                    doc="advertise and browse `_populi._udp` on LAN interfaces"
+                    " (trusted LANs only)"),
+    )  # fmt: skip
     #: The enrollment certificate this node presents; default ``state_dir/node.cert``.
-    cert: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    cert: Path | None = attrs.field(
+        default=None, converter=attrs.converters.optional(Path),
+        metadata=up("path", "enrollment certificate (default STATE/node.cert)",
+                    default="`STATE/node.cert`",
+                    doc="the enrollment certificate this node presents (admission)"),
+    )  # fmt: skip
     #: The cluster authority's public key; default ``state_dir/authority.pub``.
     authority_pubkey: Path | None = attrs.field(
-        default=None, converter=attrs.converters.optional(Path)
-    )
+        default=None, converter=attrs.converters.optional(Path),
+        metadata=up("path", "cluster authority public key (default STATE/authority.pub)",
+                    default="`STATE/authority.pub`",
+                    doc="the cluster authority's public key (admission)"),
+    )  # fmt: skip
     #: File holding a shared cluster secret: packets are then encrypted too.
     cluster_secret: Path | None = attrs.field(
-        default=None, converter=attrs.converters.optional(Path)
-    )
+        default=None, converter=attrs.converters.optional(Path),
+        metadata=up("path", "file with a secret to encrypt packets",
+                    doc="a file of 64 hex digits; encrypts every packet (SecretBox)"),
+    )  # fmt: skip
     #: Operator labels carried in the NodeRecord, sorted by key.
-    labels: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = attrs.field(
+        default=(),
+        metadata=up("labels", "an operator label", flag="--label", metavar="K=V",
+                    doc="an operator label, carried in the signed record"),
+    )  # fmt: skip
     #: Operator-declared GPUs (``[COUNTx]MODEL[:MEMORY]``), shown as claims only.
-    advertise_gpu: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    advertise_gpu: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple,
+        metadata=up("gpus", "declare a GPU no probe can see (a claim, never capacity)",
+                    metavar="[NxMODEL[:MEM]]",
+                    doc="a GPU no probe can see: a claim shown to people, never capacity"),
+    )  # fmt: skip
     #: VRAM kept back for the owner on every GPU, in bytes.
-    reserve_vram: int = 0
+    reserve_vram: int = attrs.field(
+        default=0,
+        metadata=up("size", "VRAM kept for the owner, e.g. 2GiB", metavar="SIZE",
+                    doc="VRAM kept for the owner on every GPU (bytes, or a size like 2GiB)"),
+    )  # fmt: skip
     #: GPUs kept for local use and never offered (device index, GPU UUID or MIG UUID):
     #: they stay visible as facts, with zero allocatable capacity.
-    withhold_gpu: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    withhold_gpu: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple,
+        metadata=up("list", "a GPU kept for local use: never offered as capacity (repeatable)",
+                    metavar="INDEX|UUID",
+                    doc="a GPU kept for local use, never offered (device index, GPU UUID or"
+                    " MIG UUID): still shown, with zero allocatable capacity"),
+    )  # fmt: skip
     #: Seconds between GPU re-probes (``populi-node gpus --probe`` re-probes at once).
-    gpu_probe_interval: float = attrs.field(default=30.0, validator=_positive_seconds)
-    #: Membership timing preset: ``lan``, ``wan`` or ``local`` (one machine, fast).
-    preset: Preset = attrs.field(default="lan", validator=_choice(PRESETS))
-    #: Other members that must persist a submitted task before ``submit`` returns
-    #: (capped at the live peers, so a one-node mesh needs none). More survives more
-    #: simultaneous disk losses; each one waits for a gossip round.
+    gpu_probe_interval: float = attrs.field(
+        default=30.0, validator=_positive_seconds,
+        metadata=up("seconds", "seconds between GPU re-probes (default {default:g})",
+                    metavar="SECONDS",
+                    doc="how often the GPUs are re-probed; a change in health or capacity"
+                    " re-signs and gossips the record"),
+    )  # fmt: skip
+    #: Membership and lease timing preset (`presets.resolve_preset`, resolved once by
+    #: the node): ``lan``, ``wan`` or ``local`` (one machine, fast).
+    preset: Preset = attrs.field(
+        default="lan",
+        metadata=up("choice", "membership timing (default {default})", choices=PRESETS,
+                    doc="membership and lease timing, `SwimConfig` and `LeaseConfig` of that"
+                    " name: `wan` for the internet or an overlay across sites, `local` for"
+                    " one host"),
+    )  # fmt: skip
     #: The user tasks run as when the daemon is root: None means a uid of its own per
     #: task (``task_uids``); a name runs every task as that user; ``root`` keeps root
     #: (the operator's explicit choice). A daemon that is not root runs tasks as itself
     #: and may only name itself.
-    task_user: str | None = None
+    task_user: str | None = attrs.field(
+        default=None,
+        metadata=up("text", "user every task runs as when the daemon is root (default: a uid"
+                    " of its own per task, from --task-uids; root keeps root)", metavar="USER",
+                    default="a uid of its own per task when root, else the daemon's user",
+                    doc="who every task command runs as (only root can switch; `root` keeps"
+                    " root and gives up isolation; a named user shares one uid between"
+                    " tasks); an unknown user is one line at start"),
+    )  # fmt: skip
     #: ``FIRST-LAST``: the uids handed to tasks one each when the daemon is root and no
     #: ``task_user`` is named (systemd's dynamic-user range by default).
-    task_uids: str = attrs.field(default="61184-65519", validator=_uid_range)
+    task_uids: str = attrs.field(
+        default="61184-65519", validator=_uid_range,
+        metadata=up("text", "uids handed to tasks one each when root and no --task-user"
+                    " (default {default})", metavar="FIRST-LAST",
+                    doc="uids handed to tasks one each when root and no `--task-user` (names"
+                    " and uids in use are skipped); bounds the tasks running at once"),
+    )  # fmt: skip
     #: Log verbosity.
-    log_level: str = attrs.field(default="info", validator=_choice(LOG_LEVELS))
+    log_level: str = attrs.field(
+        default="info",
+        metadata=up("choice", "log verbosity (default {default})", choices=LOG_LEVELS,
+                    doc="log verbosity"),
+    )  # fmt: skip
     #: TCP port of the peer API (signed node-to-node HTTP) on the bind address.
     #: None: the swim port + 1; 0: the kernel picks. Advertised in the NodeRecord.
-    peer_port: int | None = attrs.field(default=None, validator=_optional_port)
+    peer_port: int | None = attrs.field(
+        default=None, validator=_optional_port,
+        metadata=up("port", "peer API TCP port (default: --port + 1; 0 picks one)",
+                    default="swim port + 1",
+                    doc="signed node-to-node HTTP (inference relay, task logs); taken: the"
+                    " kernel picks one; advertised in the record"),
+    )  # fmt: skip
     #: Local inference engines (OpenAI-compatible base URLs, loopback only).
-    engine: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_engines)
+    engine: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, validator=_engines,
+        metadata=up("list", "a local OpenAI-compatible engine, loopback only, e.g."
+                    " http://127.0.0.1:8080", metavar="URL",
+                    doc="a local OpenAI-compatible engine, loopback `http://` only; see"
+                    " inference.md"),
+    )  # fmt: skip
     #: ``HOST:PORT`` for the OpenAI-compatible API (host defaults to 127.0.0.1); None: off.
-    api_listen: str | None = attrs.field(default=None, validator=_api_listen)
+    api_listen: str | None = attrs.field(
+        default=None, validator=_api_listen,
+        metadata=up("text", "serve the OpenAI-compatible API here (default off; host default"
+                    " 127.0.0.1)", metavar="HOST:PORT", default="off",
+                    doc="the OpenAI-compatible API (host default 127.0.0.1); off loopback it"
+                    " demands API keys"),
+    )  # fmt: skip
     #: Demand API keys even on a loopback listener (always demanded elsewhere).
-    require_api_keys: bool = False
+    require_api_keys: bool = attrs.field(
+        default=False,
+        metadata=up("switch", "demand API keys on a loopback listener too (always demanded"
+                    " elsewhere)"),
+    )  # fmt: skip
     #: Seconds without a token before a stream fails over; None: max(3x p99 gap, 2 s).
-    stall_timeout: float | None = attrs.field(default=None, validator=_optional_seconds)
+    stall_timeout: float | None = attrs.field(
+        default=None, validator=_optional_seconds,
+        metadata=up("seconds", "token gap that fails a stream over (default max(3x p99 gap,"
+                    " 2 s))", metavar="SECONDS", default="max(3x p99 gap, 2 s)",
+                    doc="a token gap that moves a stream to the next node"),
+    )  # fmt: skip
     #: Seconds a packet's timestamp may differ from our clock, either way, before it is
     #: refused as stale (the replay defence's window; a peer past it is named in `status`).
     #: None: `overlay.auth.DEFAULT_FRESHNESS` (120 s).
-    max_clock_skew: float | None = attrs.field(default=None, validator=_optional_seconds)
+    max_clock_skew: float | None = attrs.field(
+        default=None, validator=_optional_seconds,
+        metadata=up("seconds", "how far a peer's clock may be off before its packets are"
+                    " refused (default 120)", metavar="SECONDS", default="120",
+                    doc="how far a peer's clock may be off, either way, before its packets"
+                    " are refused as `stale` (and the peer named in `status`); keep clocks"
+                    " on NTP rather than raising it: the window is also how long a captured"
+                    " packet could be replayed against a restarted node"),
+    )  # fmt: skip
 
     @property
     def cert_path(self) -> Path:
@@ -323,13 +450,6 @@ class NodeConfig:
         """`bootstrap` parsed into (host, port) pairs."""
         return [parse_host_port(b) for b in self.bootstrap]
 
-    def swim_config(self) -> SwimConfig:
-        """The `swim.SwimConfig` preset this node runs with."""
-        from swim import SwimConfig
-
-        factory = {"lan": SwimConfig.lan, "wan": SwimConfig.wan, "local": SwimConfig.local}
-        return factory[self.preset]()
-
     @classmethod
     def load(
         cls, config_file: Path | None = None, flags: Mapping[str, object] | None = None
@@ -354,9 +474,9 @@ class NodeConfig:
 
     @classmethod
     def _from_values(cls, values: dict[str, object]) -> NodeConfig:
-        kwargs: dict[str, Any] = {}
-        for key, value in values.items():
-            kwargs[key] = _coerce(key, value)
+        kwargs: dict[str, Any] = {
+            key: coerce(key, SETTINGS[key], value) for key, value in values.items()
+        }
         try:
             return cls(**kwargs)
         except ConfigError:
@@ -453,19 +573,13 @@ def _check_resolves(host: str, timeout: float) -> None:
         )
 
 
-_FIELDS: Final = {f.name for f in attrs.fields(NodeConfig)}
-_LIST_FIELDS: Final = {"bootstrap", "allow_cidr", "advertise_gpu", "withhold_gpu", "engine"}
-_BOOL_FIELDS: Final = {"mdns", "require_api_keys"}
-_PATH_FIELDS: Final = {"state_dir", "cert", "authority_pubkey", "cluster_secret"}
-_STR_FIELDS: Final = {
-    "name", "bind", "advertise", "overlay", "preset", "log_level", "api_listen", "task_user",
-    "task_uids",
-}  # fmt: skip
+#: Every ``up`` setting, by field name, in declaration order.
+SETTINGS: Final = settings_of(NodeConfig)
 
 
 def _key(key: str, where: str) -> str:
     name = key.replace("-", "_")
-    if name == "reserve_vram" or name in _FIELDS:
+    if name in SETTINGS:
         return name
     raise ConfigError(f"{where} {key!r} is not a populi-node setting (see populi-node up --help)")
 
@@ -485,75 +599,8 @@ def _read_toml(path: Path) -> dict[str, object]:
     values: dict[str, object] = {}
     for key, value in data.items():
         name = _key(key, f"{path}: key")
-        if name in _PATH_FIELDS and isinstance(value, str):
+        if SETTINGS[name].kind == "path" and isinstance(value, str):
             # Relative paths in a config file are relative to the file, not the cwd.
             value = str((path.parent / Path(value).expanduser()).resolve())
         values[name] = value
     return values
-
-
-def _coerce(key: str, value: object) -> object:
-    """Check one raw value's type and turn it into the field's type."""
-    from .gpu._labels import parse_declared, parse_labels, parse_size
-
-    where = key.replace("_", "-")
-    if key in _LIST_FIELDS:
-        if isinstance(value, str):
-            value = [value]
-        if not (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"{where}: expected a list of strings")
-        if key == "advertise_gpu":
-            try:
-                parse_declared(value)
-            except ValueError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-        return tuple(value)
-    if key in _BOOL_FIELDS:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false")
-        return value
-    if key in ("port", "peer_port"):
-        if isinstance(value, str) and value.isdigit():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{where}: {value!r} is not a number (0 to 65535)")
-        return value
-    if key == "labels":
-        items: list[str]
-        if isinstance(value, Mapping):
-            items = [f"{k}={v}" for k, v in value.items()]
-        elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-            items = list(value)
-        else:
-            raise ConfigError("labels: expected a table of key = value or a list of k=v")
-        try:
-            return tuple(parse_labels(items).items())
-        except ValueError as exc:
-            raise ConfigError(f"label: {exc}") from None
-    if key == "reserve_vram":
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-        if isinstance(value, str):
-            try:
-                return parse_size(value)
-            except ValueError as exc:
-                raise ConfigError(f"reserve-vram: {exc}") from None
-        raise ConfigError(f"reserve-vram: {value!r} is not a size like 2GiB")
-    if key in ("gpu_probe_interval", "stall_timeout", "max_clock_skew"):
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{where}: {value!r} is not a number of seconds") from None
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ConfigError(f"{where}: {value!r} is not a number of seconds")
-        return float(value)
-    if key in _PATH_FIELDS:
-        if not isinstance(value, str | Path):
-            raise ConfigError(f"{where}: expected a path")
-        return Path(value).expanduser()
-    if key in _STR_FIELDS:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string")
-        return value.lower() if key in {"overlay", "preset", "log_level"} else value
-    raise AssertionError(f"unhandled config key {key}")  # pragma: no cover

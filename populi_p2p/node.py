@@ -51,11 +51,11 @@ from ._log import event, get_logger
 from .api import ApiClient
 from .authority import cluster_fingerprint
 from .config import NodeConfig
-from .leases import LeaseConfig
 from .leases.reliability import Outcome
 from .observe import ObserveView
 from .observe.web import make_observe_app
 from .operator import operator_checker
+from .presets import Presets, resolve_preset
 from .services._lazy import import_in_thread
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_backend import NodeBackend
@@ -93,8 +93,6 @@ GPU_FIRST_REPORT_WAIT: Final = 3.0
 _AuthCodec = AuthCodec
 
 _log = get_logger("node")
-#: The lease preset for each swim preset.
-_LEASE_PRESETS: Final = {"lan": LeaseConfig.lan, "wan": LeaseConfig.wan, "local": LeaseConfig.local}
 
 
 def _raise_open_files() -> None:
@@ -115,6 +113,8 @@ class Node:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
+        #: The ``--preset`` resolved, once: each service gets its part from here.
+        self.presets: Presets = resolve_preset(config.preset)
         self.started_at = time.time()
         self._parts: NodeParts | None = None
         self._view: StatusView | None = None
@@ -143,7 +143,7 @@ class Node:
         check_state_dir(config.state_dir, config.api_socket)
         _raise_open_files()
         creds = load_credentials(config)
-        parts = self._parts = NodeParts(config, creds, self.started_at)
+        parts = self._parts = NodeParts(config, self.presets.swim, creds, self.started_at)
         if ApiClient(config.api_socket, timeout=2.0).is_running():
             raise NodeStartError(
                 f"another populi daemon is running on state dir {config.state_dir}"
@@ -205,7 +205,7 @@ class Node:
         )  # fmt: skip
         parts.app.attach(membership.broadcast_app)
         try:
-            lease_config = _LEASE_PRESETS[config.preset]()
+            lease_config = self.presets.lease
             runner = ExecutorService(ExecutorConfig(
                 tasks_dir=config.state_dir / "tasks", task_user=config.task_user,
                 task_uids=parse_uid_range(config.task_uids),
@@ -343,7 +343,12 @@ class Node:
         )  # fmt: skip
         self.task_logs.register_peer_routes(self.peer_routes)
         host = self.inference_host = InferenceHost(
-            self.config, creds, parts.envelope_keys, parts.publisher, self.peer_routes
+            self.config,
+            creds,
+            parts.envelope_keys,
+            parts.publisher,
+            self.peer_routes,
+            lease_config=self.presets.lease,
         )
         await host.start_peer(nursery, bind, port)  # the record gets the port and models
         await host.start_inference(

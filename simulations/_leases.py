@@ -68,6 +68,7 @@ from populi_p2p.leases.agent_commands import (
 from populi_p2p.leases.grants import GrantRecord
 from populi_p2p.leases.placement import Candidate, Gpu
 from populi_p2p.leases.reliability import prior_reliability
+from populi_p2p.presets import resolve_preset
 from swim import Address, AppMessage, DecodeCache, Event, Membership, MemberState, SwimConfig
 
 from ._engine import NodeStatus, Simulator
@@ -96,11 +97,6 @@ CHECK_EVERY: Final = 5.0
 CLOCK_EPSILON: Final = 1e-6
 #: Ed25519 signatures are 64 bytes; the simulated ones are too, so bytes are honest.
 SIGNATURE_BYTES: Final = 64
-_PRESETS: dict[str, Callable[[], LeaseConfig]] = {
-    "lan": LeaseConfig.lan,
-    "wan": LeaseConfig.wan,
-    "local": LeaseConfig.local,
-}
 
 
 def lease_swim_config(config: SwimConfig, tasks: TasksSpec) -> SwimConfig:
@@ -111,7 +107,7 @@ def lease_swim_config(config: SwimConfig, tasks: TasksSpec) -> SwimConfig:
     to 64 KiB. Anti-entropy (push-pull) runs at least every `lease_ttl / 2`, so a table
     delta that gossip happened to miss reaches every member soon after.
     """
-    ttl = _PRESETS[tasks.lease_preset]().lease_ttl
+    ttl = resolve_preset(tasks.lease_preset).lease.lease_ttl
     interval = config.push_pull_interval
     return attrs.evolve(
         config,
@@ -124,7 +120,7 @@ def lease_swim_config(config: SwimConfig, tasks: TasksSpec) -> SwimConfig:
 def lease_config(tasks: TasksSpec) -> LeaseConfig:
     """The preset, with finished entries kept through the run (no compaction), so
     every live table can be compared at the end."""
-    preset = _PRESETS[tasks.lease_preset]()
+    preset = resolve_preset(tasks.lease_preset).lease
     return attrs.evolve(preset, finished_retention=1e6, tombstone_retention=2e6)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from populi_p2p.presets import resolve_preset
 from swim import (
     DecodeCache,
     Event,
@@ -109,12 +110,7 @@ def swim_config(scenario: Scenario) -> SwimConfig:
     Raises:
         ScenarioError: an unknown or invalid `[swim]` field.
     """
-    presets: dict[str, Callable[[], SwimConfig]] = {
-        "lan": SwimConfig.lan,
-        "wan": SwimConfig.wan,
-        "local": SwimConfig.local,
-    }
-    config = presets[scenario.preset]().with_lifeguard(scenario.lifeguard)
+    config = resolve_preset(scenario.preset).swim.with_lifeguard(scenario.lifeguard)
     known = {field.name for field in attrs.fields(SwimConfig)}
     for key in scenario.swim:
         if key not in known:

@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from populi_p2p.presets import PRESET_NAMES
+
 from ._envelope import EnvelopeSpec
 from ._network import NetworkConfig
 from ._tasks import TasksSpec, parse_tasks
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 FAULT_KINDS = ("crash", "restart", "leave", "pause", "slow", "stall", "update")
-PRESETS = ("lan", "wan", "local")
+PRESETS = PRESET_NAMES
 
 
 class ScenarioError(ValueError):
@@ -504,8 +506,8 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "scenario") -> Scen
         partitions=tuple(_partition(t) for t in top.tables("partition")),
         churn=_churn(top.table("churn")),
         sample_interval=top.number("sample_interval", 1.0),
-    reconnect_interval=reconnect_interval,
-    reconnect_timeout=reconnect_timeout,
+        reconnect_interval=reconnect_interval,
+        reconnect_timeout=reconnect_timeout,
         safety=safety,
         core_invariants=core_invariants,
         liveness=liveness,
@@ -534,9 +536,7 @@ def _envelope(table: _Table | None) -> EnvelopeSpec | None:
         spec = EnvelopeSpec(
             base=table.integer("base", default.base, minimum=0),
             certificate=table.integer("certificate", default.certificate, minimum=0),
-            introduction_seconds=table.number(
-                "introduction_seconds", default.introduction_seconds
-            ),
+            introduction_seconds=table.number("introduction_seconds", default.introduction_seconds),
             introduction_packets=table.integer(
                 "introduction_packets", default.introduction_packets, minimum=0
             ),

@@ -14,10 +14,12 @@ from typing import Any, Protocol
 
 import attrs
 
+from populi_p2p.presets import PRESET_NAMES
+
 __all__ = ["DISTRIBUTIONS", "LEASE_PRESETS", "TasksSpec", "parse_tasks"]
 
 DISTRIBUTIONS = ("fixed", "uniform", "exponential")
-LEASE_PRESETS = ("lan", "wan", "local")
+LEASE_PRESETS = PRESET_NAMES
 
 
 @attrs.frozen

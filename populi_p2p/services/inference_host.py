@@ -34,6 +34,7 @@ from ..inference.peer_auth import PeerCallSigner, PeerCallVerifier
 from ..inference.peer_client import PeerClient
 from ..inference.route import Candidate
 from ..inference.service import InferenceService
+from ..leases.config import LeaseConfig
 from ..leases.reliability import Outcome
 from ..observe import ObserveView
 from ..observe.web import handles as observe_paths
@@ -58,6 +59,8 @@ class InferenceHost:
         envelope_keys: who may call us (the same keys that open packets).
         publisher: where the ``peer`` and ``models`` sections go.
         peer_routes: the peer API's routes, which other services fill before the start.
+        lease_config: the preset's lease timing (`Node.presets`): the reliability prior
+            and decay the router ranks nodes by, the same as placement's.
     """
 
     def __init__(
@@ -67,8 +70,11 @@ class InferenceHost:
         envelope_keys: EnvelopeKeys,
         publisher: RecordPublisher,
         peer_routes: PeerRoutes,
+        *,
+        lease_config: LeaseConfig,
     ) -> None:
         self._config = config
+        self._lease_config = lease_config
         self._creds = creds
         self._envelope_keys = envelope_keys
         self._publisher = publisher
@@ -183,7 +189,7 @@ class InferenceHost:
         service = self.inference = InferenceService(
             node_id, view=view, address_of=address_of, peer_client=self.peer_client,
             engines=self.engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
-            state_of=state_of, outcomes=outcomes,
+            state_of=state_of, outcomes=outcomes, lease_config=self._lease_config,
         )  # fmt: skip
         service.register_peer_routes(self._peer_routes)
         if observe is not None:  # the dashboard, /metrics and /events on this listener

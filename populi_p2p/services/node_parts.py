@@ -15,6 +15,7 @@ import attrs
 
 from overlay.auth import DEFAULT_FRESHNESS, PacketAuthenticator
 from overlay.transport import Transport, TransportConfig
+from swim import SwimConfig
 
 from .._keyfiles import encode_public_key
 from ..config import NodeConfig
@@ -42,12 +43,15 @@ class NodeParts:
 
     Args:
         config: the node's configuration.
+        swim_config: the preset's membership timing (`Node.presets`), before the
+            codec's packet budget and the application channel are set here.
         creds: the verified credentials (`load_credentials`).
         started_at: realtime of the start, for the record.
     """
 
-    def __init__(self, config: NodeConfig, creds: Credentials, started_at: float) -> None:
-        swim_config = config.swim_config()
+    def __init__(
+        self, config: NodeConfig, swim_config: SwimConfig, creds: Credentials, started_at: float
+    ) -> None:
         self.envelope_keys = EnvelopeKeys(
             creds.identity, creds.certificate, creds.authority_key, revocations=creds.revocations
         )
