@@ -202,7 +202,9 @@ def insider_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InsiderMe
             # Last: it sleeps only 25 s and its test comes first.
             "finish": _submit(mesh, ["sh", "-c", f"sleep {FINISH_SLEEP}; echo real-end"]),
         }
-        insider.learn_certificates([d.state_dir for d in mesh.daemons], mesh.mesh.authority.public_key)
+        insider.learn_certificates(
+            [d.state_dir for d in mesh.daemons], mesh.mesh.authority.public_key
+        )
         insider.start()
         insider.join(mesh.address(mesh.daemons[0]), mesh.daemons[0].node_id)
 
