@@ -576,6 +576,10 @@ class Membership(_Invariants):
         self._counters.broadcasts_evicted = self._broadcasts.evicted + self._app_broadcasts.evicted
         return self._counters.snapshot()
 
+    ################################################################################
+    # Application messages received (`broadcast_app` and `send_app` send them)
+    ################################################################################
+
     def _on_app(self, message: App, now: float, reliable: bool, out: list[Output]) -> None:
         config = self._config
         if not config.app_channel_enabled or len(message.payload) > max(
