@@ -276,7 +276,10 @@ def bench_size(members: int, duration: float, target: float, *, profile: bool) -
 
 #: The modules of swim/ that `--compiled` compiles (the per-packet path); the others
 #: stay interpreted. The sources are the daemon's, unchanged.
-_MYPYC_MODULES = ("_math", "awareness", "broadcast", "probe", "suspicion", "wire", "_membership")
+_MYPYC_MODULES = (
+    "_math", "awareness", "broadcast", "probe", "suspicion", "wire", "_records", "_core",
+    "_pulling", "_rumors", "_probing", "_anti_entropy", "_timers", "_invariants", "_membership",
+)  # fmt: skip
 
 
 def _compile_swim() -> Path:

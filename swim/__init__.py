@@ -27,7 +27,7 @@ from ._events import SelfRefuted as SelfRefuted
 from ._events import Send as Send
 from ._faults import Faults as Faults
 from ._membership import Membership as Membership
-from ._membership import SharedView as SharedView
+from ._records import SharedView as SharedView
 from ._stats import MembershipStatistics as MembershipStatistics
 from .app import AppState as AppState
 from .awareness import Awareness as Awareness
