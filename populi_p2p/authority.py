@@ -60,8 +60,6 @@ __all__ = [
 AUTHORITY_KEY_FILE: Final = "authority.key"
 #: Public key file name inside the authority directory.
 AUTHORITY_PUBLIC_FILE: Final = "authority.pub"
-#: Default name of the optional cluster secret file (see `overlay.auth`).
-CLUSTER_SECRET_FILE: Final = "cluster.secret"
 #: Bytes in a cluster secret (a `nacl.secret.SecretBox` key).
 CLUSTER_SECRET_BYTES: Final = nacl.secret.SecretBox.KEY_SIZE
 _SECRET_LABEL: Final = "POPULI AUTHORITY SECRET KEY"

@@ -446,10 +446,6 @@ class NodeConfig:
         """The SQLite file of known members."""
         return self.state_dir / "members.sqlite3"
 
-    def bootstrap_addresses(self) -> list[tuple[str, int]]:
-        """`bootstrap` parsed into (host, port) pairs."""
-        return [parse_host_port(b) for b in self.bootstrap]
-
     @classmethod
     def load(
         cls, config_file: Path | None = None, flags: Mapping[str, object] | None = None

@@ -244,10 +244,6 @@ class Metrics:
         """How many members `node` currently sees alive (itself not included)."""
         return self._views[node].count(_ALIVE)
 
-    def knows_anyone(self, node: int) -> bool:
-        """Whether `node` has seen any other member alive (its join got through)."""
-        return _ALIVE in self._views[node]
-
     def assume_converged(self) -> None:
         """Record that every member sees every other member alive (they were primed so).
 

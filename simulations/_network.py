@@ -132,12 +132,6 @@ class Network:
         self._egress[node] = egress
         self._asymmetric = any(self._ingress) or any(self._egress)
 
-    def set_loss(self, loss: float) -> None:
-        """Change the global datagram loss probability (for example to heal a lossy link)."""
-        if not 0.0 <= loss < 1.0:
-            raise ValueError(f"loss must be in [0, 1), got {loss!r}")
-        self._loss = loss
-
     def partition(self, groups: Sequence[Iterable[int]], *, one_way: bool = False) -> None:
         """Split the nodes into groups that cannot reach one another.
 

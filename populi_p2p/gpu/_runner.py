@@ -53,10 +53,6 @@ class GpuProbe(Protocol):
     def probe(self) -> ProbeResult: ...
 
 
-class _Probeable(Protocol):
-    def available(self) -> bool: ...
-
-
 def _guarded(probe: GpuProbe) -> ProbeResult:
     try:
         return probe.probe()

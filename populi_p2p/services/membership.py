@@ -148,10 +148,6 @@ class MembershipService:
         member = self._core.member(node_id)
         return member is not None and member.state in _LIVE
 
-    def live_peers(self) -> list[Member]:
-        """Alive or suspect members other than us."""
-        return [m for m in self._core.members() if m.name != self.node_id and m.state in _LIVE]
-
     def holds(self) -> Callable[[str], bool]:
         return lambda name: self._core.member(name) is not None
 
