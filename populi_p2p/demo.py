@@ -440,10 +440,18 @@ class _Demo:
         killed = time.monotonic()
         self.kill(victim)
         victim_id = self.ids[victim]
-        _wait(
-            lambda: all(view.get(victim_id) == "dead" for view in self.views(survivors).values()),
-            f"the survivors to agree {victim} is dead",
-        )
+        # Each survivor counts once it has shown the victim dead: a dead member is
+        # forgotten after `dead_retention` (15 s local), which the first to declare it can
+        # reach before a slow survivor declares it too.
+        declared: set[str] = set()
+
+        def all_declared() -> bool:
+            for name, view in self.views(survivors).items():
+                if view.get(victim_id) == "dead":
+                    declared.add(name)
+            return declared >= set(survivors)
+
+        _wait(all_declared, f"the survivors to agree {victim} is dead")
         took = time.monotonic() - killed
         print(f"all {len(survivors)} survivors agree {victim} is dead after {took:.1f} s;")
         print(f"members as {names[0]} sees them:\n")
