@@ -11,13 +11,10 @@ source within the request's size.
 
 from __future__ import annotations
 
-import random
-
-import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swim import Address, Membership, Output, Send
+from swim import Address
 from swim._reply import fit_within, reply_route
 from swim.wire import (
     Ack,
@@ -36,29 +33,10 @@ from swim.wire import (
     meta_digest,
 )
 from tests.swim.helpers import TEST_CONFIG, address_of
+from tests.swim.test_swim_pull_route import REQUESTER, VICTIM, core, sends
 
-RECORD = b"r" * 340
-REQUESTER = ("10.0.0.50", 7946)
-VICTIM = ("10.0.0.99", 53)
 STRANGER = ("10.0.0.77", 4000)
-TARGET = address_of(10)
-
-
-def core(members: int = 6) -> Membership:
-    """A core holding "x" at REQUESTER and `members` others ("b0" at TARGET) with full
-    records, and rumors of them all queued to piggyback."""
-    me = Membership(
-        attrs.evolve(TEST_CONFIG, lean_alive_meta_min=TEST_CONFIG.meta_size_max),
-        "me", address_of(1), random.Random(1), 0.0, meta=RECORD,
-    )  # fmt: skip
-    me.receive(REQUESTER, encode(Alive("x", 0, REQUESTER, b"")), 0.5)
-    for i in range(members):
-        me.receive(REQUESTER, encode(Alive(f"b{i}", 0, address_of(10 + i), RECORD)), 0.5)
-    return me
-
-
-def sends(outputs: list[Output]) -> list[Send]:
-    return [o for o in outputs if isinstance(o, Send)]
+TARGET = address_of(10)  # "b0" in `core`
 
 
 def ping(named: Address = VICTIM, requester: str = "x", seq: int = 5) -> bytes:
