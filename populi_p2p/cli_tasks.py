@@ -236,6 +236,8 @@ def _cmd_task(args: argparse.Namespace) -> None:
         f"kind     {spec.get('kind')}",
         f"needs    {json.dumps(spec.get('requirements', {}), sort_keys=True)}",
     ]
+    if spec.get("replicas"):  # the primary first (docs/leases.md, "Small meshes, quorums")
+        lines.append(f"replicas {' '.join(r[:12] for r in spec['replicas'])}")
     for e in task["epochs"]:
         code = "" if e["exit_code"] is None else f" exit {e['exit_code']}"
         lines.append(f"epoch {e['epoch']}: {e['owner'][:12]} {e['phase']}{code}")

@@ -27,8 +27,8 @@ from typing import Any, Final
 import attrs
 
 from populi_p2p.leases import LeaseTable
-from populi_p2p.leases.agent import majority
 from populi_p2p.leases.grants import Ended, GrantRecord
+from populi_p2p.leases.quorum import is_quorum
 
 __all__ = ["INVARIANTS", "Execution", "LeaseHistory"]
 
@@ -90,12 +90,12 @@ class LeaseHistory:
         if task is None or task.final_at is not None:
             return
         replicas = rec.spec.replicas
-        final = 0
+        final = []
         for node in replicas:
             held = disks.get(node, {}).get(rec.task_id)
             if held is not None and held.final and held.ended in (Ended.SUCCEEDED, Ended.CANCELLED):
-                final += 1
-        if final >= majority(replicas):
+                final.append(node)
+        if is_quorum(replicas, final):
             task.final_at = now
 
     def started(self, tid: str, epoch: int, node: str, now: float) -> Execution:
@@ -137,7 +137,7 @@ class LeaseHistory:
         for tid, task in self.tasks.items():
             if task.acked is None:
                 continue
-            if task.replicas and sum(1 for r in task.replicas if r in up) < majority(task.replicas):
+            if task.replicas and not is_quorum(task.replicas, up):
                 continue  # stranded: counted in `stranded()`
             entries = [t.get(tid) for t in tables.values()]
             held = sorted({"-" if e is None else f"{e.phase.name}@{e.epoch}" for e in entries})
@@ -153,7 +153,7 @@ class LeaseHistory:
             for t in self.tasks.values()
             if t.acked is not None
             and t.replicas
-            and sum(1 for r in t.replicas if r in up) < majority(t.replicas)
+            and not is_quorum(t.replicas, up)
         )
 
     def counts(self) -> dict[str, int]:

@@ -75,11 +75,12 @@ from .agent_wire import (
 from .config import LeaseConfig
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
+from .quorum import can_still_reach_quorum, is_quorum
 from .reliability import earned_reliability
 from .renewals import RenewalRounds, lease_digest, renewable
 from .wire import DecodeError, encode_entries
 
-__all__ = ["LeaseAgent", "majority", "replicas_for"]
+__all__ = ["LeaseAgent", "replicas_for"]
 
 #: A pending task is placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
@@ -95,10 +96,6 @@ _ENDS: Final = {
 }
 
 Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
-
-
-def majority(replicas: Collection[str]) -> int:
-    return len(replicas) // 2 + 1
 
 
 def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]:
@@ -277,8 +274,8 @@ class LeaseAgent:
         """Accept a task here: choose its replicas, sign, offer it to them. An
         `Acknowledged("submit")` follows once a majority holds it."""
         live = set(self._members()) | {self.me}
-        count = self.config.replica_count
-        spec = attrs.evolve(spec, replicas=replicas_for(spec.task_id(), live, count))
+        replicas = replicas_for(spec.task_id(), live, self.config.replica_count)
+        spec = attrs.evolve(spec, replicas=self._primary_first(spec, replicas, now))
         signature = spec.sign(self._sign)
         tid, delta = self.table.submit(spec, now)
         self._offers[tid] = (spec, signature)
@@ -288,6 +285,19 @@ class LeaseAgent:
         )
         out += self._repeat(tid, pending, now)
         return tid, out
+
+    def _primary_first(
+        self, spec: TaskSpec, replicas: tuple[str, ...], now: float
+    ) -> tuple[str, ...]:
+        """An even set decides with half of it when its first member is among them
+        (`quorum.is_quorum`): put first the replica we would place the task on, so the
+        machine that runs it needs nobody else's presence in a mesh of two."""
+        if len(replicas) % 2:
+            return replicas  # an odd set has no ties: its order only says who proposes
+        chosen = self._placement(spec.task_id(), spec, set(), now, set()).chosen
+        if chosen not in replicas:
+            return replicas
+        return (chosen, *(r for r in replicas if r != chosen))
 
     def cancel(
         self, task_id: str, now: float, operator: OperatorProof | None = None
@@ -581,12 +591,11 @@ class LeaseAgent:
             p.refused[sender] = refusal
         else:
             p.acks.add(sender)
-        need = majority(p.replicas)
         out: list[AgentCommand] = []
-        if not p.done and len(p.acks) >= need:
+        if not p.done and is_quorum(p.replicas, p.acks):
             p.done = True
             out += self._decided(what, tid, p, now)
-        elif not p.done and len(p.refused) > len(p.replicas) - need:
+        elif not p.done and not can_still_reach_quorum(p.replicas, p.refused):
             p.done = True
             out += self._refused(what, tid, p, final)
         if len(p.acks) + len(p.refused) == len(p.replicas):
@@ -704,8 +713,11 @@ class LeaseAgent:
         if p.chosen is None:
             self._retry_at[tid] = now + PLACE_INTERVAL
             return []
+        owner = p.chosen
+        if epoch == 1 and len(spec.replicas) % 2 == 0 and spec.replicas[0] in p.ranked:
+            owner = spec.replicas[0]  # placed there at submit (`_primary_first`); still fits
         prop = self._proposals[tid] = _Proposal(
-            epoch, p.chosen, spec.replicas, p.explain(), give_up_at=now + self.config.lease_ttl
+            epoch, owner, spec.replicas, p.explain(), give_up_at=now + self.config.lease_ttl
         )
         self._count("proposals")
         return self._ask(tid, prop, now)
@@ -734,8 +746,7 @@ class LeaseAgent:
         else:
             prop.granted.add(sender)
         prop.failures = max(prop.failures, msg.failures)
-        need = majority(prop.replicas)
-        if len(prop.granted) >= need:
+        if is_quorum(prop.replicas, prop.granted):
             del self._proposals[tid]
             self._count("grants_won")
             # Not again before the owner could have let the lease lapse: a repeat would
@@ -744,7 +755,7 @@ class LeaseAgent:
             known = self.spec_of(tid)
             assert known is not None
             return self._to(prop.owner, Own(tid, prop.epoch, *known, prop.failures), now)
-        if len(prop.refused) > len(prop.replicas) - need:
+        if not can_still_reach_quorum(prop.replicas, prop.refused):
             return self._lost(tid, prop, now)
         return []
 
@@ -752,8 +763,8 @@ class LeaseAgent:
         """No majority: try again later, past what the granters hold and wait for."""
         del self._proposals[tid]
         self._count("grants_lost")
-        finished = sum(1 for r in prop.refused.values() if r == Refusal.FINISHED)
-        if finished >= majority(prop.replicas):
+        finished = [node for node, r in prop.refused.items() if r == Refusal.FINISHED]
+        if is_quorum(prop.replicas, finished):
             self._settled.add(tid)  # final at a majority: nothing can be granted again
             return []
         jitter = self._rng.uniform(0.0, self.config.lease_renew_interval)
@@ -888,7 +899,7 @@ class LeaseAgent:
                 # One granter alone may hold an end that no majority agreed (a result
                 # whose other answers were lost): only a majority ends our run early.
                 o.superseded_by.add(sender)
-                if len(o.superseded_by) >= majority(o.spec.replicas):
+                if is_quorum(o.spec.replicas, o.superseded_by):
                     why = "cancelled" if refusal == Refusal.FINISHED else "superseded"
                     out += self._stop(tid, o, why)
         return out
@@ -898,7 +909,7 @@ class LeaseAgent:
             return []  # a round sent before this ownership began (an earlier one's)
         acks = self._acks.setdefault((tid, o.epoch, at), set())
         acks.add(node)
-        if len(acks) < majority(o.spec.replicas) or at + self.config.lease_ttl <= o.lease_until:
+        if not is_quorum(o.spec.replicas, acks) or at + self.config.lease_ttl <= o.lease_until:
             return []
         o.lease_until = at + self.config.lease_ttl
         if now >= o.lease_until:

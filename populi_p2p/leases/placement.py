@@ -6,8 +6,9 @@ degraded for the kind, labels, a healthy GPU at all for GPU work, compute capabi
 capacity with headroom after the leases the node already holds, not failed there
 before). Rankers score the rest in
 [0, 1]: capability fit (tighter is better, so big GPUs stay free for big tasks), earned
-reliability, current load, RTT from the accepting node, and preferred labels. Labels
-restrict and prefer; they never create capacity. A rendezvous hash of (task, node)
+reliability, current load, RTT from the accepting node, and preferred labels; a member
+its view suspects ranks after every alive one. Labels restrict and prefer; they never
+create capacity. A rendezvous hash of (task, node)
 breaks ties, so equal nodes share work without coordination.
 
 At large scale the pipeline visits candidates in a seeded pseudo-random order (a
@@ -183,9 +184,10 @@ def _suitable_gpus(c: Candidate, r: Requirements, headroom: float) -> list[Gpu]:
     ]
 
 
-#: Suspect members stay placeable: a suspected node never suspects itself, so gating
-#: them out made a node that others suspect (often only slow, as Lifeguard assumes) rank
-#: itself first while the others ranked someone else, and both claimed one epoch.
+#: Suspect members stay placeable (often only slow, as Lifeguard assumes), but rank after
+#: every alive one (`place`): a node the proposer suspects may be cut off, and an epoch
+#: granted to it is lost for a whole lease's wait. Views need not agree on this, since
+#: one proposer places each epoch (agent.py).
 _PLACEABLE = ("alive", "suspect")
 
 
@@ -343,9 +345,14 @@ def place(
     # float noise between views. Compared raw, a near-tie could order A > B on one
     # node and B > A on another, so that neither claims; quantized, it is a tie that
     # the rendezvous hash breaks the same way everywhere.
+    suspect = {c.node_id for c in feasible if c.state == "suspect"}
     ranked = sorted(
         scores,
-        key=lambda node: (round(scores[node].total / SCORE_QUANTUM), _rendezvous(tid, node)),
+        key=lambda node: (
+            node not in suspect,  # a suspect only when no alive member fits
+            round(scores[node].total / SCORE_QUANTUM),
+            _rendezvous(tid, node),
+        ),
         reverse=True,
     )
     return Placement(

@@ -13,11 +13,12 @@ failed to submit at all.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
 
-from .scenario import Lab
+from .scenario import Lab, poll
 
 
 @pytest.fixture
@@ -72,3 +73,32 @@ def test_a_spec_at_the_limits_travels_and_runs_once(lab: Lab) -> None:
     assert report.ok, "\n".join(report.lines())
     assert settled, "the task never finished and agreed everywhere"
     assert report.runs == 1, report.summary()
+
+
+@pytest.mark.slow
+def test_in_a_mesh_of_two_the_others_sleep_stops_nothing() -> None:
+    """Two members (a desktop and a laptop): the laptop sleeps (SIGSTOP) for longer than
+    the granters' wait, and the task the desktop runs goes on. The node a task is placed
+    on is its replica set's primary, which decides alone in a set of two (docs/leases.md,
+    "Small meshes"). Before, both had to be up, and the owner fenced its task."""
+    lab = Lab(2)
+    try:
+        lab.start(timeout=60)
+        (tid,) = lab.burst(tasks=1, submitters=1, seconds=14)
+        assert lab.wait_running([tid], timeout=20), "the task never started"
+        (run,) = lab.live_runs([tid])
+        other = next(d for name, d in lab.live.items() if name != run.node)
+        other.proc.send_signal(signal.SIGSTOP)
+        try:
+            # 7 s asleep: past lease_ttl * clock_margin (5 s in the local preset).
+            died = poll(lambda: not lab.live_runs([tid]), timeout=7.0, interval=0.1)
+        finally:
+            other.proc.send_signal(signal.SIGCONT)
+        assert not died, "the owner stopped its task while the other member slept"
+        settled = lab.settle([tid], timeout=60)
+        report = lab.report()
+        assert report.ok, "\n".join(report.lines())
+        assert settled, "the task never finished and agreed everywhere"
+        assert report.runs == 1, report.summary()
+    finally:
+        lab.stop()

@@ -21,7 +21,7 @@ import attrs
 
 from populi_p2p.leases import LeaseConfig, LeaseTable, Requirements, TaskKind, TaskResult, TaskSpec
 from populi_p2p.leases._cancel import OperatorCheck, OperatorProof, no_operators
-from populi_p2p.leases.agent import LeaseAgent, majority
+from populi_p2p.leases.agent import LeaseAgent
 from populi_p2p.leases.agent_commands import (
     Acknowledged,
     AgentCommand,
@@ -33,6 +33,7 @@ from populi_p2p.leases.agent_commands import (
 )
 from populi_p2p.leases.grants import GrantRecord
 from populi_p2p.leases.placement import Candidate
+from populi_p2p.leases.quorum import is_quorum
 
 
 def sign_as(node: str) -> Callable[[bytes], bytes]:
@@ -294,10 +295,10 @@ class Cluster:
             if spec is None:
                 continue
             replicas = spec[0].replicas
-            final = sum(1 for r in replicas
-                        if (g := self.nodes[r].disk_grants.get(tid)) is not None
-                        and g.final and g.ended.name in ("SUCCEEDED", "CANCELLED"))  # fmt: skip
-            if final >= majority(replicas):
+            final = [r for r in replicas
+                     if (g := self.nodes[r].disk_grants.get(tid)) is not None
+                     and g.final and g.ended.name in ("SUCCEEDED", "CANCELLED")]  # fmt: skip
+            if is_quorum(replicas, final):
                 self.final_at[tid] = self.now
 
     ####################################################################################

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from populi_p2p.leases.agent import LeaseAgent, majority
+from populi_p2p.leases.agent import LeaseAgent
 from populi_p2p.leases.agent_commands import Acknowledged, SendTo
 from populi_p2p.leases.agent_wire import Finish, GrantRequest, encode
 from populi_p2p.leases.grants import Ended
@@ -70,23 +70,46 @@ def test_the_minority_side_of_a_partition_fences_itself_before_the_majority_star
     c.run_until(120)
     c.heal_and_sync()
     assert c.check() == []
-    assert majority(replicas) == len(replicas) // 2 + 1
+    assert len(replicas) == 5 and owner in replicas
 
 
-def test_one_member_runs_its_tasks_and_two_members_wait_for_each_other() -> None:
+def test_one_member_runs_its_tasks() -> None:
     one = Cluster(1, seed=4)
     tid = one.submit("n0", 1.0)
     one.run_until(10)
     assert one.check() == [] and len(one.runs[tid]) == 1
-    two = Cluster(2, seed=5)
+
+
+def _two_members_and_a_running_task(seed: int) -> tuple[Cluster, str, str, str]:
+    """Two members, a task running on its set's primary: (cluster, task, owner, other)."""
+    two = Cluster(2, seed=seed)
     tid = two.submit("n0", 20.0)
     two.run_until(1.0)
     owner = _owner_of(two, tid)
     spec = two.nodes[owner].agent.spec_of(tid)
     assert spec is not None and len(spec[0].replicas) == 2
+    assert spec[0].replicas[0] == owner, "the node it runs on is the set's primary"
+    return two, tid, owner, next(n for n in two.nodes if n != owner)
+
+
+def test_in_two_members_the_others_absence_stops_nothing_the_primary_owns() -> None:
+    two, tid, owner, other = _two_members_and_a_running_task(seed=5)
+    two.crash(other)
+    two.run_until(40)
+    (run,) = two.runs[tid]
+    assert run.node == owner and run.code == 0, "it ran to its end, not fenced"
+    assert two.nodes[owner].agent.counters.get("fenced", 0) == 0
+    two.restart(other)
+    two.run_until(80)
+    two.heal_and_sync()
+    assert two.check() == []
+
+
+def test_in_two_members_a_task_waits_while_its_primary_is_away() -> None:
+    two, tid, owner, _other = _two_members_and_a_running_task(seed=5)
     two.crash(owner)
     two.run_until(40)
-    assert len(two.runs[tid]) == 1, "no majority of two without the other: it waits"
+    assert len(two.runs[tid]) == 1, "no quorum of two without the primary: it waits"
     two.restart(owner)
     two.run_until(120)
     two.heal_and_sync()
@@ -188,7 +211,7 @@ def test_chaos_keeps_every_invariant(seed: int) -> None:
 
 def test_the_checks_catch_an_election_without_majorities(monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: one grant is enough (no agreement) → the checks see overlaps."""
-    monkeypatch.setattr("populi_p2p.leases.agent.majority", lambda replicas: 1)
+    monkeypatch.setattr("populi_p2p.leases.agent.is_quorum", lambda _replicas, voters: bool(voters))
     bad = [s for s in range(4) if chaos(s).check()]
     assert len(bad) >= 3, bad
 

@@ -121,6 +121,16 @@ def test_ranking_prefers_reliability_then_breaks_ties_deterministically() -> Non
     assert same.ranked == p.ranked  # input order and seed do not matter below the sample
 
 
+def test_a_suspect_member_ranks_after_every_alive_one_but_stays_placeable() -> None:
+    """A suspected node may be cut off: an epoch granted to it costs a whole lease's wait
+    (seen after a partition on real daemons). It still gets work when nothing else fits."""
+    cands = [gpu_node("cut", reliability=0.95, state="suspect"), gpu_node("ok", reliability=0.5)]
+    p = place(task(), cands, config=CFG, rng=random.Random(1))
+    assert p.ranked == ("ok", "cut")
+    alone = place(task(), cands[:1], config=CFG, rng=random.Random(1))
+    assert alone.chosen == "cut"
+
+
 def test_best_fit_and_cpu_tasks_avoid_gpu_nodes() -> None:
     cands = [gpu_node("big", vram=80), gpu_node("snug", vram=24)]
     assert place(task(vram=16), cands, config=CFG, rng=random.Random(0)).chosen == "snug"

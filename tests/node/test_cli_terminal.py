@@ -84,7 +84,11 @@ def test_the_tasks_table_and_a_task_escape_what_they_show(
     }  # fmt: skip
     detail = dict(
         task,
-        spec={"command": ["echo", "\x1b]0;title\x07"], "kind": "run"},
+        spec={
+            "command": ["echo", "\x1b]0;title\x07"],
+            "kind": "run",
+            "replicas": ["p" * 16, "b\x1b" * 8],
+        },
         epochs=[{"epoch": 1, "owner": "a" * 16, "phase": "succeeded", "exit_code": 0}],
         result={"exit_code": 0, "duration": 0.1, "output_tail": "one\ntwo\x1b[2K\rthree\n"},
     )
@@ -104,6 +108,7 @@ def test_the_tasks_table_and_a_task_escape_what_they_show(
     out = capsys.readouterr().out
     assert_terminal_safe(out)
     assert "echo \\x1b]0;title\\x07" in out
+    assert "replicas pppppppppppp b\\x1bb\\x1bb\\x1bb\\x1bb\\x1bb\\x1b\n" in out  # primary first
     # The output keeps its lines; what would move the cursor is shown escaped.
     assert out.endswith("one\ntwo\\x1b[2K\\rthree\n\n")
 

@@ -1,0 +1,45 @@
+"""Which replies of a task's replica set decide: a majority, ties broken by its primary.
+
+Every decision about a task (its submit, each epoch's grant, each renewal round, its
+end) counts once a **quorum** of its replicas (`TaskSpec.replicas`) has answered. What
+makes that safe is one property: any two quorums of one set share a member, so two
+decisions that exclude each other (an epoch granted to two owners, a success and a
+further grant) can never both gather one.
+
+A strict majority has that property. So does half of an even set *that includes its
+first member*, the **primary**: two such halves share the primary, and a half and a
+majority together hold more members than the set. Allowing those halves changes
+nothing for odd sets and makes even ones more available:
+
+* a set of **two** (a mesh of two members) decides with its primary alone, so the other
+  member's sleep stops nothing; while the primary is away the task waits;
+* a set of **four** survives the loss of two members, the primary not among them.
+
+The accepting node puts first the member it would place the task on (`LeaseAgent.submit`),
+so the machine that runs the work is the one whose presence it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+__all__ = ["can_still_reach_quorum", "is_quorum"]
+
+
+def is_quorum(replicas: Sequence[str], voters: Collection[str]) -> bool:
+    """Whether the members of `voters` that are in `replicas` decide for the set: more
+    than half of it, or exactly half of an even set including `replicas[0]`."""
+    if not replicas:
+        return False
+    members = set(replicas)
+    count = sum(1 for v in set(voters) if v in members)
+    size = len(members)
+    if 2 * count > size:
+        return True
+    return 2 * count == size and replicas[0] in voters
+
+
+def can_still_reach_quorum(replicas: Sequence[str], refused: Collection[str]) -> bool:
+    """Whether the replicas that have not refused could still form a quorum."""
+    refusing = set(refused)
+    return is_quorum(replicas, [r for r in replicas if r not in refusing])
