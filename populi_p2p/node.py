@@ -74,6 +74,7 @@ from .services.membership import MembershipService
 from .services.memory import StoreService
 from .services.node_parts import NodeParts
 from .services.preflight import check_state_dir
+from .services.reachability import PeerReachability
 from .services.status import StatusView
 from .services.task_results import RESULT_TAIL_BYTES
 
@@ -197,9 +198,10 @@ class Node:
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         node_id = creds.identity.node_id
+        reachability = PeerReachability()  # every failed send, logged and in `status`
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
-            incarnation=incarnation, transport=transport, codec=parts.codec,
+            incarnation=incarnation, transport=reachability.watch(transport), codec=parts.codec,
             max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
             app_state=parts.app,
         )  # fmt: skip
@@ -238,8 +240,9 @@ class Node:
             membership, advertise, bootstrap=[*config.bootstrap, *peers],
             remembered=lambda: [(m.host, m.port) for m in store.known_members()
                                 if m.node_id != node_id],
-            probe_interval=parts.swim_config.probe_interval,
+            probe_interval=parts.swim_config.probe_interval, reachability=reachability,
         )  # fmt: skip
+        reachability.describe = discovery.describe
         parts.register_metrics(node_id, config.name, membership, transport)
         self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
         self.observe_app = make_observe_app(self.observe)
