@@ -67,7 +67,9 @@ class Discovery:
         monotonic: Callable[[], float] = trio.current_time,
     ) -> None:
         self._membership = membership
-        self.reachability = reachability if reachability is not None else PeerReachability()
+        self.reachability = (
+            reachability if reachability is not None else PeerReachability(monotonic)
+        )
         self._monotonic = monotonic
         #: Since when (monotonic) we have seen no other live member; None while joined.
         self._alone_since: float | None = monotonic()

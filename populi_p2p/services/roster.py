@@ -188,7 +188,9 @@ class Roster:
         now = self._clock()
         suspected = self._suspected_at.pop(member.name, None)
         seen = suspected if member.state == MemberState.DEAD and suspected else now
-        self.departed.keep(self._row(member) | {"last_seen": round(seen, 3)}, departed_at=now)
+        self.departed.keep(
+            self._row(member, snapshot=True) | {"last_seen": round(seen, 3)}, departed_at=now
+        )
 
     def _remember(self, member: Member, name: str) -> None:
         host, port = member.address
@@ -314,8 +316,9 @@ class Roster:
             counts[row["state"]] += 1
         return counts
 
-    def _row(self, member: Member) -> dict[str, Any]:
-        """One member's row, from the core's view and its verified record."""
+    def _row(self, member: Member, *, snapshot: bool = False) -> dict[str, Any]:
+        """One member's row, from the core's view and its verified record (`snapshot`:
+        for `departed`, which keeps its own `state_since`)."""
         from ..gpu import GpuReport, member_gpu_summary, report_to_dict
 
         reason = self.unverified_reason(member.name)
@@ -353,7 +356,9 @@ class Roster:
             "verified": reason is None,
             "unverified": reason,
             "self": member.name == self.node_id,
-            "state_since": round(trio.current_time() - member.state_since, 3),
+            "state_since": (
+                0.0 if snapshot else round(trio.current_time() - member.state_since, 3)
+            ),
             # Realtime it was last seen (dead: first suspected; left: its goodbye);
             # None while it is a live member.
             "last_seen": self.departed.last_seen(member.name) if gone else None,
