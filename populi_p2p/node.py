@@ -57,7 +57,13 @@ from .observe.web import make_observe_app
 from .operator import operator_checker
 from .presets import Presets, resolve_preset
 from .services._lazy import import_in_thread
-from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
+from .services.addressing import (
+    Addressing,
+    advertise_host,
+    choose_addresses,
+    loopback_with_discovery,
+    outside_accept,
+)
 from .services.api_backend import NodeBackend
 from .services.api_server import ApiService
 from .services.app_channel import AppKind
@@ -195,6 +201,9 @@ class Node:
         outside = outside_accept(advertise[0], addressing.policy, overlay)
         if outside is not None:
             event(_log, 30, "advertise.outside_accept", message=outside)
+        loopback = loopback_with_discovery(advertise[0], config)
+        if loopback is not None:
+            event(_log, 30, "advertise.loopback", message=loopback)
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         node_id = creds.identity.node_id
@@ -262,7 +271,7 @@ class Node:
             addressing.policy, codec, transport, membership, parts.roster, discovery,
             left=lambda: lifecycle.left,
             notices=lambda: [
-                *([outside] if outside is not None else []),
+                *(w for w in (outside, loopback) if w is not None),
                 *parts.certificate.notices(),
                 *parts.skew.notices(),
             ],
