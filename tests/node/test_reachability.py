@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-import trio
 
 from overlay.base import Address, TransportError
 from overlay.inbox import Incoming
