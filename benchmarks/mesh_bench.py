@@ -10,7 +10,7 @@ Printed, not asserted. For each size it reports:
   or 120 s pass; the count seen by all is reported);
 * start-up: daemons start in batches of 10, each joining through one random member
   already up; a batch starts once the previous one has joined (`--no-pace`: as soon as
-  its APIs answer), and the `member.suspected` lines logged until convergence are
+  its APIs answer), and the `member.suspect` lines logged until convergence are
   counted;
 * two quiet windows in which nobody polls the API, one right after convergence and one
   `--settle` seconds later (steady state, introductions over): CPU per
@@ -79,7 +79,7 @@ class Bench(Mesh):
             done = max(done, reached or float("inf"))
         return done - last_ready
 
-    def suspicions(self, line: str = "member.suspected") -> int:
+    def suspicions(self, line: str = "member.suspect") -> int:
         """`line` events logged so far by all daemons (also `udp.blocked`)."""
         total = 0
         for d in self.daemons:
@@ -115,7 +115,7 @@ class Bench(Mesh):
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait()
         wait_for(lambda: self.all_see([leaver, *others], victim.node_id, "dead"), "dead", 300, poll)
-        failed = self.last_event_time([leaver, *others], "member.failed", victim.name)
+        failed = self.last_event_time([leaver, *others], "member.dead", victim.name)
         result["kill9_dead_s"] = failed - killed_at
         # Graceful leaves, one after the other: each must be seen as `left` by every
         # survivor (polled) within 120 s; a miss is counted, not fatal.
@@ -204,7 +204,7 @@ def report(r: dict[str, Any]) -> None:
             f" load {w['load']:.1f}"
         )
     print(
-        f"       start-up: {r['suspicions_start']} member.suspected lines (all daemons) until"
+        f"       start-up: {r['suspicions_start']} member.suspect lines (all daemons) until"
         f" converged; load average {r['load_after_start']:.1f} then"
     )
     sys.stdout.flush()

@@ -20,8 +20,8 @@ their membership does, and blurs what it measures. Reported:
   call per daemon);
 * at convergence, from one status call per daemon: the state exchanges (push-pulls,
   joins included) the two seeds and the others answered, and the join attempts made;
-* counted over the whole run (to the end of the hold): `member.suspected`,
-  `member.failed`, `self.refuted` and `udp.blocked` lines (none of them is true here:
+* counted over the whole run (to the end of the hold): `member.suspect`,
+  `member.dead`, `self.refuted` and `udp.blocked` lines (none of them is true here:
   nothing fails and nothing blocks UDP), and those after the first convergence.
 
 A daemon that exits ends the run with its log. Every daemon is SIGKILLed on the way
@@ -49,9 +49,9 @@ from tests.node.harness import Mesh  # noqa: E402
 sys.path.insert(0, str(REPO / "benchmarks"))
 from _mesh import log_events  # noqa: E402
 
-COUNTED = ("member.suspected", "member.failed", "self.refuted", "udp.blocked")
+COUNTED = ("member.suspect", "member.dead", "self.refuted", "udp.blocked")
 _ALIVE = ("member.joined", "member.recovered")
-_NOT_ALIVE = ("member.suspected", "member.failed", "member.left")
+_NOT_ALIVE = ("member.suspect", "member.dead", "member.left")
 
 
 def parse(path: Path) -> list[tuple[float, str, dict[str, str]]]:
@@ -228,7 +228,7 @@ def main() -> None:
     failed: dict[str, int] = {}
     for log in parsed:
         for _, ev, f in log:
-            if ev == "member.failed":
+            if ev == "member.dead":
                 failed[f.get("name", "?")] = failed.get(f.get("name", "?"), 0) + 1
     worst = sorted(failed.items(), key=lambda kv: -kv[1])[:8]
     print("declared dead most often       " + ", ".join(f"{k} x{v}" for k, v in worst))

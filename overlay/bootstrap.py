@@ -323,6 +323,11 @@ class Bootstrapper:
         """The parsed bootstrap peers (hosts unresolved)."""
         return tuple(self._bootstrap)
 
+    @property
+    def resolved(self) -> tuple[Address, ...]:
+        """What the bootstrap peers resolved to when last resolved."""
+        return tuple(self._resolved)
+
     def poke(self) -> None:
         """Retry now instead of at the end of the current wait."""
         self._wake.set()

@@ -2,7 +2,7 @@
 
 Why not JSON: the daemon runs in a terminal or under systemd, and an operator reads its
 log with their eyes first. Each line is still machine-splittable: a fixed timestamp and
-level, an event name with no spaces (``member.failed``), then ``key=value`` pairs whose
+level, an event name with no spaces (``member.dead``), then ``key=value`` pairs whose
 values are quoted only when they contain spaces, quotes or ``=``. So
 ``grep 'member\\.' daemon.log`` shows every membership change, one line each, and
 ``awk`` or a log shipper can split the fields.

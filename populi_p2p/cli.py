@@ -23,6 +23,8 @@ Commands::
     populi-node cluster apikey create      sign an API key for the inference API
     populi-node cluster operator           make an operator key (may cancel any task)
     populi-node requests                   the inference API's recent routes
+    populi-node version [--json]           this program's version and the daemon's
+    populi-node --version                  this program's version
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import platformdirs
 
@@ -125,6 +127,7 @@ def _add_up(up: argparse.ArgumentParser) -> None:
 
 def _build_parser() -> _Parser:
     parser = _Parser(prog=_PROG, description="A peer-to-peer mesh of GPU machines.")
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -137,12 +140,26 @@ def _build_parser() -> _Parser:
         p = sub.add_parser(name, help=text)
         _add_state_dir(p)
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
+        if name == "members":
+            p.add_argument(
+                "--status", action="append", metavar="STATE",
+                help="only members in this state (alive, suspect, dead, left, or draining);"
+                " repeat or separate with commas for several",
+            )  # fmt: skip
+            p.add_argument(
+                "--label", action="append", metavar="K=V",
+                help="only members with this label (repeat: all of them must match)",
+            )  # fmt: skip
         if name == "gpus":
             p.add_argument(
                 "--probe",
                 action="store_true",
                 help="re-probe the GPUs now (a change gossips a new signed record)",
             )
+
+    version = sub.add_parser("version", help="this program's version and the daemon's")
+    _add_state_dir(version)
+    version.add_argument("--json", action="store_true", help="print JSON for scripts")
 
     requests = sub.add_parser("requests", help="the inference API's recent routes")
     _add_state_dir(requests)
@@ -152,7 +169,7 @@ def _build_parser() -> _Parser:
     _add_state_dir(events)
     events.add_argument("--json", action="store_true", help="one JSON object per line")
     events.add_argument(
-        "--follow", action="store_true", help="keep printing new events until interrupted"
+        "-f", "--follow", action="store_true", help="keep printing new events until interrupted"
     )
 
     leave = sub.add_parser("leave", help="leave the mesh gracefully; the daemon exits")
@@ -219,19 +236,45 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return format_table(rows, header)
 
 
+#: What `members --status` takes: the member states, and `draining` (a live member
+#: whose record says it takes no new work).
+_MEMBER_FILTER_STATES: Final = ("alive", "suspect", "dead", "left", "draining")
+
+
 def _state_cell(member: dict[str, Any]) -> str:
-    """`alive`, or `alive,unverified(revoked)` for a member whose record did not verify."""
+    """`alive`, `alive,draining`, or `alive,unverified(revoked)` for a member whose
+    record did not verify."""
     state = str(member.get("state", "?"))
+    if member.get("status") == "draining" and state in ("alive", "suspect"):
+        state += ",draining"
     reason = member.get("unverified")
     return state if not reason else f"{state},unverified({reason})"
 
 
-def format_members(members: list[dict[str, Any]]) -> str:
+def _ago(seconds: float) -> str:
+    """``42s ago``, ``5m ago``, ``3h ago``, ``2d ago``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit} ago"
+    return f"{max(seconds, 0):.0f}s ago"
+
+
+def _seen_cell(member: dict[str, Any], now: float) -> str:
+    """RTT for a live member; for a dead or left one, when it was last seen."""
+    seen = member.get("last_seen")
+    if isinstance(seen, (int, float)):
+        return f"seen {_ago(now - seen)}"
+    rtt = member.get("rtt_ms")
+    return "-" if rtt is None else f"{rtt:.1f}ms"
+
+
+def format_members(members: list[dict[str, Any]], now: float | None = None) -> str:
     """The `members` table (also used by the demo)."""
-    header = ["NAME", "NODE ID", "ADDRESS", "STATE", "INC", "RTT", "CAPABILITIES", "LABELS"]
+    now = time.time() if now is None else now
+    header = ["NAME", "NODE ID", "ADDRESS", "STATE", "INC", "RTT/SEEN", "VERSION",
+              "CAPABILITIES", "LABELS"]  # fmt: skip
     rows = []
     for m in sorted(members, key=lambda m: (m.get("name", ""), m.get("node_id", ""))):
-        rtt = m.get("rtt_ms")
         labels = m.get("labels") or {}
         rows.append(
             [
@@ -240,12 +283,46 @@ def format_members(members: list[dict[str, Any]]) -> str:
                 m.get("address", "?"),
                 _state_cell(m),
                 str(m.get("incarnation", "?")),
-                "-" if rtt is None else f"{rtt:.1f}ms",
+                _seen_cell(m, now),
+                m.get("version") or "-",
                 m.get("capabilities") or "-",
                 ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-",
             ]
         )
     return _table(rows, header)
+
+
+def _member_filter(args: argparse.Namespace) -> Callable[[dict[str, Any]], bool]:
+    """`members --status` and `--label`, as `serf members` takes them.
+
+    Raises:
+        _UsageError: a state that does not exist, or a label without ``=``.
+    """
+    states = {s.strip() for value in args.status or () for s in value.split(",") if s.strip()}
+    unknown = sorted(states - set(_MEMBER_FILTER_STATES))
+    if unknown:
+        raise _UsageError(
+            f"--status: unknown state {', '.join(map(repr, unknown))}"
+            f" (one of {', '.join(_MEMBER_FILTER_STATES)})"
+        )
+    labels: dict[str, str] = {}
+    for text in args.label or ():
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise _UsageError(f"--label: expected K=V, got {text!r}")
+        labels[key] = value
+
+    def keep(member: dict[str, Any]) -> bool:
+        if states:
+            draining = member.get("status") == "draining" and member.get("state") in (
+                "alive", "suspect",
+            )  # fmt: skip
+            if member.get("state") not in states and not (draining and "draining" in states):
+                return False
+        have = member.get("labels") or {}
+        return all(have.get(k) == v for k, v in labels.items())
+
+    return keep
 
 
 def _cmd_status(args: argparse.Namespace) -> None:
@@ -256,13 +333,14 @@ def _cmd_status(args: argparse.Namespace) -> None:
     node = status.get("node", {})
     overlay = status.get("overlay", {})
     cluster = status.get("cluster", {})
+    tasks = status.get("tasks")
+    draining = "  draining: takes no new work" if tasks and tasks.get("draining") else ""
     lines = [
-        f"node      {node.get('name')} ({node.get('node_id')})",
+        f"node      {node.get('name')} ({node.get('node_id')}){draining}",
         f"address   {node.get('address')}  incarnation {node.get('incarnation')}",
         f"cluster   {cluster.get('fingerprint')}  {cluster.get('summary')}",
         f"overlay   {overlay.get('kind')}  accepting {', '.join(overlay.get('accept', []))}",
     ]
-    tasks = status.get("tasks")
     if tasks:
         state = "draining (takes no new work)" if tasks.get("draining") else "taking work"
         lines.append(f"tasks     {state}; {tasks.get('running')} running here")
@@ -272,7 +350,8 @@ def _cmd_status(args: argparse.Namespace) -> None:
 
 
 def _cmd_members(args: argparse.Namespace) -> None:
-    members = _client(args).get("/v1/members")
+    keep = _member_filter(args)  # a bad filter is reported before the daemon is asked
+    members = [m for m in _client(args).get("/v1/members") if keep(m)]
     if args.json:
         _print_json(members)
     else:
@@ -340,6 +419,40 @@ def _cmd_gpus(args: argparse.Namespace) -> None:
         _print_json(gpus)
     else:
         print(terminal_safe(gpus.get("table") or "no GPUs found", keep_newlines=True))
+
+
+def _version_line() -> str:
+    from ._version import protocol_version, software_version
+
+    return f"{_PROG} {software_version()} (protocol {protocol_version()})"
+
+
+def _cmd_version(args: argparse.Namespace) -> None:
+    """This program's version, and the running daemon's when there is one (they may
+    differ after an upgrade until the daemon restarts)."""
+    from ._version import protocol_version, software_version
+
+    client = _client(args)
+    daemon: dict[str, Any] | None = None
+    if not _daemon_absent(client.socket_path):
+        node = client.get("/v1/status").get("node", {})
+        daemon = {
+            "software_version": node.get("software_version"),
+            "protocol_version": node.get("protocol_version"),
+            "pid": node.get("pid"),
+        }
+    mine = {"software_version": software_version(), "protocol_version": protocol_version()}
+    if args.json:
+        _print_json({"client": mine, "daemon": daemon})
+        return
+    print(f"client  {_version_line()}")
+    if daemon is None:
+        print(f"daemon  not running for state dir {client.socket_path.parent}")
+    else:
+        print(terminal_safe(
+            f"daemon  {daemon['software_version']} (protocol {daemon['protocol_version']},"
+            f" pid {daemon['pid']})"
+        ))  # fmt: skip
 
 
 def _cmd_leave(args: argparse.Namespace) -> None:
@@ -548,6 +661,7 @@ _COMMANDS = {
     "events": _cmd_events,
     "leave": _cmd_leave,
     "requests": _cmd_requests,
+    "version": _cmd_version,
     "key": _cmd_key,
     **TASK_COMMANDS,
 }
@@ -589,7 +703,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `populi-node` console script; returns the exit code."""
     try:
-        args = _parse(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        if words[:1] == ["--version"]:  # argparse's own would raise SystemExit here
+            print(_version_line())
+            return 0
+        args = _parse(words)
         if args.command == "cluster":
             _CLUSTER_COMMANDS[args.cluster_command](args)
         else:

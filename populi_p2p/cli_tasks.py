@@ -167,14 +167,35 @@ def _cmd_submit(args: argparse.Namespace) -> int | None:
     return _follow(client, task_id) if args.wait else None
 
 
+def _member_names(client: ApiClient) -> dict[str, str]:
+    """Node id -> name, for the members this node lists: people read names, scripts
+    read the ids in ``--json``."""
+    return {m["node_id"]: m["name"] for m in client.get("/v1/members") if m.get("name") != "?"}
+
+
+def _named(text: str, names: dict[str, str]) -> str:
+    """`text` with each node id in it written as its member's name."""
+    for node_id, name in names.items():
+        text = text.replace(node_id, name)
+    return text
+
+
+def _owner_name(owner: str | None, names: dict[str, str]) -> str:
+    return "-" if not owner else names.get(owner, owner[:12])
+
+
 def _follow(client: ApiClient, task_id: str) -> int:
     """Poll the task to its end with a live status line; its exit code."""
     started = time.monotonic()
     last = ""
     tty = sys.stderr.isatty()
+    names = _member_names(client)
     while True:
         task = client.get(f"/v1/tasks/{task_id}")
-        owner = (task.get("owner") or "-")[:12]
+        owner = task.get("owner")
+        if owner and owner not in names:
+            names = _member_names(client)  # a member we had not heard of when we began
+        owner = _owner_name(owner, names)
         line = terminal_safe(f"{task['phase']} epoch {task['epoch']} owner {owner}")
         if line != last or tty:
             elapsed = time.monotonic() - started
@@ -203,7 +224,7 @@ def _cmd_tasks(args: argparse.Namespace) -> None:
 
     client = _client(args)
     rows: list[dict[str, Any]] = client.get("/v1/tasks")
-    names = {m["node_id"]: m["name"] for m in client.get("/v1/members")}
+    names = _member_names(client)
     if args.phase:
         rows = [r for r in rows if r["phase"] == args.phase]
     if args.owner:
@@ -217,14 +238,15 @@ def _cmd_tasks(args: argparse.Namespace) -> None:
         return
     table = [
         [r["id"][:12], r["kind"] or "?", r["phase"], str(r["epoch"]),
-         names.get(r["owner"], (r["owner"] or "-")[:12]), _age(r["age"]), r["why"] or ""]
+         _owner_name(r["owner"], names), _age(r["age"]), r["why"] or ""]
         for r in rows
     ]  # fmt: skip
     print(_table(table, ["ID", "KIND", "PHASE", "EPOCH", "OWNER", "AGE", "WHY PENDING"]))
 
 
 def _cmd_task(args: argparse.Namespace) -> None:
-    task = _client(args).get(f"/v1/tasks/{args.task}")
+    client = _client(args)
+    task = client.get(f"/v1/tasks/{args.task}")
     if args.json:
         print(json.dumps(task, indent=2, sort_keys=True))
         return
@@ -236,11 +258,13 @@ def _cmd_task(args: argparse.Namespace) -> None:
         f"kind     {spec.get('kind')}",
         f"needs    {json.dumps(spec.get('requirements', {}), sort_keys=True)}",
     ]
+    names = _member_names(client)
     if spec.get("replicas"):  # the primary first (docs/leases.md, "Small meshes, quorums")
-        lines.append(f"replicas {' '.join(r[:12] for r in spec['replicas'])}")
+        shown = " ".join(_owner_name(r, names) for r in spec["replicas"])
+        lines.append(f"replicas {shown}")
     for e in task["epochs"]:
         code = "" if e["exit_code"] is None else f" exit {e['exit_code']}"
-        lines.append(f"epoch {e['epoch']}: {e['owner'][:12]} {e['phase']}{code}")
+        lines.append(f"epoch {e['epoch']}: {_owner_name(e['owner'], names)} {e['phase']}{code}")
     if task.get("why"):
         lines.append(f"pending  {task['why']}")
     result = task.get("result")
@@ -255,14 +279,16 @@ def _cmd_task(args: argparse.Namespace) -> None:
 
 
 def _cmd_explain(args: argparse.Namespace) -> None:
-    answer = _client(args).get(f"/v1/tasks/{args.task}/explain")
+    client = _client(args)
+    answer = client.get(f"/v1/tasks/{args.task}/explain")
     if args.json:
         print(json.dumps(answer, indent=2, sort_keys=True))
         return
+    names = _member_names(client)
     for line in (
         f"task {answer['id']} ({answer['phase']})",
-        f"lease:     {answer['claim'] or 'never claimed'}",
-        f"placement: {answer['placement'] or 'not placed by this node yet'}",
+        f"lease:     {_named(answer['claim'] or 'never claimed', names)}",
+        f"placement: {_named(answer['placement'] or 'not placed by this node yet', names)}",
     ):
         print(terminal_safe(line))
 

@@ -336,6 +336,17 @@ class NodeConfig:
                     doc="how often the GPUs are re-probed; a change in health or capacity"
                     " re-signs and gossips the record"),
     )  # fmt: skip
+    #: Seconds a dead or left member stays listed (`members`, `status`, the page) with
+    #: its "last seen", after the protocol has forgotten it (`services.departed`).
+    departed_retention: float = attrs.field(
+        default=86400.0, validator=_positive_seconds,
+        metadata=up("seconds", "seconds a dead or left member stays listed (default"
+                    " {default:g}, a day)", metavar="SECONDS",
+                    doc="how long a dead or left member stays in `members`, `status` and"
+                    " the page, with when it was last seen (as Serf keeps failed and left"
+                    " members); the protocol itself forgets it after the preset's"
+                    " `dead_retention`"),
+    )  # fmt: skip
     #: Membership and lease timing preset (`presets.resolve_preset`, resolved once by
     #: the node): ``lan``, ``wan`` or ``local`` (one machine, fast).
     preset: Preset = attrs.field(

@@ -57,7 +57,13 @@ from .observe.web import make_observe_app
 from .operator import operator_checker
 from .presets import Presets, resolve_preset
 from .services._lazy import import_in_thread
-from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
+from .services.addressing import (
+    Addressing,
+    advertise_host,
+    choose_addresses,
+    loopback_with_discovery,
+    outside_accept,
+)
 from .services.api_backend import NodeBackend
 from .services.api_server import ApiService
 from .services.app_channel import AppKind
@@ -74,6 +80,7 @@ from .services.membership import MembershipService
 from .services.memory import StoreService
 from .services.node_parts import NodeParts
 from .services.preflight import check_state_dir
+from .services.reachability import PeerReachability
 from .services.status import StatusView
 from .services.task_results import RESULT_TAIL_BYTES
 
@@ -194,12 +201,16 @@ class Node:
         outside = outside_accept(advertise[0], addressing.policy, overlay)
         if outside is not None:
             event(_log, 30, "advertise.outside_accept", message=outside)
+        loopback = loopback_with_discovery(advertise[0], config)
+        if loopback is not None:
+            event(_log, 30, "advertise.loopback", message=loopback)
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         node_id = creds.identity.node_id
+        reachability = PeerReachability()  # every failed send, logged and in `status`
         membership = MembershipService(
             parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
-            incarnation=incarnation, transport=transport, codec=parts.codec,
+            incarnation=incarnation, transport=reachability.watch(transport), codec=parts.codec,
             max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
             app_state=parts.app,
         )  # fmt: skip
@@ -238,8 +249,9 @@ class Node:
             membership, advertise, bootstrap=[*config.bootstrap, *peers],
             remembered=lambda: [(m.host, m.port) for m in store.known_members()
                                 if m.node_id != node_id],
-            probe_interval=parts.swim_config.probe_interval,
+            probe_interval=parts.swim_config.probe_interval, reachability=reachability,
         )  # fmt: skip
+        reachability.describe = discovery.describe
         parts.register_metrics(node_id, config.name, membership, transport)
         self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
         self.observe_app = make_observe_app(self.observe)
@@ -259,7 +271,7 @@ class Node:
             addressing.policy, codec, transport, membership, parts.roster, discovery,
             left=lambda: lifecycle.left,
             notices=lambda: [
-                *([outside] if outside is not None else []),
+                *(w for w in (outside, loopback) if w is not None),
                 *parts.certificate.notices(),
                 *parts.skew.notices(),
             ],

@@ -21,6 +21,7 @@ import trio
 from swim import (
     Event,
     IncarnationExhausted,
+    Member,
     MemberFailed,
     MemberJoined,
     MemberLeft,
@@ -47,8 +48,12 @@ _KINDS: Final[dict[type, tuple[str, str]]] = {
 }
 
 
-def membership_event(ev: Event, name_of: Callable[[str], str]) -> dict[str, Any] | None:
-    """The event fields for one membership event, or None for those not shown."""
+def membership_event(ev: Event, name_of: Callable[[Member], str]) -> dict[str, Any] | None:
+    """The event fields for one membership event, or None for those not shown.
+
+    `name_of` is given the member as the event carries it (its metadata, the signed
+    record, included): the feed may read an event before the roster has.
+    """
     if isinstance(ev, IncarnationExhausted):
         return {"kind": "self.exhausted", "message": "incarnation exhausted; new session"}
     if isinstance(ev, SelfRefuted):
@@ -62,7 +67,7 @@ def membership_event(ev: Event, name_of: Callable[[str], str]) -> dict[str, Any]
     if entry is None or member is None:
         return None  # app messages: their own services report them
     kind, verb = entry
-    name = name_of(member.name)
+    name = name_of(member)
     return {
         "kind": kind,
         "message": f"{name} {verb}",
@@ -78,7 +83,7 @@ class EventService:
 
     Args:
         capacity: how many recent events `recent` keeps.
-        name_of: node id -> the member's display name (the roster's).
+        name_of: member -> its display name (the roster's `display_name`).
         clock: realtime, for the events' `time` (injected for tests).
     """
 
@@ -86,7 +91,7 @@ class EventService:
         self,
         capacity: int = EVENT_BUFFER,
         *,
-        name_of: Callable[[str], str] = str,
+        name_of: Callable[[Member], str] = lambda member: member.name,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if capacity < 1:

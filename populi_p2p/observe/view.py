@@ -100,7 +100,12 @@ class ObserveView:
                     devices.append({"name": g.get("model"), "memory_total": g.get("vram"),
                                     "memory_used": None, "allocatable": None,
                                     "health": None, "verified": False})  # fmt: skip
-            via = overlay.get("kind", "none") if row.get("self") else reached_over(row["address"])
+            # Ourselves: through the overlay when there is one, else nothing to say.
+            kind = overlay.get("kind") or "none"
+            if row.get("self"):
+                via = None if kind == "none" else kind
+            else:
+                via = reached_over(row["address"])
             entry = {key: row.get(key) for key in _MEMBER_KEYS}
             members.append(entry | {"gpus": devices, "via": via})
         return {

@@ -3,11 +3,13 @@
 Events in: membership events (its own subscription: which members failed, and when
 somebody joined) and mDNS discoveries. Commands out: ``membership.join(seeds)``. The
 retry schedule is the `Bootstrapper`'s; this service only says whom to try and whether
-a join is needed.
+a join is needed. It also says, in the log and in `status`, when joining fails and
+for how long the node has been alone (`warnings`).
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -21,8 +23,12 @@ from swim import Event, MemberFailed, MemberJoined, MemberLeft, MemberRecovered,
 
 from .._log import event, get_logger
 from .membership import MembershipService
+from .reachability import PeerReachability
 
-__all__ = ["JOIN_CANDIDATES_MAX", "RECONNECT_TIMEOUT", "Discovery"]
+__all__ = ["ALONE_WARNING_AFTER", "JOIN_CANDIDATES_MAX", "RECONNECT_TIMEOUT", "Discovery"]
+
+#: A node alone this long, seconds, while it has bootstrap peers says so in `status`.
+ALONE_WARNING_AFTER: Final = 30.0
 
 #: Remembered failed members are retried for this long, seconds (a day, as Serf does).
 RECONNECT_TIMEOUT: Final = 24 * 3600.0
@@ -43,6 +49,8 @@ class Discovery:
         remembered: addresses of members remembered from earlier runs (the store).
         probe_interval: the swim probe interval (join waits and check interval).
         clock: realtime, for `RECONNECT_TIMEOUT`.
+        reachability: the addresses that failed and why (the driver's sends).
+        monotonic: the clock of "alone since" (``trio.current_time``).
     """
 
     def __init__(
@@ -55,8 +63,18 @@ class Discovery:
         probe_interval: float,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        reachability: PeerReachability | None = None,
+        monotonic: Callable[[], float] = trio.current_time,
     ) -> None:
         self._membership = membership
+        self.reachability = (
+            reachability if reachability is not None else PeerReachability(monotonic)
+        )
+        self._monotonic = monotonic
+        #: Since when (monotonic) we have seen no other live member; None while joined.
+        self._alone_since: float | None = monotonic()
+        #: The last join failure logged (logged again only when it reads otherwise).
+        self._join_failure: str | None = None
         self._advertise = advertise
         self._remembered = remembered
         self._probe_interval = probe_interval
@@ -127,6 +145,42 @@ class Discovery:
     def statistics(self) -> BootstrapStatistics:
         return self.bootstrapper.statistics()
 
+    def describe(self, address: Address) -> str | None:
+        """What `address` is to us, for warnings: a member's name and state, or a
+        bootstrap peer."""
+        for m in self._membership.members():
+            if m.address == address:
+                return f"member {m.name[:12]}, {m.state.name.lower()}"
+        if address in self.bootstrapper.resolved or address in self.bootstrapper.bootstrap:
+            return "bootstrap peer"
+        return None
+
+    def warnings(self) -> list[str]:
+        """For `status`: being alone while there are bootstrap peers, and each address
+        that failed lately, with its reason."""
+        out = []
+        alone_for = self._alone_for()
+        peers = self.bootstrapper.bootstrap
+        if peers and alone_for is not None and alone_for >= ALONE_WARNING_AFTER:
+            shown = ", ".join(format_address(p) for p in peers[:5])
+            last = self._join_failure or self.bootstrapper.statistics().last_error
+            out.append(
+                f"alone for {alone_for:.0f} s: no bootstrap peer ({shown}) let this node"
+                f" join{f' (last: {last})' if last else ''}; check that a member runs"
+                " there, the port, the firewall and that both hold the same authority.pub"
+            )
+        return out + self.reachability.warnings()
+
+    def _alone_for(self) -> float | None:
+        """Seconds we have been alone (None: we are not), updating "alone since"."""
+        now = self._monotonic()
+        if self._membership.num_alive() > 1 or self._membership.has_left:
+            self._alone_since = None
+            return None
+        if self._alone_since is None:
+            self._alone_since = now
+        return now - self._alone_since
+
     ####################################################################################
     # The bootstrapper's questions
 
@@ -183,8 +237,32 @@ class Discovery:
         # Wait as long as a check interval for the answer: a seed starved by a start
         # storm answers late, and a retry sooner only adds another state exchange to
         # its queue (measured: 2.4 push-pulls per joiner at the seeds of 100 with 2 s).
-        with trio.move_on_after(max(1.0, 5 * self._probe_interval)):
+        wait = max(1.0, 5 * self._probe_interval)
+        with trio.move_on_after(wait):
             while membership.num_alive() <= 1:
                 await self._joined.wait()
                 self._joined = trio.Event()
-        return membership.num_alive() > 1
+        joined = membership.num_alive() > 1
+        self._alone_for()
+        if joined:
+            self._join_failure = None
+        elif membership.num_alive() <= 1:  # a member retrying dead ones: peer.unreachable
+            async with trio.open_nursery() as nursery:  # why: UDP fails in silence
+                for seed in sorted(seeds)[:5]:
+                    nursery.start_soon(functools.partial(
+                        self.reachability.diagnose, seed, waited=wait
+                    ))  # fmt: skip
+            self._log_join_failure(seeds, wait)
+        return joined
+
+    def _log_join_failure(self, seeds: Sequence[Address], wait: float) -> None:
+        """One warning per failure streak (again when its reasons change): each seed
+        with why it failed, the transport's reason or no answer in time."""
+        reasons = ", ".join(
+            f"{format_address(s)}: {self.reachability.reason(s) or f'no answer in {wait:g} s'}"
+            for s in sorted(seeds)[:5]
+        )
+        if reasons != self._join_failure:
+            self._join_failure = reasons
+            event(_log, 30, "join.failed", reasons=reasons,
+                  retry="with backoff, up to every 60 s")  # fmt: skip

@@ -77,7 +77,10 @@ class NodeParts:
             max_record_bytes=self.swim_config.meta_size_max,
         )
         node_id = creds.identity.node_id
-        self.roster = Roster(node_id, records, on_certificate=self.codec.learn_certificate)
+        self.roster = Roster(
+            node_id, records, on_certificate=self.codec.learn_certificate,
+            departed_retention=config.departed_retention,
+        )  # fmt: skip
         self.revocations = RevocationService(creds.files, creds.revocations, creds.authority_key)
         self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
         self.skew = SkewWatch()
@@ -92,9 +95,7 @@ class NodeParts:
             max_bytes=min(self.swim_config.meta_size_max, self.swim_config.packet_budget - 64),
         )  # fmt: skip
         roster = self.roster
-        self.events = EventService(
-            name_of=lambda nid: n if (n := roster.name_of(nid)) != "?" else nid[:12]
-        )
+        self.events = EventService(name_of=roster.display_name)
         self.metrics = MetricsService()
         events, publisher = self.events, self.publisher
 

@@ -9,7 +9,6 @@ gossips it.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,6 +17,7 @@ from typing import Any
 from overlay.base import Address
 
 from .._log import event, get_logger
+from .._version import protocol_version, software_version
 from ..identity import NodeIdentity
 from ..record import Capabilities, NodeRecord, NodeStatus, next_sequence
 
@@ -26,24 +26,11 @@ __all__ = ["RecordPublisher", "software_version"]
 _log = get_logger("node")
 
 
-def software_version() -> str:
-    try:
-        return importlib.metadata.version("populi-p2p")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.1.0+src"
-
-
 def _ram_bytes() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 0
-
-
-def _protocol_version() -> int:
-    from swim import PROTOCOL_VERSION
-
-    return int(PROTOCOL_VERSION)
 
 
 class RecordPublisher:
@@ -160,7 +147,7 @@ class RecordPublisher:
             address=self.advertise[0],
             port=self.advertise[1],
             software_version=software_version(),
-            protocol_version=_protocol_version(),
+            protocol_version=protocol_version(),
             started_at=float(self._started_at),
             sequence=self.sequence,
             status=self.status,

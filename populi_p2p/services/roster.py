@@ -4,7 +4,9 @@ Events in: membership events (its own subscription). For each, the member's meta
 offered to the record book, the event is logged with the member's verified name, and
 name clashes are noticed. Commands out: members worth remembering across restarts go to
 `on_known`, members that left to `on_gone` (the store). Queries: the rows the API
-shows, unverified members and name clashes.
+shows, unverified members and name clashes. Members that died or left stay in the rows,
+with "last seen", for `departed_retention` (`departed.DepartedMembers`), long after the
+core forgot them.
 """
 
 from __future__ import annotations
@@ -34,13 +36,28 @@ from ..record_book import RecordBook
 from ..revocation import RevocationList
 from ..store import KnownMember
 from ._member_events import other_member, serve_events
+from .departed import DepartedMembers
 from .membership import MembershipService
 
-__all__ = ["REVALIDATE_INTERVAL", "Roster"]
+__all__ = ["DEPARTED_RETENTION", "MEMBER_STATES", "REVALIDATE_INTERVAL", "Roster"]
 
 #: How often records are re-checked for expiry, seconds.
 REVALIDATE_INTERVAL: Final = 2.0
 _GONE: Final = (MemberState.DEAD, MemberState.LEFT)
+#: How long a dead or left member stays listed by default, seconds (a day, as Serf).
+DEPARTED_RETENTION: Final = 24 * 3600.0
+#: The member states, as every log line, event, table and page names them.
+MEMBER_STATES: Final = tuple(s.name.lower() for s in MemberState)
+#: The log event of each membership change: ``member.`` and the state it is in now
+#: (the event feed uses the same kinds, `observe.events`).
+_LOG_KINDS: Final[dict[type, tuple[str, int]]] = {
+    MemberJoined: ("member.joined", 20),
+    MemberRecovered: ("member.recovered", 20),
+    MemberUpdated: ("member.updated", 20),
+    MemberSuspected: ("member.suspect", 20),
+    MemberFailed: ("member.dead", 30),
+    MemberLeft: ("member.left", 20),
+}
 
 _log = get_logger("node")
 
@@ -57,7 +74,9 @@ class Roster:
         on_certificate: (public key, certificate) of each member whose record verified,
             for the packet codec (`AuthCodec.learn_certificate`): a member whose record
             we hold can send us packets without its certificate.
-        clock: realtime, for record expiry and `KnownMember.last_seen`.
+        clock: realtime, for record expiry, `KnownMember.last_seen` and the departed
+            members' "last seen".
+        departed_retention: seconds a dead or left member stays in the rows.
     """
 
     def __init__(
@@ -70,8 +89,13 @@ class Roster:
         on_gone: Callable[[str], None] = lambda _n: None,
         on_certificate: Callable[[bytes, bytes], object] = lambda _key, _cert: None,
         clock: Callable[[], float] = time.time,
+        departed_retention: float = DEPARTED_RETENTION,
     ) -> None:
         self.node_id = node_id
+        #: Dead and left members, shown with "last seen" after the core forgot them.
+        self.departed = DepartedMembers(departed_retention)
+        #: node id -> realtime it was first suspected (its "last seen" if it dies).
+        self._suspected_at: dict[str, float] = {}
         self.records = records
         self._membership = membership
         self._on_known = on_known
@@ -141,24 +165,32 @@ class Roster:
             "inc": member.incarnation,
             "unverified": self._unverified.get(member.name),  # left out when None
         }
-        if isinstance(ev, MemberJoined):
-            event(_log, 20, "member.joined", **fields)
+        kind, level = _LOG_KINDS.get(type(ev), ("", 0))
+        if kind:
+            event(_log, level, kind, **fields)
+        if isinstance(ev, MemberJoined | MemberRecovered | MemberUpdated):
             self._remember(member, name)
-            self._check_clash(record)
-        elif isinstance(ev, MemberRecovered):
-            event(_log, 20, "member.recovered", **fields)
-            self._remember(member, name)
-        elif isinstance(ev, MemberUpdated):
-            event(_log, 20, "member.updated", **fields)
-            self._remember(member, name)
-            self._check_clash(record)
+            if member.state not in _GONE:
+                self.departed.discard(member.name)
+                self._suspected_at.pop(member.name, None)
+            if not isinstance(ev, MemberRecovered):
+                self._check_clash(record)
         elif isinstance(ev, MemberSuspected):
-            event(_log, 20, "member.suspected", **fields)
-        elif isinstance(ev, MemberFailed):
-            event(_log, 30, "member.failed", **fields)
-        elif isinstance(ev, MemberLeft):
-            event(_log, 20, "member.left", **fields)
-            self._on_gone(member.name)
+            self._suspected_at.setdefault(member.name, self._clock())
+        elif isinstance(ev, MemberFailed | MemberLeft):
+            self._depart(member)
+            if isinstance(ev, MemberLeft):
+                self._on_gone(member.name)
+
+    def _depart(self, member: Member) -> None:
+        """Keep `member`'s row, as it is now, with when it was last seen: when it was
+        first suspected (a death), or now (a leave: it said goodbye)."""
+        now = self._clock()
+        suspected = self._suspected_at.pop(member.name, None)
+        seen = suspected if member.state == MemberState.DEAD and suspected else now
+        self.departed.keep(
+            self._row(member, snapshot=True) | {"last_seen": round(seen, 3)}, departed_at=now
+        )
 
     def _remember(self, member: Member, name: str) -> None:
         host, port = member.address
@@ -218,6 +250,16 @@ class Roster:
     ####################################################################################
     # Queries
 
+    def display_name(self, member: Member) -> str:
+        """The name to show a person for `member`, from the record it carries (verified
+        now if the roster has not seen it yet: another subscriber may read an event
+        first), else the name it last verified with, else its id's first 12 characters."""
+        record = self._verify(member) if member.name != self.node_id else None
+        if record is not None:
+            return record.name
+        name = self.name_of(member.name)
+        return name if name != "?" else member.name[:12]
+
     def name_of(self, node_id: str) -> str:
         """The name `node_id` had when its record last verified, or "?"."""
         return self._names.get(node_id, "?")
@@ -258,48 +300,69 @@ class Roster:
         ]
 
     def member_rows(self) -> list[dict[str, Any]]:
-        """The rows of ``GET /v1/members``."""
+        """The rows of ``GET /v1/members``: the members the core holds, then those that
+        died or left within `departed_retention` and that it has forgotten since."""
+        members = self._members()
+        rows = [self._row(m) for m in members]
+        return rows + self.departed.rows(self._clock(), except_ids=(m.name for m in members))
+
+    def state_counts(self) -> dict[str, int]:
+        """How many members are in each state, the departed ones still listed included."""
+        counts = dict.fromkeys(MEMBER_STATES, 0)
+        members = self._members()
+        for m in members:
+            counts[m.state.name.lower()] += 1
+        for row in self.departed.rows(self._clock(), except_ids=(m.name for m in members)):
+            counts[row["state"]] += 1
+        return counts
+
+    def _row(self, member: Member, *, snapshot: bool = False) -> dict[str, Any]:
+        """One member's row, from the core's view and its verified record (`snapshot`:
+        for `departed`, which keeps its own `state_since`)."""
         from ..gpu import GpuReport, member_gpu_summary, report_to_dict
 
-        rows = []
-        for member in self._members():
-            reason = self.unverified_reason(member.name)
-            # What an unverified member's record claims is not shown: only its id,
-            # address and state (the core's own) and the name it had when it verified.
-            record = self.records.get(member.name) if reason is None else None
-            name = record.name if record is not None else self.name_of(member.name)
-            caps = "-"
-            gpu_detail: dict[str, Any] | None = None
-            if record is not None:
-                c = record.capabilities
-                gpu = member_gpu_summary(c.gpu) if c.gpu is not None else "no GPU"
-                caps = f"{c.cpu_cores} cpu, {c.ram_bytes / 2**30:.0f} GiB, {gpu}"
-                if c.gpu is not None:
-                    try:
-                        gpu_detail = report_to_dict(GpuReport.from_record(c.gpu))
-                    except ValueError:
-                        gpu_detail = None  # the summary already says "GPU record unreadable"
-            rows.append(
-                {
-                    "name": name,
-                    "node_id": member.name,
-                    "address": format_address(member.address),
-                    "state": member.state.name.lower(),
-                    "incarnation": member.incarnation,
-                    "rtt_ms": None if member.rtt is None else round(member.rtt * 1000, 3),
-                    "capabilities": caps,
-                    # The member's signed GPU record, in the `gpus --json` form: every
-                    # section says its layer (A verified, B derived, C operator).
-                    "gpu": gpu_detail,
-                    "labels": dict(record.labels) if record is not None else {},
-                    "status": record.status.value if record is not None else None,
-                    "verified": reason is None,
-                    "unverified": reason,
-                    "self": member.name == self.node_id,
-                    "state_since": round(trio.current_time() - member.state_since, 3),
-                }
-            )
-        return rows
+        reason = self.unverified_reason(member.name)
+        # What an unverified member's record claims is not shown: only its id,
+        # address and state (the core's own) and the name it had when it verified.
+        record = self.records.get(member.name) if reason is None else None
+        name = record.name if record is not None else self.name_of(member.name)
+        caps = "-"
+        gpu_detail: dict[str, Any] | None = None
+        if record is not None:
+            c = record.capabilities
+            gpu = member_gpu_summary(c.gpu) if c.gpu is not None else "no GPU"
+            caps = f"{c.cpu_cores} cpu, {c.ram_bytes / 2**30:.0f} GiB, {gpu}"
+            if c.gpu is not None:
+                try:
+                    gpu_detail = report_to_dict(GpuReport.from_record(c.gpu))
+                except ValueError:
+                    gpu_detail = None  # the summary already says "GPU record unreadable"
+        gone = member.state in _GONE
+        return {
+            "name": name,
+            "node_id": member.name,
+            "address": format_address(member.address),
+            "state": member.state.name.lower(),
+            "incarnation": member.incarnation,
+            # A dead or left member's last RTT says nothing about it now.
+            "rtt_ms": None if member.rtt is None or gone else round(member.rtt * 1000, 3),
+            "capabilities": caps,
+            # The member's signed GPU record, in the `gpus --json` form: every
+            # section says its layer (A verified, B derived, C operator).
+            "gpu": gpu_detail,
+            "labels": dict(record.labels) if record is not None else {},
+            "status": record.status.value if record is not None else None,
+            "version": record.software_version if record is not None else None,
+            "verified": reason is None,
+            "unverified": reason,
+            "self": member.name == self.node_id,
+            "state_since": (
+                0.0 if snapshot else round(trio.current_time() - member.state_since, 3)
+            ),
+            # Realtime it was last seen (dead: first suspected; left: its goodbye);
+            # None while it is a live member.
+            "last_seen": self.departed.last_seen(member.name) if gone else None,
+        }
 
     def _members(self) -> list[Member]:
         return [] if self._membership is None else self._membership.members()

@@ -16,16 +16,15 @@ from overlay.base import Address, format_address
 from overlay.detect import OverlayInfo
 from overlay.netfilter import AcceptPolicy
 from overlay.transport import Transport
-from swim import MemberState
 
 from .._keyfiles import encode_public_key
+from .._version import protocol_version, software_version
 from ..authority import cluster_fingerprint
 from ..config import NodeConfig
 from ..identity import NodeIdentity
 from .codec import AuthCodec
 from .discovery import Discovery
 from .membership import MembershipService
-from .publisher import software_version
 from .roster import Roster
 
 __all__ = ["UNVERIFIED_WARNINGS_MAX", "StatusView"]
@@ -60,15 +59,14 @@ class StatusView:
 
     def status(self) -> dict[str, Any]:
         membership = self.membership
-        counts = {s.name.lower(): 0 for s in MemberState}
-        for m in membership.members():
-            counts[m.state.name.lower()] += 1
+        counts = self.roster.state_counts()
         summary = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
         warnings: list[str] = list(self.notices())
         clashes = self.roster.name_clashes()
         for clash in clashes:
             ids = ", ".join(clash["node_ids"])
             warnings.append(f"name {clash['name']!r} is used by nodes {ids}")
+        warnings.extend(self.discovery.warnings())
         stats = self.transport.statistics()
         blocked = [format_address(a) for a in stats.udp_blocked_peers]
         transport_stats = {"udp": asdict(stats.udp), "tcp": asdict(stats.tcp)}
@@ -98,6 +96,7 @@ class StatusView:
                 "started_at": self.started_at,
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "software_version": software_version(),
+                "protocol_version": protocol_version(),
                 "preset": self.config.preset,
                 "pid": os.getpid(),
             },

@@ -79,7 +79,7 @@ def test_ten_daemons(tmp_path: Path) -> None:
             10, f"all to see {leaver.name} left",
         )  # fmt: skip
         for d in stayers:
-            assert f"member.failed name={leaver.name} " not in d.log()
+            assert f"member.dead name={leaver.name} " not in d.log()
             assert f"member.left name={leaver.name} " in d.log()
 
         # 4. Restart without --bootstrap: same node id, higher incarnation, alive again.

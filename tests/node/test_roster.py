@@ -197,8 +197,8 @@ def test_each_event_kind_logs_and_commands_the_store_as_it_should(
     m = member(A, signed_record(A, "box-a"))
     kinds: list[tuple[Event, str, int]] = [
         (MemberJoined(m), "member.joined", 20),
-        (MemberSuspected(m), "member.suspected", 20),
-        (MemberFailed(m), "member.failed", 30),
+        (MemberSuspected(m), "member.suspect", 20),
+        (MemberFailed(m), "member.dead", 30),
         (MemberRecovered(m), "member.recovered", 20),
         (MemberUpdated(m), "member.updated", 20),
         (MemberLeft(m), "member.left", 20),
@@ -418,7 +418,7 @@ async def test_member_rows_show_verified_records_and_only_the_core_for_others(
         "name": "box-a", "node_id": A.node_id, "address": "[fd00::1]:7000",
         "state": "alive", "incarnation": 7, "rtt_ms": 12.346, "labels": {"rack": "b2"},
         "status": "available", "verified": True, "unverified": None, "self": False,
-        "state_since": 9.5,
+        "state_since": 9.5, "version": "0.1.0", "last_seen": None,
     }  # fmt: skip
     assert a["capabilities"] == "8 cpu, 32 GiB, 1\u00d7H100 80GiB (verified)"
     (gpu,) = a["gpu"]["gpus"]  # the `gpus --json` form, with each layer's provenance
@@ -430,7 +430,7 @@ async def test_member_rows_show_verified_records_and_only_the_core_for_others(
         "name": "?", "node_id": B.node_id, "address": "10.0.0.5:7946", "state": "suspect",
         "incarnation": 1, "rtt_ms": None, "capabilities": "-", "gpu": None, "labels": {},
         "status": None, "verified": False, "unverified": "malformed", "self": False,
-        "state_since": 100.0,
+        "state_since": 100.0, "version": None, "last_seen": None,
     }  # fmt: skip
 
 
@@ -449,3 +449,66 @@ def test_no_membership_service_means_no_members() -> None:
     assert roster.member_rows() == []
     assert roster.unverified_members() == []
     assert roster.name_clashes() == []
+
+
+####################################################################################
+# Departed members (issue 20, item 4): listed with "last seen" after the core forgot them
+
+
+async def test_dead_and_left_members_stay_listed_with_last_seen_until_the_retention(
+    autojump_clock: trio.testing.MockClock, h: Harness
+) -> None:
+    """The core forgets a dead member after its `dead_retention` (30 s at `lan`); the
+    roster keeps its row, with when it was last seen (first suspected), for a day."""
+    a, b = signed_record(A, "box-a"), signed_record(B, "box-b")
+    h.see(MemberJoined(member(A, a, rtt=0.004)))
+    h.see(MemberJoined(member(B, b)))
+    h.see(MemberSuspected(member(A, a, state=MemberState.SUSPECT, rtt=0.004)))
+    h.now += 5
+    h.see(MemberFailed(member(A, a, state=MemberState.DEAD, rtt=0.004)))
+    h.see(MemberLeft(member(B, b, state=MemberState.LEFT)))
+    rows = {row["node_id"]: row for row in h.roster.member_rows()}
+    # Held by the core still: the core's row, with no stale RTT, and "last seen".
+    assert rows[A.node_id]["state"] == "dead" and rows[A.node_id]["rtt_ms"] is None
+    assert rows[A.node_id]["last_seen"] == NOW  # first suspected, not declared dead
+    assert rows[B.node_id]["last_seen"] == NOW + 5  # its goodbye
+
+    del h.membership.held[A.node_id], h.membership.held[B.node_id]  # dead_retention ran out
+    h.now += 3600
+    rows = {row["node_id"]: row for row in h.roster.member_rows()}
+    assert rows[A.node_id]["name"] == "box-a" and rows[A.node_id]["state"] == "dead"
+    assert rows[A.node_id]["labels"] == {"rack": "b2"} and rows[A.node_id]["version"] == "0.1.0"
+    assert rows[A.node_id]["state_since"] == 3600.0
+    assert rows[B.node_id]["state"] == "left"
+    assert h.roster.state_counts() == {"alive": 0, "suspect": 0, "dead": 1, "left": 1}
+
+    h.now += 24 * 3600 - 3600 + 1  # a day after they went
+    assert h.roster.member_rows() == []
+
+
+def test_a_member_that_comes_back_is_listed_once_as_alive(h: Harness) -> None:
+    a = signed_record(A, "box-a")
+    h.see(MemberJoined(member(A, a)))
+    h.see(MemberFailed(member(A, a, state=MemberState.DEAD)))
+    del h.membership.held[A.node_id]
+    h.see(MemberJoined(member(A, a, incarnation=2)))
+    assert len(h.roster.departed) == 0
+
+
+def test_departed_rows_follow_the_retention_setting(h: Harness) -> None:
+    roster = Roster(ME.node_id, h.book, h.membership, clock=lambda: h.now,  # type: ignore[arg-type]
+                    departed_retention=60.0)  # fmt: skip
+    a = signed_record(A, "box-a")
+    roster.on_event(MemberLeft(member(A, a, state=MemberState.LEFT)))
+    h.now += 60
+    assert [r["state"] for r in roster.member_rows()] == ["left"]
+    h.now += 1
+    assert roster.member_rows() == []
+
+
+def test_the_feed_names_a_member_the_roster_has_not_heard_of_yet(h: Harness) -> None:
+    """Issue 20, item 9: the event feed may read a join before the roster does; it then
+    showed the id ("74ahn6lenbnt joined"). `display_name` reads the record it carries."""
+    joined = member(A, signed_record(A, "box-a"))
+    assert h.roster.display_name(joined) == "box-a"
+    assert h.roster.display_name(member(C)) == C.node_id[:12]  # no record: the short id

@@ -62,3 +62,12 @@ def test_sections_are_provided_by_other_services() -> None:
 )  # fmt: skip
 def test_reached_over(address: str, via: str) -> None:
     assert reached_over(address) == via
+
+
+def test_the_node_itself_without_an_overlay_is_not_shown_via_none() -> None:
+    """Issue 20, item 9: the page said "alive · via none" for the node itself."""
+    status = {"node": {"name": "me"}, "overlay": {"kind": "none"}, "cluster": {}}
+    rows = [row("me", "192.168.1.4:7946", self=True), row("lan", "192.168.1.5:7946")]
+    v = ObserveView(MetricsService(), EventService(), lambda: status, lambda: rows)
+    by_name = {m["name"]: m for m in v.mesh()["members"]}
+    assert by_name["me"]["via"] is None and by_name["lan"]["via"] == "lan"

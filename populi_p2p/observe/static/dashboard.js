@@ -67,10 +67,10 @@ function drawMap(members) {
       "data-state": m.state,
       transform: `translate(${x.toFixed(1)},${y.toFixed(1)})`,
     });
-    g.append(el("svg:title", {}, `${m.name} (${m.node_id}) ${m.state}, ${m.address} via ${m.via}`));
+    g.append(el("svg:title", {}, `${m.name} (${m.node_id}) ${m.state}, ${m.address}${m.via ? ` via ${m.via}` : ""}`));
     g.append(el("svg:circle", { r: 18, class: `state-${m.state}` }));
     g.append(el("svg:text", { y: -26 }, m.name + (m.self ? " (this node)" : "")));
-    g.append(el("svg:text", { y: 34, class: "via" }, `${m.state} · via ${m.via}`));
+    g.append(el("svg:text", { y: 34, class: "via" }, `${m.state}${m.via ? ` · via ${m.via}` : ""}`));
     m.gpus.forEach((gpu, i) => {
       g.append(el("svg:rect", {
         x: -22 + i * 9, y: 40, width: 7, height: 7,
@@ -99,7 +99,7 @@ function drawTable(members) {
       m.name + (m.self ? " *" : "") + (m.verified ? "" : " (unverified)"),
       m.state,
       m.address,
-      m.via,
+      m.via || "-",
       m.rtt_ms == null ? "-" : `${m.rtt_ms.toFixed(1)} ms`,
       m.gpus.length ? `${verified} verified, ${declared} declared` : "none",
       v ? `${gib(v.used)} / ${gib(v.alloc)} GiB` : "-",
