@@ -12,11 +12,14 @@ const SVG = "http://www.w3.org/2000/svg";
 const FEED_MAX = 200;      // events kept in the page
 const REFRESH_MIN_MS = 400; // at most one snapshot per this, however many events arrive
 const IDLE_REFRESH_MS = 10000; // RTTs and VRAM move without events: a slow refresh
+const BUSY_REFRESH_MS = 2000; // tasks change phase without events: faster while any runs
 const GONE = ["dead", "left"]; // greyed, with "last seen"
+const ENDED = ["succeeded", "failed", "cancelled"];
 
 let lastSeq = 0;
 let pending = null;
 let lastFetch = 0;
+let busy = false; // a task is pending or running
 
 function el(tag, attrs, text) {
   const node = tag.startsWith("svg:")
@@ -245,6 +248,7 @@ function draw(snapshot) {
   drawTable(members);
   drawGpus(members);
   drawSections(snapshot);
+  busy = Array.isArray(snapshot.tasks) && snapshot.tasks.some((t) => !ENDED.includes(t.phase));
   document.body.dataset.members = String(members.length);
 }
 
@@ -304,4 +308,5 @@ document.addEventListener("DOMContentLoaded", () => {
   refresh();
   connect();
   setInterval(scheduleRefresh, IDLE_REFRESH_MS);
+  setInterval(() => { if (busy) scheduleRefresh(); }, BUSY_REFRESH_MS);
 });
