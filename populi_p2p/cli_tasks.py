@@ -25,6 +25,8 @@ __all__ = ["TASK_COMMANDS", "add_task_commands"]
 WAIT_POLL: Final = 0.2
 #: How long `submit` waits for the daemon (the acks wait up to 10 s).
 SUBMIT_TIMEOUT: Final = 30.0
+#: Seconds `submit --wait` keeps copying output after the task ended (its last bytes).
+DRAIN_WAIT: Final = 10.0
 
 
 class TaskCliError(Exception):
@@ -164,7 +166,72 @@ def _cmd_submit(args: argparse.Namespace) -> int | None:
     answer = client.post("/v1/tasks", spec)
     task_id = str(answer["id"])
     print(task_id, flush=True)
-    return _follow(client, task_id) if args.wait else None
+    if not args.wait:
+        return None
+    try:
+        return _follow(client, task_id)
+    except KeyboardInterrupt:
+        # The task lives in the mesh, not in this command: say how to stop it.
+        where = f" --state-dir {args.state_dir}" if args.state_dir is not None else ""
+        print(f"\nstill running: populi-node cancel {task_id}{where}", file=sys.stderr)
+        raise
+
+
+#: Claim phases at which an epoch has run (its output exists on its owner).
+_RAN: Final = ("running", "released", "failed", "succeeded")
+
+
+class _Output:
+    """A task's stdout and stderr copied to ours as the owner writes them, as
+    `logs --follow` does; a new epoch (a retry, possibly elsewhere) starts from 0."""
+
+    def __init__(self, client: ApiClient, task_id: str) -> None:
+        self._client, self._task_id = client, task_id
+        self._epoch = 0
+        self._offsets = {"stdout": 0, "stderr": 0}
+        self._done = {"stdout": False, "stderr": False}
+        #: Why the output could not be read at the last try (its owner is gone or
+        #: silent): tried again at the next poll, said once the task has ended.
+        self.error: str | None = None
+
+    def follow_epoch(self, task: dict[str, Any]) -> bool:
+        """Switch to the task's latest epoch once it has run; True when it is new."""
+        ran = [e["epoch"] for e in task.get("epochs", []) if e.get("phase") in _RAN]
+        latest = max(ran, default=0)
+        if latest <= self._epoch:
+            return False
+        self._epoch = latest
+        self._offsets = {"stdout": 0, "stderr": 0}
+        self._done = {"stdout": False, "stderr": False}
+        return True
+
+    @property
+    def started(self) -> bool:
+        """Whether an epoch of the task has run (there is output to copy)."""
+        return self._epoch > 0
+
+    def copy(self) -> bool:
+        """Copy what is new on both streams; True once both have ended."""
+        if self._epoch == 0:
+            return False
+        for stream, out in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            while not self._done[stream]:
+                query = f"stream={stream}&offset={self._offsets[stream]}"
+                try:
+                    chunk = self._client.get(f"/v1/tasks/{self._task_id}/logs?{query}")
+                except ApiError as exc:
+                    self.error = str(exc)
+                    return False
+                self.error = None
+                data = base64.b64decode(chunk["data"])
+                out.flush()
+                out.buffer.write(data)
+                out.buffer.flush()
+                self._offsets[stream] = int(chunk["offset"])
+                self._done[stream] = bool(chunk["done"])
+                if not data:
+                    break
+        return all(self._done.values())
 
 
 def _member_names(client: ApiClient) -> dict[str, str]:
@@ -185,29 +252,36 @@ def _owner_name(owner: str | None, names: dict[str, str]) -> str:
 
 
 def _follow(client: ApiClient, task_id: str) -> int:
-    """Poll the task to its end with a live status line; its exit code."""
+    """Stream the task's output until it ends, with a line on stderr at each change of
+    phase, epoch or owner; its exit code."""
     started = time.monotonic()
     last = ""
-    tty = sys.stderr.isatty()
+    output = _Output(client, task_id)
     names = _member_names(client)
     while True:
         task = client.get(f"/v1/tasks/{task_id}")
         owner = task.get("owner")
         if owner and owner not in names:
             names = _member_names(client)  # a member we had not heard of when we began
-        owner = _owner_name(owner, names)
-        line = terminal_safe(f"{task['phase']} epoch {task['epoch']} owner {owner}")
-        if line != last or tty:
-            elapsed = time.monotonic() - started
-            end = "\r" if tty else "\n"
-            print(f"{line} {elapsed:.1f}s", end=end, file=sys.stderr, flush=True)
+        owner_name = _owner_name(owner, names)
+        line = terminal_safe(f"{task['phase']} epoch {task['epoch']} owner {owner_name}")
+        if line != last:
+            print(f"{line} {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
             last = line
+        output.follow_epoch(task)
+        ended = output.copy()
         if task.get("finished"):
-            if tty:
-                print(file=sys.stderr)
+            # The last bytes written before the end (bounded: an owner that keeps
+            # saying "not done" does not hold the exit code back).
+            deadline = time.monotonic() + DRAIN_WAIT
+            while not ended and output.started and time.monotonic() < deadline:
+                time.sleep(WAIT_POLL)
+                ended = output.copy()
+            if not ended and output.error is not None:
+                print(terminal_safe(f"output not read to its end: {output.error}"), file=sys.stderr)
             code = task.get("exit_code")
             return int(code) if isinstance(code, int) and 0 <= code < 256 else 1
-        time.sleep(WAIT_POLL)
+        time.sleep(WAIT_POLL)  # a poll of the daemon's API, not synchronisation
 
 
 def _age(seconds: float | None) -> str:

@@ -53,6 +53,7 @@ from .authority import cluster_fingerprint
 from .config import NodeConfig
 from .leases.reliability import Outcome
 from .observe import ObserveView
+from .observe.sections import task_rows
 from .observe.web import make_observe_app
 from .operator import operator_checker
 from .presets import Presets, resolve_preset
@@ -85,6 +86,8 @@ from .services.status import StatusView
 from .services.task_results import RESULT_TAIL_BYTES
 
 if TYPE_CHECKING:  # imported when first used, after the API answers (start-up CPU)
+    from prometheus_client.registry import Collector
+
     from .inference.peer_api import PeerRoutes
     from .inference.peer_client import PeerClient
     from .inference.service import InferenceService
@@ -113,6 +116,13 @@ def _raise_open_files() -> None:
             message=f"raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) to"
             f" {OPEN_FILES_LOW} or more for more HTTP connections",
         )  # fmt: skip
+
+
+def _task_collector(leases: LeaseService) -> Collector:
+    """The tasks' and leases' metric families (prometheus-client: at the first scrape)."""
+    from .observe.work_collector import TaskCollector
+
+    return TaskCollector(leases.statistics)
 
 
 class Node:
@@ -253,7 +263,9 @@ class Node:
         )  # fmt: skip
         reachability.describe = discovery.describe
         parts.register_metrics(node_id, config.name, membership, transport)
+        parts.metrics.register_factory(functools.partial(_task_collector, leases))
         self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
+        self.observe.provide("tasks", lambda: task_rows(leases.rows(), parts.roster.name_of))
         self.observe_app = make_observe_app(self.observe)
         api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
 
@@ -366,6 +378,7 @@ class Node:
         await host.start_inference(
             nursery, members=membership.members, member=membership.member, roster=parts.roster,
             revocations=parts.revocations, outcomes=self._lease_outcomes, observe=self.observe,
+            metrics=parts.metrics,
         )  # fmt: skip
 
     ####################################################################################

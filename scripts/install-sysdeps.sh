@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the system packages that the real-network tests, the dashboard browser test and
-# the real-engine test's llama.cpp build use. Needs root and apt; if either is missing it
-# says so and returns 0, and those tests skip with a reason (except the real-engine
+# Installs the system packages that the real-network tests, the dashboard browser test,
+# the metrics check (promtool) and the real-engine test's llama.cpp build use. Needs
+# root and apt; if either is missing it says so and returns 0, and those tests skip with
+# a reason (except the real-engine
 # test, which never skips in CI: without a compiler `make .venv/.engine` fails).
 set -u
 need=()
@@ -15,6 +16,8 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 # The dashboard test drives Debian's Chromium headless over its DevTools protocol.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# `promtool check metrics` checks a scrape (tests/observe/test_work_metrics.py).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "sysdeps: not root or no apt-get; tests needing ${need[*]} will skip" >&2

@@ -17,6 +17,7 @@ from .relay import Relay
 from .request_check import InvalidRequest, check_request, describe
 from .request_log import RequestLog
 from .route import Candidate, RouteDecision
+from .stats import InferenceStats, outcome_of
 
 __all__ = ["MAX_REQUEST_BODY", "CompletionHandler"]
 
@@ -69,17 +70,19 @@ def _accepted(request: dict[str, Any], chat: bool, key: ApiKey | None) -> str:
 
 class CompletionHandler:
     """Args: decide: the route for a model (and the view it used); relay: serves it;
-    log: where each routed request is recorded."""
+    log: where each routed request is recorded; stats: what ``/metrics`` counts."""
 
     def __init__(
         self,
         decide: Callable[[str], tuple[RouteDecision, list[Candidate]]],
         relay: Relay,
         log: RequestLog,
+        stats: InferenceStats | None = None,
     ) -> None:
         self._decide = decide
         self._relay = relay
         self._log = log
+        self.stats = stats if stats is not None else InferenceStats()
 
     async def __call__(
         self, path: str, chat: bool, receive: Receive, send: Send, key: ApiKey | None
@@ -88,15 +91,18 @@ class CompletionHandler:
             request = _decode(await read_body(receive, MAX_REQUEST_BODY))
             model = _accepted(request, chat, key)
         except BodyTooLarge as exc:
+            self.stats.request("rejected")
             await send_json(send, 413, openai_error(str(exc), "invalid_request_error"))
             return
         except _Refused as exc:  # the client's mistake: never a node's fault
+            self.stats.request("rejected")
             await send_json(send, exc.status, exc.body)
             return
         decision_start = time.perf_counter()
         decision, view = self._decide(model)
         decision_ms = (time.perf_counter() - decision_start) * 1000
         if not decision.order:
+            self.stats.request("no_route")
             status, body = ModelCatalogue.no_route(model, decision, view)
             await send_json(send, status, body)
             return
@@ -105,9 +111,13 @@ class CompletionHandler:
         entry = self._log.open(model, path, streamed, decision, names, decision_ms)
         route_header = (b"x-populi-route", decision.header().encode())
         if streamed:
-            await self._stream(path, chat, request, decision, names, entry, route_header, send)
+            await self._stream(
+                path, chat, request, decision, names, entry, route_header, send, decision_start
+            )
             return
         status, data, node, attempts = await self._relay.whole(decision.order, path, request)
+        self.stats.attempts(attempts)
+        self.stats.request(outcome_of(status))
         entry.update(
             node=names.get(node or "", node),
             attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in attempts],
@@ -139,7 +149,10 @@ class CompletionHandler:
         entry: dict[str, Any],
         route_header: tuple[bytes, bytes],
         send: Send,
+        began: float,
     ) -> None:
+        first = True
+
         async def start(status: int, node: str, body: bytes | None) -> None:
             if status == 0:
                 return
@@ -157,9 +170,17 @@ class CompletionHandler:
             await send({"type": "http.response.body", "body": data})
 
         async def emit(data: bytes) -> None:
+            nonlocal first
+            if first:
+                first = False
+                self.stats.first_token(time.perf_counter() - began)
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
         result = await self._relay.stream(decision.order, path, request, chat, start, emit)
+        self.stats.attempts(result.attempts)
+        served = result.status == 200 and result.done
+        self.stats.request("failed" if result.status == 200 and not served
+                           else outcome_of(result.status))  # fmt: skip
         entry.update(
             node=names.get(result.first_node or "", result.first_node),
             attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in result.attempts],

@@ -132,6 +132,8 @@ class InferenceService:
         self.catalogue = ModelCatalogue(view)
         self.log = RequestLog()
         self._completions = CompletionHandler(self.decide, self.relay, self.log)
+        #: Requests by outcome, time to first token, failovers (``/metrics``).
+        self.stats = self._completions.stats
         self.port: int | None = None
         #: The public listener's connection caps and their counters.
         self.gate = ConnectionGate(HttpLimits.for_open_files())

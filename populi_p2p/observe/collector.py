@@ -13,11 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeHistogramMetricFamily,
-    GaugeMetricFamily,
-)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from swim import MemberState
@@ -26,7 +22,7 @@ from .sources import MetricSources
 
 __all__ = ["RTT_BUCKETS", "MetricSources", "NodeCollector"]  # MetricSources: re-exported
 
-#: Upper bounds (seconds) of the member RTT buckets: loopback to intercontinental.
+#: The bounds (seconds) of `populi_members_by_rtt`: loopback to intercontinental.
 RTT_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 #: The transport's drop counters, by the reason label they get.
@@ -56,10 +52,10 @@ class NodeCollector(Collector):
     def _membership(self) -> Iterator[Any]:
         s = self._s
         info = GaugeMetricFamily(
-            "populi_node_info", "This node: always 1, with its id and name.",
-            labels=["node_id", "name"],
+            "populi_node_info", "This node: always 1, with its id, name and software version.",
+            labels=["node_id", "name", "version"],
         )  # fmt: skip
-        info.add_metric([s.node_id, s.name], 1)
+        info.add_metric([s.node_id, s.name, s.version], 1)
         yield info
         members = s.members()
         counts = {state.name.lower(): 0 for state in MemberState}
@@ -75,7 +71,7 @@ class NodeCollector(Collector):
         for state, n in counts.items():
             by_state.add_metric([state], n)
         yield by_state
-        yield _rtt_histogram(rtts)
+        yield from _rtt_gauges(rtts)
         awareness = GaugeMetricFamily(
             "populi_awareness_score",
             "Lifeguard local health: 0 is healthy; higher stretches our probe timeouts.",
@@ -203,20 +199,29 @@ class NodeCollector(Collector):
         yield lost
 
 
-def _rtt_histogram(rtts: list[float]) -> GaugeHistogramMetricFamily:
-    """The smoothed probe RTTs of the members now, as buckets (a gauge histogram:
-    members move between buckets, so the counts go down as well as up)."""
+def _rtt_gauges(rtts: list[float]) -> Iterator[GaugeMetricFamily]:
+    """The members' smoothed probe RTTs now, as gauges: how many are within each bound
+    (cumulative over the bounds), and the slowest. Not a histogram: members move
+    between bounds, so these go down as well as up, which a histogram's buckets (read
+    by ``rate()`` as counters) must never do."""
     rtts.sort()
-    buckets: list[tuple[str, float]] = []
+    within = GaugeMetricFamily(
+        "populi_members_by_rtt",
+        "Members whose smoothed probe RTT (EWMA of direct acks) is at most `rtt_at_most`"
+        " seconds now; +Inf: every member with an RTT yet.",
+        labels=["rtt_at_most"],
+    )
     i = 0
     for bound in RTT_BUCKETS:
         while i < len(rtts) and rtts[i] <= bound:
             i += 1
-        buckets.append((repr(bound), float(i)))
-    buckets.append(("+Inf", float(len(rtts))))
-    return GaugeHistogramMetricFamily(
-        "populi_member_rtt_seconds",
-        "Smoothed probe round-trip time of each member (EWMA of direct acks).",
-        buckets=buckets,
-        gsum_value=sum(rtts),
+        within.add_metric([repr(bound)], i)
+    within.add_metric(["+Inf"], len(rtts))
+    yield within
+    slowest = GaugeMetricFamily(
+        "populi_member_rtt_max_seconds",
+        "The slowest member's smoothed probe RTT now (absent before any RTT).",
     )
+    if rtts:
+        slowest.add_metric([], rtts[-1])
+    yield slowest

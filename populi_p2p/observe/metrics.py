@@ -39,9 +39,13 @@ class MetricsService:
     def registry(self) -> CollectorRegistry:
         """The registry, made (and the deferred collectors built) on first use."""
         if self._registry is None:
-            from prometheus_client import CollectorRegistry
+            from prometheus_client import CollectorRegistry, ProcessCollector
 
             self._registry = CollectorRegistry(auto_describe=False)
+            # process_cpu_seconds_total, process_resident_memory_bytes, open fds...:
+            # prometheus-client's own, read from /proc at scrape time (Linux; elsewhere
+            # it yields nothing).
+            ProcessCollector(registry=self._registry)
             factories, self._factories = self._factories, []
             for factory in factories:
                 self._registry.register(factory())

@@ -1,7 +1,9 @@
-"""`MetricSources`: the read-only queries the node's metrics collector reads at scrape time.
+"""`MetricSources`: the read-only queries the node's metrics collector reads at scrape
+time, and `TaskStatistics`, what the lease service hands its collector.
 
-Apart from the collector (`collector.py`), so that the node can wire its metrics
-without importing prometheus-client: that is imported at the first scrape.
+Apart from the collectors (`collector.py`, `work_collector.py`), so that the node can
+wire its metrics without importing prometheus-client: that is imported at the first
+scrape.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from swim import Member, MembershipStatistics
 
 from ..driver import DriverStatistics
 
-__all__ = ["MetricSources"]
+__all__ = ["MetricSources", "TaskStatistics"]
 
 
 @attrs.frozen
@@ -41,3 +43,29 @@ class MetricSources:
     #: Events published by kind, and events subscribers lost.
     event_counts: Callable[[], Mapping[str, int]] = dict
     events_dropped: Callable[[], int] = lambda: 0
+    #: The software version this node runs (its record's, for `populi_node_info`).
+    version: str = ""
+
+
+@attrs.frozen
+class TaskStatistics:
+    """One snapshot of the lease service, for ``/metrics``.
+
+    Every mapping has a fixed, small key set (phases, outcomes, refusal reasons), so no
+    label grows with the number of tasks or members.
+    """
+
+    #: Tasks in the lease table by phase (every `TaskPhase`, zeros included).
+    by_phase: Mapping[str, int]
+    #: Task processes started on this node.
+    starts: int
+    #: Task processes that ended here: succeeded, failed, released (handed back).
+    exits: Mapping[str, int]
+    #: Lease claims this node proposed, by outcome: won (a majority granted), lost.
+    claims: Mapping[str, int]
+    #: Grants this node refused as a replica, by reason.
+    grants_refused: Mapping[str, int]
+    #: Runs this node fenced (stopped because its lease could not be renewed).
+    fenced: int
+    #: Leases this node holds as owner now.
+    held: int

@@ -16,12 +16,14 @@ _TAILSCALE: Final = (
     ipaddress.ip_network("fd7a:115c:a1e0::/48"),
 )
 #: The snapshot's sections that other services fill (`ObserveView.provide`).
-_SECTIONS: Final = ("tasks", "routes")
-#: The member-row fields the page shows.
+_SECTIONS: Final = ("tasks", "models", "routes")
+#: The member-row fields the page shows (``status``: ``draining`` or ``active``;
+#: ``last_seen`` and ``version`` when the rows carry them).
 _MEMBER_KEYS: Final = (
     "name", "node_id", "address", "state", "incarnation", "rtt_ms", "capabilities",
-    "verified", "self", "state_since",
+    "verified", "self", "state_since", "status", "last_seen", "version",
 )  # fmt: skip
+_GONE: Final = ("dead", "left")
 
 
 def reached_over(address: str) -> str:
@@ -65,8 +67,9 @@ class ObserveView:
 
     def provide(self, section: str, rows: Callable[[], list[dict[str, Any]]]) -> None:
         """Fill a section of the snapshot: ``tasks`` (the lease service: id, owner,
-        epoch, phase, ...) or ``routes`` (the inference router: recent requests). Each
-        row is a flat JSON-able dict; the page shows one table row per dict."""
+        epoch, phase, ...), ``models`` (what the mesh serves, and by whom) or ``routes``
+        (the inference router: recent requests). Each row is a flat JSON-able dict
+        (`observe.sections` builds them); the page shows one table row per dict."""
         if section not in _SECTIONS:
             raise ValueError(f"unknown dashboard section {section!r} (one of {_SECTIONS})")
         self._sections[section] = rows
@@ -75,31 +78,11 @@ class ObserveView:
         return self._metrics.render()
 
     def mesh(self) -> dict[str, Any]:
-        """The dashboard's snapshot; `tasks` and `routes` are None until provided."""
+        """The dashboard's snapshot; a section is None until a service provides it."""
         status = self._status()
         overlay = status.get("overlay", {})
         members = []
         for row in self._members():
-            gpu = row.get("gpu") or {}
-            devices = []
-            for d in gpu.get("gpus", []):
-                capacity = d.get("capacity") or {}
-                devices.append(
-                    {
-                        "name": d.get("name"),
-                        "memory_total": d.get("memory_total"),
-                        "memory_used": d.get("memory_used"),
-                        "allocatable": capacity.get("vram"),
-                        "health": (d.get("health") or {}).get("state"),
-                        # Layer A: measured on the member; signed into its record.
-                        "verified": True,
-                    }
-                )
-            for g in gpu.get("declared_gpus", []):
-                for _ in range(int(g.get("count") or 0)):
-                    devices.append({"name": g.get("model"), "memory_total": g.get("vram"),
-                                    "memory_used": None, "allocatable": None,
-                                    "health": None, "verified": False})  # fmt: skip
             # Ourselves: through the overlay when there is one, else nothing to say.
             kind = overlay.get("kind") or "none"
             if row.get("self"):
@@ -107,7 +90,9 @@ class ObserveView:
             else:
                 via = reached_over(row["address"])
             entry = {key: row.get(key) for key in _MEMBER_KEYS}
-            members.append(entry | {"gpus": devices, "via": via})
+            if entry["state"] in _GONE:
+                entry["rtt_ms"] = None  # a smoothed RTT from before it went is not news
+            members.append(entry | {"gpus": _devices(row.get("gpu") or {}), "via": via})
         return {
             "node": status.get("node", {}),
             "overlay": {"kind": overlay.get("kind"), "description": overlay.get("description")},
@@ -117,3 +102,31 @@ class ObserveView:
             **{name: (rows() if (rows := self._sections.get(name)) else None)
                for name in _SECTIONS},
         }  # fmt: skip
+
+
+def _devices(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    """A member's GPUs for the page: measured ones (Layer A, `verified`: signed into
+    its record) with VRAM, utilisation and temperature, then declared ones (Layer C,
+    the operator's word: a model and a size, nothing measured)."""
+    devices = []
+    for d in gpu.get("gpus", []):
+        capacity = d.get("capacity") or {}
+        devices.append(
+            {
+                "name": d.get("name"),
+                "memory_total": d.get("memory_total"),
+                "memory_used": d.get("memory_used"),
+                "allocatable": capacity.get("vram"),
+                "utilization": d.get("utilization_gpu"),
+                "temperature_c": d.get("temperature_c"),
+                "health": (d.get("health") or {}).get("state"),
+                "verified": True,
+            }
+        )
+    for g in gpu.get("declared_gpus", []):
+        for _ in range(int(g.get("count") or 0)):
+            devices.append({"name": g.get("model"), "memory_total": g.get("vram"),
+                            "memory_used": None, "allocatable": None, "utilization": None,
+                            "temperature_c": None, "health": None,
+                            "verified": False})  # fmt: skip
+    return devices

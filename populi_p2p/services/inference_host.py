@@ -17,9 +17,10 @@ Commands out: `RecordPublisher.set_section` (``peer``, ``models``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -36,7 +37,8 @@ from ..inference.route import Candidate
 from ..inference.service import InferenceService
 from ..leases.config import LeaseConfig
 from ..leases.reliability import Outcome
-from ..observe import ObserveView
+from ..observe import MetricsService, ObserveView
+from ..observe.sections import model_rows, route_rows
 from ..observe.web import handles as observe_paths
 from ..observe.web import make_observe_app
 from ..record import NodeStatus
@@ -46,7 +48,17 @@ from .publisher import RecordPublisher
 from .revocations import RevocationService
 from .roster import Roster
 
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
 __all__ = ["InferenceHost"]
+
+
+def _inference_collector(service: InferenceService) -> Collector:
+    """The inference API's metric families (prometheus-client: at the first scrape)."""
+    from ..observe.work_collector import InferenceCollector
+
+    return InferenceCollector(service.stats.statistics)
 
 
 class InferenceHost:
@@ -141,6 +153,7 @@ class InferenceHost:
         revocations: RevocationService,
         outcomes: Callable[[], list[Outcome] | None],
         observe: ObserveView | None,
+        metrics: MetricsService | None = None,
     ) -> None:
         """The inference service: peer routes always (so members can use our engines),
         the public API when ``--api-listen`` is given, with the observe routes on it.
@@ -192,6 +205,11 @@ class InferenceHost:
             state_of=state_of, outcomes=outcomes, lease_config=self._lease_config,
         )  # fmt: skip
         service.register_peer_routes(self._peer_routes)
+        if metrics is not None:
+            metrics.register_factory(functools.partial(_inference_collector, service))
+        if observe is not None:
+            observe.provide("models", lambda: model_rows(service.models()))
+            observe.provide("routes", lambda: route_rows(service.recent_routes()))
         if observe is not None:  # the dashboard, /metrics and /events on this listener
             service.mount_paths(
                 observe_paths, make_observe_app(observe, authorize=request_authorizer(keys))

@@ -40,6 +40,7 @@ from ..leases import (
     LeaseTable,
     TaskChanged,
     TaskEntry,
+    TaskPhase,
     TaskResult,
     TaskSpec,
 )
@@ -54,9 +55,11 @@ from ..leases.agent_commands import (
     StartTask,
     StopTask,
 )
+from ..leases.grants import Refusal
 from ..leases.placement import Candidate
 from ..leases.reliability import prior_reliability
 from ..leases.store import LeaseStore
+from ..observe.sources import TaskStatistics
 from ..record import NodeRecord
 from .app_channel import AppChannel, AppKind
 from .lease_view import (
@@ -160,6 +163,9 @@ class LeaseService:
         self._reload: list[TaskEntry] = []
         self._reload_at = self._reload_until = self._ready_at = 0.0
         self.send_failures = 0
+        #: Task processes started here, and how those that ended here ended.
+        self.task_starts = 0
+        self.task_exits = dict.fromkeys(("succeeded", "failed", "released"), 0)
 
     def attach(
         self,
@@ -245,7 +251,10 @@ class LeaseService:
         event(_log, 20, "task.exited", task=tid, epoch=exited.epoch, code=exited.exit_code,
               reason=exited.reason, detail=exited.detail)  # fmt: skip
         now = trio.current_time()
-        await self._execute(self.agent.task_exited(tid, exited.epoch, hands_back(exited), now))
+        result = hands_back(exited)
+        outcome = "released" if result is None else "failed" if result.exit_code else "succeeded"
+        self.task_exits[outcome] += 1
+        await self._execute(self.agent.task_exited(tid, exited.epoch, result, now))
 
     async def _loop(self) -> None:
         while True:
@@ -322,6 +331,7 @@ class LeaseService:
         self._held[tid] = gpus
         self._allocate([a for held in self._held.values() for a in held])
         event(_log, 20, "task.started", task=tid, epoch=epoch, gpus=len(gpus))
+        self.task_starts += 1
         self._runner.start(
             tid, epoch, spec, [uuid for uuid, _ in gpus], deadline=self._monotonic(cmd.deadline)
         )
@@ -447,6 +457,21 @@ class LeaseService:
             "cancels_refused": self.table.statistics().cancels_refused,
             "agent": self.agent.statistics(),
         }
+
+    def statistics(self) -> TaskStatistics:
+        """What ``/metrics`` shows of tasks and leases (`observe.work_collector`)."""
+        by_phase = {phase.value: 0 for phase in TaskPhase}
+        for entry in self.table:
+            by_phase[entry.phase.value] += 1
+        agent = self.agent.statistics()
+        refused = {
+            r.name.lower(): agent.get(f"grants_refused_{r.name.lower()}", 0) for r in Refusal
+        }
+        return TaskStatistics(
+            by_phase=by_phase, starts=self.task_starts, exits=dict(self.task_exits),
+            claims={"won": agent.get("grants_won", 0), "lost": agent.get("grants_lost", 0)},
+            grants_refused=refused, fenced=agent.get("fenced", 0), held=agent.get("owned", 0),
+        )  # fmt: skip
 
     def _why_of(self, entry: TaskEntry) -> str | None:
         return self.agent.why.get(entry.task_id) if entry.needs_owner() else None

@@ -28,7 +28,7 @@ from .codec import WIRE_PACKET_BUDGET, AuthCodec
 from .credentials import Credentials
 from .gpus import GpuService
 from .membership import MembershipService
-from .publisher import RecordPublisher
+from .publisher import RecordPublisher, software_version
 from .revocations import RevocationService
 from .roster import Roster
 
@@ -124,7 +124,7 @@ class NodeParts:
             traffic=lambda: (codec.bytes_in, codec.bytes_out),
             auth_drops=codec.auth.drops.as_dict, record_drops=roster.records.drops.as_dict,
             gpu_report=lambda: gpus.report, event_counts=lambda: events.counts,
-            events_dropped=lambda: events.dropped,
+            events_dropped=lambda: events.dropped, version=software_version(),
         )  # fmt: skip
 
         def collector() -> NodeCollector:  # imports prometheus-client: at the first scrape

@@ -41,6 +41,7 @@ def sources(
     swim: MembershipStatistics | None = None,
     transport: TransportStatistics | None = None,
     auth_drops: dict[str, int] | None = None,
+    version: str = "",
 ) -> MetricSources:
     return MetricSources(
         node_id="n-self",
@@ -55,4 +56,5 @@ def sources(
         record_drops=lambda: {"bad_signature": 0},
         gpu_report=lambda: report,
         event_counts=lambda: {"member.dead": 1},
+        version=version,
     )

@@ -65,11 +65,11 @@ def test_membership_transport_and_event_families() -> None:
     assert one(s, "populi_refutations_total") == 1
     assert one(s, "populi_member_deaths_total") == 3
     assert one(s, "populi_awareness_score") == 2
-    # The RTT gauge histogram: cumulative buckets over the three measured members.
-    assert one(s, "populi_member_rtt_seconds_bucket", le="0.0005") == 1
-    assert one(s, "populi_member_rtt_seconds_bucket", le="0.025") == 2
-    assert one(s, "populi_member_rtt_seconds_bucket", le="+Inf") == 3
-    assert one(s, "populi_member_rtt_seconds_gcount") == 3
+    # Members by RTT: gauges, cumulative over the bounds, of the three measured members.
+    assert one(s, "populi_members_by_rtt", rtt_at_most="0.0005") == 1
+    assert one(s, "populi_members_by_rtt", rtt_at_most="0.025") == 2
+    assert one(s, "populi_members_by_rtt", rtt_at_most="+Inf") == 3
+    assert one(s, "populi_member_rtt_max_seconds") == 2.0
     assert one(s, "populi_transport_packets_total", protocol="udp", direction="in") == 7
     assert one(s, "populi_transport_packets_total", protocol="udp", direction="out") == 9
     assert one(s, "populi_transport_bytes_total", direction="out") == 2000

@@ -109,7 +109,13 @@ def test_page_fills_the_tasks_section_and_keeps_the_routes_placeholder(
             )
             for cell in ("th", "td")
         )
-        assert dict(zip(head, cells, strict=True)) == {"task": "t-1", "owner": "me", "epoch": "4"}
+        shown = dict(zip(head, cells, strict=True))
+        assert (shown["task"], shown["owner"], shown["epoch"], shown["phase"]) == (
+            "t-1",
+            "me",
+            "4",
+            "-",
+        )
         assert browser.evaluate("document.getElementById('routes').className") == "placeholder"
         # A live event reaches the feed without a reload.
         browser.evaluate("window.__marker = 1")

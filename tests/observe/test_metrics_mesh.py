@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.node.harness import Daemon, Mesh, wait_until
 
+from .promcheck import PROMTOOL, naming_problems, promtool_problems
+
 
 def get(daemon: Daemon, path: str) -> httpx.Response:
     transport = httpx.HTTPTransport(uds=str(daemon.client.socket_path))
@@ -49,14 +51,28 @@ def test_counters_move_when_a_member_dies_and_a_packet_is_dropped(tmp_path: Path
         wait_until(lambda: mesh.converged([a, b, c], ids), 30, "three alive")
         before = scrape(a)
         assert value(before, "populi_members", state="alive") == 3
-        assert value(before, "populi_node_info", node_id=a.node_id, name="a") == 1
+        info = [dict(labels) for (n, labels) in before if n == "populi_node_info"]
+        assert len(info) == 1 and info[0]["node_id"] == a.node_id and info[0]["name"] == "a"
+        assert info[0]["version"], info  # the version the record carries
         assert value(before, "populi_member_deaths_total") == 0
         assert value(before, "populi_transport_packets_total", protocol="udp", direction="in") > 0
         assert value(before, "populi_transport_bytes_total", direction="out") > 0
-        # The RTT gauge histogram counts the two peers once they have been probed.
+        # The RTT gauges count the two peers once they have been probed.
         wait_until(
-            lambda: value(scrape(a), "populi_member_rtt_seconds_gcount") == 2, 20, "two RTTs"
-        )
+            lambda: value(scrape(a), "populi_members_by_rtt", rtt_at_most="+Inf") == 2,
+            20, "two RTTs",
+        )  # fmt: skip
+        # The work families and the process collector are there, and the whole scrape
+        # follows the conventions (and satisfies promtool, where it is installed).
+        wait_until(lambda: ("populi_relay_failovers_total", ()) in scrape(a), 20, "inference")
+        samples = scrape(a)
+        assert ("populi_tasks", (("phase", "running"),)) in samples
+        assert ("populi_lease_claims_total", (("outcome", "won"),)) in samples
+        assert value(samples, "process_resident_memory_bytes") > 0
+        text = get(a, "/metrics").text
+        assert naming_problems(text) == []
+        if PROMTOOL is not None:
+            assert promtool_problems(text) == ""
 
         # A forged datagram: the authentication envelope drops it, and the counter shows.
         host, port = a.address.rsplit(":", 1)

@@ -12,10 +12,14 @@ const SVG = "http://www.w3.org/2000/svg";
 const FEED_MAX = 200;      // events kept in the page
 const REFRESH_MIN_MS = 400; // at most one snapshot per this, however many events arrive
 const IDLE_REFRESH_MS = 10000; // RTTs and VRAM move without events: a slow refresh
+const BUSY_REFRESH_MS = 2000; // tasks change phase without events: faster while any runs
+const GONE = ["dead", "left"]; // greyed, with "last seen"
+const ENDED = ["succeeded", "failed", "cancelled"];
 
 let lastSeq = 0;
 let pending = null;
 let lastFetch = 0;
+let busy = false; // a task is pending or running
 
 function el(tag, attrs, text) {
   const node = tag.startsWith("svg:")
@@ -62,7 +66,7 @@ function drawMap(members) {
   }
   for (const [m, x, y] of placed) {
     const g = el("svg:g", {
-      class: `node state-${m.state}${m.self ? " self" : ""}`,
+      class: `node state-${m.state}${m.self ? " self" : ""}${GONE.includes(m.state) ? " gone" : ""}`,
       "data-node-id": m.node_id,
       "data-state": m.state,
       transform: `translate(${x.toFixed(1)},${y.toFixed(1)})`,
@@ -70,12 +74,16 @@ function drawMap(members) {
     g.append(el("svg:title", {}, `${m.name} (${m.node_id}) ${m.state}, ${m.address}${m.via ? ` via ${m.via}` : ""}`));
     g.append(el("svg:circle", { r: 18, class: `state-${m.state}` }));
     g.append(el("svg:text", { y: -26 }, m.name + (m.self ? " (this node)" : "")));
-    g.append(el("svg:text", { y: 34, class: "via" }, `${m.state}${m.via ? ` · via ${m.via}` : ""}`));
+    const how = GONE.includes(m.state) ? `last seen ${lastSeen(m)}` : m.via ? `via ${m.via}` : "";
+    const drain = m.status === "draining" ? " · draining" : "";
+    g.append(el("svg:text", { y: 34, class: "via" }, [`${m.state}${drain}`, how].filter(Boolean).join(" · ")));
     m.gpus.forEach((gpu, i) => {
-      g.append(el("svg:rect", {
+      const square = el("svg:rect", {
         x: -22 + i * 9, y: 40, width: 7, height: 7,
         class: `gpu ${gpu.verified ? "verified" : "declared"}`,
-      }));
+      });
+      square.append(el("svg:title", {}, `${gpu.name || "?"} (${gpu.verified ? "verified" : "declared"})`));
+      g.append(square);
     });
     const v = vram(m.gpus);
     if (v) {
@@ -87,52 +95,148 @@ function drawMap(members) {
   }
 }
 
+function ago(seconds) {
+  if (seconds == null) return "-";
+  const s = Math.max(0, seconds);
+  if (s < 60) return `${s.toFixed(0)}s ago`;
+  if (s < 3600) return `${(s / 60).toFixed(0)}m ago`;
+  if (s < 86400) return `${(s / 3600).toFixed(1)}h ago`;
+  return `${(s / 86400).toFixed(1)}d ago`;
+}
+
+// "now" for a live member; for a dead or left one, how long ago it was last heard
+// (`last_seen`, a unix time, when the rows carry it; else the time in its state).
+function lastSeen(m) {
+  if (!GONE.includes(m.state)) return "now";
+  if (typeof m.last_seen === "number") return ago(Date.now() / 1000 - m.last_seen);
+  return ago(m.state_since);
+}
+
+function gpuSummary(gpus) {
+  if (!gpus.length) return "none";
+  const counts = new Map();
+  for (const g of gpus) {
+    const key = `${g.name || "?"}${g.verified ? "" : " (declared)"}`;
+    counts.set(key, (counts.get(key) || 0) + 1);
+  }
+  return Array.from(counts, ([name, n]) => (n > 1 ? `${n}× ${name}` : name)).join(", ");
+}
+
+function badge(text, cls) {
+  return el("span", { class: `badge ${cls}` }, text);
+}
+
 function drawTable(members) {
   const body = document.querySelector("#members tbody");
   body.replaceChildren();
   for (const m of members) {
-    const tr = el("tr", { "data-node-id": m.node_id, "data-state": m.state });
+    const gone = GONE.includes(m.state);
+    const tr = el("tr", {
+      "data-node-id": m.node_id,
+      "data-state": m.state,
+      class: gone ? "gone" : "",
+    });
     const v = vram(m.gpus);
-    const verified = m.gpus.filter((g) => g.verified).length;
-    const declared = m.gpus.length - verified;
+    const name = el("td", {}, m.name + (m.self ? " *" : "") + (m.verified ? "" : " (unverified)"));
+    if (m.status === "draining") name.append(badge("draining", "draining"));
+    tr.append(name);
     const cells = [
-      m.name + (m.self ? " *" : "") + (m.verified ? "" : " (unverified)"),
-      m.state,
-      m.address,
-      m.via || "-",
-      m.rtt_ms == null ? "-" : `${m.rtt_ms.toFixed(1)} ms`,
-      m.gpus.length ? `${verified} verified, ${declared} declared` : "none",
-      v ? `${gib(v.used)} / ${gib(v.alloc)} GiB` : "-",
-      String(m.incarnation),
+      [m.state, { class: `state state-${m.state}` }],
+      [lastSeen(m), { class: "last-seen" }],
+      [m.address, {}],
+      [m.via || "-", {}],
+      [m.rtt_ms == null ? "-" : `${m.rtt_ms.toFixed(1)} ms`, {}],
+      [gpuSummary(m.gpus), { class: "gpu-names" }],
+      [v ? `${gib(v.used)} / ${gib(v.alloc)} GiB` : "-", {}],
+      [m.version || "-", {}],
     ];
-    cells.forEach((text, i) => tr.append(el("td", i === 1 ? { class: `state state-${m.state}` } : {}, text)));
+    for (const [text, attrs] of cells) tr.append(el("td", attrs, text));
     body.append(tr);
   }
 }
 
-function drawSections(snapshot) {
-  for (const key of ["tasks", "routes"]) {
-    const rows = snapshot[key];
-    if (!Array.isArray(rows)) continue; // not running on this node yet: the placeholder
-    const columns = [];
-    for (const row of rows) for (const k of Object.keys(row)) if (!columns.includes(k)) columns.push(k);
-    const table = el("table", { id: key, "data-rows": rows.length });
-    const head = el("tr");
-    columns.forEach((k) => head.append(el("th", {}, k)));
-    table.append(el("thead"), el("tbody"));
-    table.tHead.append(head);
-    for (const row of rows) {
-      const tr = el("tr");
-      columns.forEach((k) => tr.append(el("td", {}, row[k] == null ? "-" : String(row[k]))));
-      table.tBodies[0].append(tr);
+// One row per GPU of every member: what a GPU owner looks at first.
+function gpuRows(members) {
+  const rows = [];
+  for (const m of members) {
+    for (const g of m.gpus) {
+      rows.push({ member: m, gpu: g });
     }
-    if (!rows.length) {
-      const tr = el("tr");
-      tr.append(el("td", {}, "none now"));
-      table.tBodies[0].append(tr);
-    }
-    document.getElementById(key).replaceWith(table);
   }
+  return rows;
+}
+
+function pct(value) {
+  return value == null ? "-" : `${value}%`;
+}
+
+// A section: `rows` null keeps the placeholder (the service is not running here);
+// [] says "none now". `columns`: [heading, row => text, optional row => td attrs].
+function drawRows(id, rows, columns, rowAttrs) {
+  if (!Array.isArray(rows)) return;
+  const table = el("table", { id, "data-rows": rows.length });
+  const head = el("tr");
+  for (const [label] of columns) head.append(el("th", {}, label));
+  table.append(el("thead"), el("tbody"));
+  table.tHead.append(head);
+  for (const row of rows) {
+    const tr = el("tr", rowAttrs ? rowAttrs(row) : {});
+    for (const [, text, attrs] of columns) {
+      const value = text(row);
+      tr.append(el("td", attrs ? attrs(row) : {}, value == null || value === "" ? "-" : String(value)));
+    }
+    table.tBodies[0].append(tr);
+  }
+  if (!rows.length) {
+    const tr = el("tr", { class: "empty" });
+    tr.append(el("td", { colspan: columns.length }, "none now"));
+    table.tBodies[0].append(tr);
+  }
+  document.getElementById(id).replaceWith(table);
+}
+
+function drawGpus(members) {
+  drawRows("gpus", gpuRows(members), [
+    ["node", (r) => r.member.name],
+    ["GPU", (r) => r.gpu.name, () => ({ class: "gpu-name" })],
+    ["source", (r) => (r.gpu.verified ? "verified" : "declared"),
+      (r) => ({ class: r.gpu.verified ? "verified" : "declared" })],
+    ["VRAM used / allocatable", (r) => (r.gpu.verified
+      ? `${gib(r.gpu.memory_used)} / ${gib(r.gpu.allocatable)} GiB`
+      : `${gib(r.gpu.memory_total)} GiB (declared)`)],
+    ["utilisation", (r) => pct(r.gpu.utilization)],
+    ["temperature", (r) => (r.gpu.temperature_c == null ? "-" : `${r.gpu.temperature_c} °C`)],
+    ["health", (r) => r.gpu.health],
+  ], (r) => ({
+    "data-node-id": r.member.node_id,
+    "data-gpu-name": r.gpu.name || "",
+    class: GONE.includes(r.member.state) ? "gone" : "",
+  }));
+}
+
+function drawSections(snapshot) {
+  drawRows("tasks", snapshot.tasks, [
+    ["task", (t) => t.task],
+    ["phase", (t) => t.phase, (t) => ({ class: `phase phase-${t.phase}` })],
+    ["epoch", (t) => t.epoch],
+    ["owner", (t) => t.owner],
+    ["kind", (t) => t.kind],
+    ["age", (t) => (t.age_s == null ? "-" : ago(t.age_s).replace(" ago", ""))],
+    ["exit", (t) => t.exit_code],
+    ["why pending", (t) => t.why],
+  ], (t) => ({ "data-task-id": t.id, "data-phase": t.phase }));
+  drawRows("models", snapshot.models, [
+    ["model", (m) => m.model],
+    ["served by", (m) => m.served_by],
+    ["engine", (m) => m.engine],
+  ], (m) => ({ "data-model": m.model }));
+  drawRows("routes", snapshot.routes, [
+    ["when", (r) => (r.at == null ? "-" : new Date(r.at * 1000).toLocaleTimeString())],
+    ["model", (r) => r.model],
+    ["served by", (r) => r.served_by],
+    ["tokens", (r) => r.tokens],
+    ["attempts", (r) => r.attempts],
+  ], (r) => ({ "data-model": r.model }));
 }
 
 function draw(snapshot) {
@@ -142,7 +246,9 @@ function draw(snapshot) {
   document.getElementById("summary").textContent = (snapshot.cluster || {}).summary || "";
   drawMap(members);
   drawTable(members);
+  drawGpus(members);
   drawSections(snapshot);
+  busy = Array.isArray(snapshot.tasks) && snapshot.tasks.some((t) => !ENDED.includes(t.phase));
   document.body.dataset.members = String(members.length);
 }
 
@@ -202,4 +308,5 @@ document.addEventListener("DOMContentLoaded", () => {
   refresh();
   connect();
   setInterval(scheduleRefresh, IDLE_REFRESH_MS);
+  setInterval(() => { if (busy) scheduleRefresh(); }, BUSY_REFRESH_MS);
 });
