@@ -84,8 +84,7 @@ __all__ = ["LeaseAgent", "replicas_for"]
 
 #: A pending task is placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
-#: Unfinished tasks one member may have offered to this granter: bounds what one
-#: member can make us store.
+#: Unfinished tasks one member may have offered to this granter (bounds what it stores).
 OPEN_OFFERS_PER_MEMBER_MAX: Final = 20_000
 
 #: The ends an owner writes into the table, as the granters record them.
@@ -96,6 +95,7 @@ _ENDS: Final = {
 }
 
 Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
+Replicas = tuple[str, ...]
 
 
 def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]:
@@ -286,18 +286,16 @@ class LeaseAgent:
         out += self._repeat(tid, pending, now)
         return tid, out
 
-    def _primary_first(
-        self, spec: TaskSpec, replicas: tuple[str, ...], now: float
-    ) -> tuple[str, ...]:
+    def _primary_first(self, spec: TaskSpec, ranked: Replicas, now: float) -> Replicas:
         """An even set decides with half of it when its first member is among them
         (`quorum.is_quorum`): put first the replica we would place the task on, so the
         machine that runs it needs nobody else's presence in a mesh of two."""
-        if len(replicas) % 2:
-            return replicas  # an odd set has no ties: its order only says who proposes
+        if len(ranked) % 2:
+            return ranked  # an odd set has no ties: its order only says who proposes
         chosen = self._placement(spec.task_id(), spec, set(), now, set()).chosen
-        if chosen not in replicas:
-            return replicas
-        return (chosen, *(r for r in replicas if r != chosen))
+        if chosen not in ranked:
+            return ranked
+        return (chosen, *(r for r in ranked if r != chosen))
 
     def cancel(
         self, task_id: str, now: float, operator: OperatorProof | None = None
