@@ -23,11 +23,17 @@ Scenarios::
 
     python benchmarks/ownership_bench.py --scenario burst --daemons 20 --tasks 50 --submitters 8
     python benchmarks/ownership_bench.py --scenario churn --daemons 10 --tasks 100 --kills 7
+    python benchmarks/ownership_bench.py --scenario churn --daemons 10 --tasks 100 --kills 7 \
+        --partition 30 --minority 3     # as root: daemons in network namespaces
     python benchmarks/ownership_bench.py --scenario scale --daemons 20 --tasks 1000
 
 burst: every task submitted at once from `--submitters` threads. churn: tasks submitted
 over the run while owners of running tasks are killed with SIGKILL and restarted, one
-at a time, each after the mesh converged again. scale: long tasks, all held at once
+at a time, each after the mesh converged again; with `--partition S`, halfway through
+the kills `--minority` daemons (the owners of running tasks first) are cut off from the
+rest for S seconds (every packet dropped both ways, tests/history/partition.py), then
+healed, and each task running on the cut-off side is timed from the cut to its next
+start. scale: long tasks, all held at once
 (each probe is a Python process of about 8 MiB: 1000 tasks need about 8 GiB), then
 cancelled. Submits go through the control API as the CLI does (`--via cli` runs the CLI
 itself, a Python start per submit). Waits poll with deadlines; a wait that runs out is
@@ -50,6 +56,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.append(str(REPO / "tests"))  # last: tests/swim must not shadow the real swim
 
+from history.partition import (  # noqa: E402
+    NetnsLab,
+    drop_between,
+    load_netns,
+    netns_missing,
+)
 from history.scenario import Lab, percentile, poll  # noqa: E402
 
 from populi_p2p.api import ApiError  # noqa: E402
@@ -109,7 +121,10 @@ def churn(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
             return list(tids)
 
     missed = 0
-    for _ in range(args.kills):
+    cut: dict[str, Any] = {}
+    for k in range(args.kills):
+        if args.partition and k == args.kills // 2:
+            cut = partition(lab, submitted(), args)
         killed = None
         if poll(lambda: lab.live_runs(submitted()), 30, 0.1):
             killed = lab.kill_owner(submitted(), restart=True)
@@ -121,7 +136,38 @@ def churn(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     for t in threads:
         t.join()
     settled = lab.settle(tids, timeout=args.timeout, interval=0.5)
-    return {"settled": settled, "kills_missed": missed}
+    return {"settled": settled, "kills_missed": missed, **cut}
+
+
+def partition(lab: Lab, tids: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Cut `--minority` daemons (the owners of running tasks first) off from the rest
+    for `--partition` seconds, then heal and wait for the mesh to converge. Returns the
+    cut's failovers: for each task running on the minority side at the cut, the seconds
+    from the cut to its next start (nan: none before the heal)."""
+    assert isinstance(lab, NetnsLab)
+    poll(lambda: lab.live_runs(tids), 30, 0.1)
+    runs = lab.live_runs(tids)
+    owners = sorted({str(e.node) for e in runs if e.node in lab.live})
+    rest = [d for d in sorted(lab.live) if d not in owners]
+    minority = (owners + rest)[: args.minority]
+    majority = [d for d in sorted(lab.live) if d not in minority]
+    sides = (lab.namespaces(minority), lab.namespaces(majority))
+    cut_off = [e for e in runs if e.node in minority]
+    at = time.time()
+    drop_between(lab.net, sides, "-I")
+    time.sleep(args.partition)  # the partition's length: the fault, not synchronisation
+    drop_between(lab.net, sides, "-D")
+    healed = poll(lab.converged, 120, 0.5)
+    starts = [e for e in lab.events() if e.event == "start" and e.time > at]
+    failovers = []
+    for e in cut_off:
+        later = [s.time - at for s in starts if s.task == e.task]
+        failovers.append(min(later) if later else float("nan"))
+    return {
+        "cut": f"{len(minority)} vs {len(majority)} for {args.partition:g} s"
+        f" ({len(cut_off)} task(s) running on the minority; healed: {healed})",
+        "cut_failovers": failovers,
+    }
 
 
 def window(lab: Lab, seconds: float) -> tuple[float, float, float]:
@@ -193,6 +239,9 @@ def report(lab: Lab, args: argparse.Namespace, r: dict[str, Any]) -> None:
     if lab.failovers:
         fo = lab.failover_times()
         print(f"  failover (kill -9 -> next start): {', '.join(f'{x:.2f}' for x in fo)} s")
+    if "cut" in r:
+        fo = r["cut_failovers"]
+        print(f"  partition {r['cut']}: cut -> next start {', '.join(f'{x:.2f}' for x in fo)} s")
     if r.get("kills_missed"):
         print(f"  kills skipped (no running task on a live daemon in 30 s): {r['kills_missed']}")
     if "idle" in r:
@@ -216,6 +265,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, help="each task's run time (default:"
                         " burst 2, churn 10, scale 600)")  # fmt: skip
     parser.add_argument("--spread", type=float, help="churn: submits spread over this (s)")
+    parser.add_argument("--partition", type=float, default=0.0, help="churn: cut the mesh"
+                        " this long halfway through the kills (root: namespaces)")  # fmt: skip
+    parser.add_argument("--minority", type=int, default=3, help="churn: daemons cut off")
     parser.add_argument("--window", type=float, default=10.0, help="scale: window (s)")
     parser.add_argument("--timeout", type=float, default=180.0, help="each wait's deadline")
     parser.add_argument("--via", choices=("api", "cli"), default="api")
@@ -234,7 +286,19 @@ def main() -> int:
         f" {args.preset}; {os.cpu_count()} cpus; load average {load()}",
         flush=True,
     )
-    lab = Lab(args.daemons, preset=args.preset, seed=args.seed)
+    net = None
+    if args.partition:
+        missing = netns_missing()
+        if missing:
+            print(f"  --partition needs network namespaces: {missing}")
+            return 2
+        net = load_netns().NetnsLab(args.daemons, wireguard=False)
+        net.__enter__()
+        lab: Lab = NetnsLab(
+            args.daemons, preset=args.preset, seed=args.seed, nodes=net.nodes, net=net
+        )
+    else:
+        lab = Lab(args.daemons, preset=args.preset, seed=args.seed)
     try:
         print(f"  mesh up in {lab.start():.1f} s", flush=True)
         r = SCENARIOS[args.scenario](lab, args)
@@ -244,6 +308,8 @@ def main() -> int:
         args.keep = True
     finally:
         lab.stop(keep=args.keep)
+        if net is not None:
+            net.__exit__(None, None, None)
     print(f"  load average at the end {load()}")
     return 0
 

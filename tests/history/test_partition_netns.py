@@ -31,10 +31,8 @@ Needs root, `ip` and `iptables`; skipped with the reason elsewhere.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,7 +44,8 @@ from node.harness import REPO, Daemon
 from populi_p2p.leases.config import LeaseConfig
 
 from .checker import ProbeEvent, check_overlaps, runs_from
-from .scenario import Lab, poll
+from .partition import NetnsLab, drop_between, load_netns, netns_missing, process_alive
+from .scenario import poll
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -58,48 +57,14 @@ SLACK_S = 4.0
 #: How often the dying run is looked for in /proc (its death time is known to this).
 POLL_S = 0.05
 CONFIG = LeaseConfig.local()
-NETNS_LAB = REPO / "tests" / "overlay" / "netns.py"
 NO_FENCE = Path(__file__).resolve().parent / "no_fence"
 
 
-def _netns() -> ModuleType:
-    """tests/overlay/netns.py, loaded by path (tests/overlay is no package, and the name
-    `overlay` is the project's), under the name test_netns.py gives it."""
-    name = "populi_netns_lab"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, NETNS_LAB)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def _skip_unless_lab() -> ModuleType:
-    if not NETNS_LAB.exists():
-        pytest.skip("tests/overlay/netns.py (the namespace lab) is not there")
-    netns = _netns()
-    reason = netns.missing_requirements(wireguard=False)
+    reason = netns_missing()
     if reason:
         pytest.skip(reason)
-    return netns
-
-
-@attrs.define
-class NetnsLab(Lab):
-    """A `Lab` whose daemon `dNN` lives in namespace NN, bound to its underlay address;
-    `env` goes to every daemon's environment."""
-
-    nodes: Sequence[Any] = attrs.field(kw_only=True)
-    env: Mapping[str, str] = attrs.field(kw_only=True, factory=dict)
-
-    def spawn(self, name: str, *flags: str, **kwargs: Any) -> Daemon:
-        node = self.nodes[int(name[1:])]
-        network = ("--overlay", "none", "--bind", node.underlay)
-        wrap = ("ip", "netns", "exec", node.netns)
-        return self.mesh.spawn(
-            name, *flags, *self.flags, network=network, wrap=wrap, env=self.env, **kwargs
-        )
+    return load_netns()
 
 
 def bound_s(replicas: Sequence[str], majority: set[str]) -> float:
@@ -142,16 +107,6 @@ class Cut:
     took_s: float = 0.0  # to add every rule
 
 
-def _drop_between(net: Any, sides: tuple[list[Any], list[Any]], action: str) -> None:
-    """Add (``-I``) or remove (``-D``) the rules that drop, in each namespace of either
-    side, every packet arriving from the other side."""
-    side, other = sides
-    for here, there in ((side, other), (other, side)):
-        sources = ",".join(n.underlay for n in there)
-        for node in here:
-            net.exec(node, "iptables", action, "INPUT", "-s", sources, "-j", "DROP")
-
-
 def _plan_cut(lab: NetnsLab, tids: Sequence[str]) -> Cut:
     """Cut off the owner of a running task and a node running none (if any)."""
     runs = sorted(lab.live_runs(tids), key=lambda e: (str(e.node), e.task))
@@ -168,7 +123,7 @@ def _plan_cut(lab: NetnsLab, tids: Sequence[str]) -> Cut:
             spec = asked.client.get(f"/v1/tasks/{e.task}")["spec"]
             fenced[e.task] = Fenced(e, bound_s([names[r] for r in spec["replicas"]], majority))
     kept = [e for e in runs if e.node not in minority]
-    side, other = ([lab.nodes[int(d[1:])] for d in sorted(s)] for s in (minority, majority))
+    side, other = lab.namespaces(sorted(minority)), lab.namespaces(sorted(majority))
     return Cut(minority, majority, (side, other), fenced, kept)
 
 
@@ -176,12 +131,12 @@ def _cut_and_watch(lab: NetnsLab, net: Any, cut: Cut, done: Callable[[Fenced], b
     """Cut, then follow each minority run (when it dies, in /proc) and the next start of
     its task (in the log) until `done` holds for each, or past the largest bound."""
     cut.at = time.time()
-    _drop_between(net, cut.sides, "-I")
+    drop_between(net, cut.sides, "-I")
     cut.took_s = time.time() - cut.at
     deadline = time.monotonic() + max(f.bound_s for f in cut.fenced.values()) + 5.0
     while time.monotonic() < deadline:
         for f in cut.fenced.values():
-            if f.gone_at is None and not _alive(f.run.pid):
+            if f.gone_at is None and not process_alive(f.run.pid):
                 f.gone_at = time.time()
                 lab.seen_gone.setdefault(f.run.pid, f.gone_at)
         for e in lab.events():
@@ -191,15 +146,6 @@ def _cut_and_watch(lab: NetnsLab, net: Any, cut: Cut, done: Callable[[Fenced], b
         if all(done(f) for f in cut.fenced.values()):
             return
         time.sleep(POLL_S)  # polling /proc and the log, bounded by the deadline
-
-
-def _alive(pid: int) -> bool:
-    """`pid` runs (a zombie has stopped running: its parent has not reaped it yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _claims(daemons: Iterable[Daemon]) -> dict[str, dict[str, int]]:
@@ -263,7 +209,7 @@ def test_a_cut_off_owner_stops_before_the_majority_starts_its_task(
         )
 
     healed_at = time.monotonic()
-    _drop_between(net, cut.sides, "-D")
+    drop_between(net, cut.sides, "-D")
     assert poll(lab.converged, 60, 0.2), "the mesh never healed"
     healed_s = time.monotonic() - healed_at
     settled = lab.settle(tids, timeout=SECONDS + 30)
