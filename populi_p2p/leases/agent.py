@@ -346,6 +346,8 @@ class LeaseAgent:
         else:
             ended = Ended.SUCCEEDED if result.exit_code == 0 else Ended.FAILED
         failures = owned.failures + (ended is Ended.FAILED)
+        if ended is Ended.FAILED and result is not None and result.final:
+            failures = max(failures, owned.spec.retry_limit + 1)  # no retry can mend it
         pending = self._pending[("finish", task_id)] = _Pending(
             "finish", epoch, ended, owned.spec.replicas, now + 4 * self._wait,
             failures=failures,
@@ -387,7 +389,7 @@ class LeaseAgent:
                 continue
             pending = self._pending[("finish", tid)] = _Pending(
                 "finish", cur.epoch, ended, known[0].replicas, now + 4 * self._wait,
-                failures=entry.failures(), delta=delta,
+                failures=entry.failures_to_report(), delta=delta,
             )  # fmt: skip
             out += self._repeat(tid, pending, now)
         return out
