@@ -46,7 +46,10 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
     s.add_argument("--prefer", action="append", default=[], metavar="K=V", help="preferred label")
     s.add_argument("--kind", choices=("batch", "inference", "training", "agent"), default="batch")
     s.add_argument("--timeout", default="1h", help="run time limit, e.g. 90s, 30m, 1h")
-    s.add_argument("--retries", type=int, default=2, help="retries after a non-zero exit")
+    s.add_argument(
+        "--retries", type=int, default=2,
+        help="retries after a non-zero exit (none for a command not found or not executable)",
+    )  # fmt: skip
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="environment")
     s.add_argument(
         "--no-network", action="store_true", help="run without network (or fail to start)"

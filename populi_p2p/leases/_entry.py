@@ -104,13 +104,17 @@ class TaskPhase(enum.Enum):
 class TaskResult:
     """What the owner reports when the task ends. `node_fault` marks a failure caused by
     the node (GPU error, OOM kill), which counts against its earned reliability; a plain
-    non-zero exit is the task's fault."""
+    non-zero exit is the task's fault. `final` marks a failure no retry can mend (the
+    command is not found or not executable): the task then fails for good, whatever
+    retries it has left. It is encoded (and signed) as a sixth element only when true,
+    so other results keep their bytes."""
 
     exit_code: int
     output_tail: bytes = b""
     duration: float = 0.0
     node_fault: bool = False
     signature: bytes = b""
+    final: bool = False
 
     def to_wire(self) -> list[Any]:
         return [
@@ -119,6 +123,7 @@ class TaskResult:
             float(self.duration),
             self.node_fault,
             self.signature,
+            *([True] if self.final else []),
         ]
 
     def signed_bytes(self, task_id: str, epoch: int, owner: str) -> bytes:
@@ -130,6 +135,7 @@ class TaskResult:
             self.output_tail,
             float(self.duration),
             self.node_fault,
+            *([True] if self.final else []),
         ]
         return RESULT_CONTEXT + _pack(body)
 
@@ -279,8 +285,21 @@ class TaskEntry:
         if phase in (TaskPhase.CANCELLED, TaskPhase.SUCCEEDED):
             return True
         if phase is TaskPhase.FAILED and self.spec is not None:
-            return self.failures() > self.spec.retry_limit
+            return self.failures() > self.spec.retry_limit or self.failed_for_good()
         return False
+
+    def failed_for_good(self) -> bool:
+        """The current epoch failed in a way no retry can mend (`TaskResult.final`)."""
+        result = self.accepted_result
+        return self.phase is TaskPhase.FAILED and result is not None and result.final
+
+    def failures_to_report(self) -> int:
+        """The failure count an owner sends its granters: a final failure counts as
+        the last one the retry limit allows, so they grant nothing again."""
+        failures = self.failures()
+        if self.failed_for_good() and self.spec is not None:
+            failures = max(failures, self.spec.retry_limit + 1)
+        return failures
 
     def needs_owner(self) -> bool:
         """True when the task should be (re-)placed at the next epoch."""

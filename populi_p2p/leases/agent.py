@@ -36,7 +36,6 @@ or trio: the node's `LeaseService` and the simulator drive this same object.
 from __future__ import annotations
 
 import functools
-import hashlib
 import random
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Final
@@ -75,7 +74,7 @@ from .agent_wire import (
 from .config import LeaseConfig
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
-from .quorum import can_still_reach_quorum, is_quorum
+from .quorum import can_still_reach_quorum, is_quorum, replicas_for
 from .reliability import earned_reliability
 from .renewals import RenewalRounds, lease_digest, renewable
 from .wire import DecodeError, encode_entries
@@ -96,16 +95,6 @@ _ENDS: Final = {
 
 Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
 Replicas = tuple[str, ...]
-
-
-def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]:
-    """The `count` live members ranked first by a rendezvous hash of (key, member):
-    alike on every node that sees the same members, spread evenly over members."""
-
-    def rank(node: str) -> bytes:
-        return hashlib.blake2b(f"{key}\x00{node}".encode(), digest_size=8).digest()
-
-    return tuple(sorted(set(live), key=rank)[:count])
 
 
 @attrs.define
@@ -344,6 +333,8 @@ class LeaseAgent:
         else:
             ended = Ended.SUCCEEDED if result.exit_code == 0 else Ended.FAILED
         failures = owned.failures + (ended is Ended.FAILED)
+        if ended is Ended.FAILED and result is not None and result.final:
+            failures = max(failures, owned.spec.retry_limit + 1)  # no retry can mend it
         pending = self._pending[("finish", task_id)] = _Pending(
             "finish", epoch, ended, owned.spec.replicas, now + 4 * self._wait,
             failures=failures,
@@ -385,7 +376,7 @@ class LeaseAgent:
                 continue
             pending = self._pending[("finish", tid)] = _Pending(
                 "finish", cur.epoch, ended, known[0].replicas, now + 4 * self._wait,
-                failures=entry.failures(), delta=delta,
+                failures=entry.failures_to_report(), delta=delta,
             )  # fmt: skip
             out += self._repeat(tid, pending, now)
         return out

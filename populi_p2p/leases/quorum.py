@@ -1,4 +1,5 @@
-"""Which replies of a task's replica set decide: a majority, ties broken by its primary.
+"""A task's replica set, and which of its replies decide: a majority, ties broken by its
+primary.
 
 Every decision about a task (its submit, each epoch's grant, each renewal round, its
 end) counts once a **quorum** of its replicas (`TaskSpec.replicas`) has answered. What
@@ -21,9 +22,20 @@ so the machine that runs the work is the one whose presence it needs.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Sequence
 
-__all__ = ["can_still_reach_quorum", "is_quorum"]
+__all__ = ["can_still_reach_quorum", "is_quorum", "replicas_for"]
+
+
+def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]:
+    """The `count` live members ranked first by a rendezvous hash of (key, member):
+    alike on every node that sees the same members, spread evenly over members."""
+
+    def rank(node: str) -> bytes:
+        return hashlib.blake2b(f"{key}\x00{node}".encode(), digest_size=8).digest()
+
+    return tuple(sorted(set(live), key=rank)[:count])
 
 
 def is_quorum(replicas: Sequence[str], voters: Collection[str]) -> bool:

@@ -113,13 +113,15 @@ def task_id_from_wire(v: Any) -> str:
 
 
 def _result(raw: Any) -> TaskResult:
-    _need(isinstance(raw, list) and len(raw) == 5, "bad result layout")
-    code, tail, duration, fault, sig = raw
+    _need(isinstance(raw, list) and len(raw) in (5, 6), "bad result layout")
+    code, tail, duration, fault, sig = raw[:5]
+    # `final` is a sixth element only when true: one result, one encoding.
+    _need(len(raw) == 5 or raw[5] is True, "bad final flag")
     _need(type(code) is int and -(1 << 31) <= code < (1 << 31), "bad exit code")
     _need(isinstance(tail, bytes) and len(tail) <= OUTPUT_TAIL_MAX, "bad output tail")
     _need(isinstance(duration, float) and 0 <= duration <= 1e9, "bad duration")
     _need(isinstance(fault, bool), "bad node_fault")
-    return TaskResult(code, tail, duration, fault, _sig(sig))
+    return TaskResult(code, tail, duration, fault, _sig(sig), final=len(raw) == 6)
 
 
 def _claim(raw: Any) -> ClaimRecord:

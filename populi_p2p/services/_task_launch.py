@@ -29,10 +29,11 @@ from . import _task_wrapper
 from ._cgroup import CgroupParent
 from ._task_record import StartFailed, TaskRecord
 
-__all__ = ["WRAPPER", "TaskLauncher", "monotonic_to_trio"]
+__all__ = ["DEFAULT_PATH", "WRAPPER", "TaskLauncher", "monotonic_to_trio"]
 
 WRAPPER: Final = str(Path(_task_wrapper.__file__).resolve())
-_DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The task's PATH unless its spec sets one: systemd's default for services.
+DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _STATUS_BYTES_MAX: Final = 2048
 _SPEC_BYTES_MAX: Final = 60_000  # below a pipe's buffer: written whole before the spawn
 
@@ -96,7 +97,10 @@ class TaskLauncher:
             StartFailed: the instructions are too large, or the wrapper cannot start.
         """
         work = task.work_dir
-        env = {"PATH": os.environ.get("PATH", _DEFAULT_PATH), "HOME": str(work), "LANG": "C.UTF-8"}
+        # Not the daemon's PATH: root's may hold directories the task's uid cannot
+        # search (/root/.local/bin), and a task should find the same programs on every
+        # node. The spec's env may set its own.
+        env = {"PATH": DEFAULT_PATH, "HOME": str(work), "LANG": "C.UTF-8"}
         env.update(task.spec.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(task.gpu_uuids)
         env["POPULI_TASK_ID"] = task.task_id
@@ -168,7 +172,8 @@ class TaskLauncher:
     @staticmethod
     async def read_status(task: TaskRecord) -> bytes:
         """Empty once the command was exec'd (or the wrapper died first); else the
-        wrapper's one-line reason."""
+        wrapper's one-line reason (and `task.final` set when the command itself cannot
+        run: missing, or not executable for the task's user)."""
         assert task.status_stream is not None
         while b"\n" not in task.status_seen and len(task.status_seen) < _STATUS_BYTES_MAX:
             chunk = await task.status_stream.receive_some(_STATUS_BYTES_MAX)
@@ -178,7 +183,11 @@ class TaskLauncher:
         first = task.status_seen.partition(b"\n")[0]
         if first.startswith(b"ok ") and first[3:].isdigit():
             task.init_pid = int(first[3:])
-        return first[5:].strip() if first.startswith(b"fail ") else b""
+        word, _, reason = first.partition(b" ")
+        if word == _task_wrapper.UNRUNNABLE.encode():
+            task.final = True
+            return reason.strip() or b"the command cannot run"
+        return reason.strip() if word == b"fail" else b""
 
     @staticmethod
     async def read_rest(task: TaskRecord, timeout: float) -> bytes:

@@ -56,6 +56,8 @@ class TaskRecord:
     control_fd: int | None = None
     reason: str | None = None
     detail: str = ""
+    #: The command cannot run as given (not found, not executable): see `TaskExited`.
+    final: bool = False
     #: Seconds between SIGTERM and SIGKILL for this stop; None: the configured grace.
     stop_grace: float | None = None
     rlimit_as: int | None = None
@@ -90,6 +92,7 @@ class TaskRecord:
             started_at=self.started_at,
             ended_at=time.time(),
             detail=detail,
+            final=self.final and reason == "start_failed",
         )
 
     def release(self) -> None:

@@ -84,6 +84,10 @@ class TaskExited:
     started_at: float  # realtime seconds
     ended_at: float  # realtime seconds
     detail: str = ""  # one line for people: why it failed to start, which limit, ...
+    #: ``start_failed`` because the command itself cannot run as given: not found along
+    #: the task's PATH, or not executable for the task's user. No retry would do better
+    #: (docs/executor.md, "A command that cannot run"): the task fails for good.
+    final: bool = False
 
     @property
     def succeeded(self) -> bool:

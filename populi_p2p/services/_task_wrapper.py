@@ -11,7 +11,8 @@ that something outside the daemon's event loop owns the task's processes:
 3. forks the command, which joins the task's cgroup, makes a network namespace when
    asked (``unshare`` through libc; ``os.unshare`` is Python 3.12+), sets rlimits and
    umask 077, drops to the task user (groups, gid, uid), sets ``PR_SET_PDEATHSIG`` to
-   SIGKILL (after the uid change, which would clear it) and ``execvpe``\\ s;
+   SIGKILL (after the uid change, which would clear it), looks the command up along
+   the task's ``PATH`` as that user, and ``execve``\\ s it;
 4. watches three things: the command's end, ``CONTROL_FD`` and the fence deadline.
 
 When the spec says ``isolate`` (a root daemon whose kernel passed `probe`), step 3
@@ -34,25 +35,29 @@ the daemon's loop runs. The wrapper looks at the clock at least every
 
 ``STATUS_FD`` carries lines to the daemon: ``ok`` once the command was exec'd (``ok
 PID`` with an init: PID is the init's, which is not the task's to pay for), or
-``fail REASON`` (the wrapper then exits 127), and later ``fenced`` if the fence stopped
-the task. When the command ends, whatever is left of its group and of the descendants
-is killed and reaped, and the wrapper ends the way the command did (same exit code, or
-killed by the same signal), so the executor reads the command's status as its own.
+``fail REASON``, or ``unrunnable REASON`` when the command is missing or not executable
+for the task's user (the wrapper then exits 127, with ``populi: REASON`` on the task's
+stderr), and later ``fenced`` if the fence stopped the task. When the command ends,
+whatever is left of its group and of the descendants is killed and reaped, and the
+wrapper ends the way the command did (same exit code, or killed by the same signal),
+so the executor reads the command's status as its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import math
 import os
 import resource
 import select
 import signal
+import stat
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 #: From <sched.h> and <linux/prctl.h>; stable Linux ABI.
 CLONE_NEWNET = 0x40000000
@@ -66,6 +71,9 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: Exit code when the command could not be started (the executor reads the status line).
 START_FAILED_EXIT = 127
+#: First word of the status line (instead of ``fail``) when the command itself cannot
+#: run as given: not found, or not executable for the task's user.
+UNRUNNABLE = "unrunnable"
 #: Signals the wrapper ignores (a stop's SIGTERM to the group is for the command) and
 #: those Python ignores at start-up; the command gets all of them back at default.
 _IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -84,7 +92,7 @@ def _prctl(option: int, value: int) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0))
 
 
-def _fail(status_fd: int, message: str) -> None:
+def _fail(status_fd: int, message: str) -> NoReturn:
     try:
         os.write(status_fd, message.encode("utf-8", "replace")[:1024])
     finally:
@@ -224,15 +232,81 @@ def _become_command(spec: dict[str, Any], exec_fd: int, parent: int) -> None:
             os._exit(START_FAILED_EXIT)
         command: list[str] = spec["argv"]
         try:
-            os.execvpe(command[0], command, spec["env"])
-        except OSError as exc:
-            _fail(exec_fd, f"cannot run {command[0]!r}: {exc.strerror}")
+            _exec(command, spec["env"], exec_fd)
         except ValueError as exc:  # a NUL in an argument, '=' in a variable name, ...
             _fail(exec_fd, f"cannot run {command[0]!r}: {exc}")
     except BaseException as exc:  # never run the wrapper's code twice
         _fail(exec_fd, f"cannot start the command: {exc}")
     finally:
         os._exit(START_FAILED_EXIT)
+
+
+def _find(name: str, path: str) -> tuple[list[str], list[str]]:
+    """The files `name` may be along `path` (as ``execvp`` looks, empty entries being
+    the work dir), and the entries this uid cannot search."""
+    if "/" in name:
+        return [name], []
+    found, closed = [], []
+    for entry in path.split(":") if name else []:
+        candidate = os.path.join(entry or ".", name)
+        try:
+            if stat.S_ISREG(os.stat(candidate).st_mode):
+                found.append(candidate)
+        except PermissionError:
+            closed.append(entry)
+        except OSError:
+            continue
+    return found, closed
+
+
+def _interpreter(path: str) -> str:
+    """The program a script's ``#!`` line names ('' if none or unreadable)."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        line = f.read(256).partition(b"\n")[0]
+        if line.startswith(b"#!") and line[2:].split():
+            return line[2:].split()[0].decode("utf-8", "replace")
+    return ""
+
+
+def _exec(argv: list[str], env: dict[str, str], exec_fd: int) -> NoReturn:
+    """Exec the command as the task's user, or say in one line why it cannot run.
+
+    A command that is missing or not executable for this uid is `UNRUNNABLE` (the
+    spec's fault: no retry would do better); any other failure is a plain ``fail``.
+    """
+    name, uid = argv[0], os.getuid()
+    path = env.get("PATH", "")
+    found, closed = _find(name, path)
+    first: tuple[str, OSError] | None = None
+    for candidate in found:
+        try:
+            os.execve(candidate, argv, env)
+        except OSError as failed:
+            first = first or (candidate, failed)
+    head = f"{UNRUNNABLE} cannot run {name!r}"
+    if first is None:
+        where = f" in PATH={path}" if "/" not in name else ""
+        shut = f"; not searchable by uid {uid}: {':'.join(closed)}" if closed else ""
+        _fail(exec_fd, f"{head}: command not found{where}{shut}")
+    candidate, exc = first
+    at = f" ({candidate})" if candidate != name else ""
+    if exc.errno == errno.ENOENT and os.path.lexists(candidate):
+        script = _interpreter(candidate)
+        missing = f"its interpreter {script!r}" if script else "its interpreter"
+        _fail(exec_fd, f"{head}{at}: not executable: {missing} was not found")
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        _fail(exec_fd, f"{head}: command not found ({exc.strerror})")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        _fail(
+            exec_fd,
+            f"{head}{at}: not executable by uid {uid} ({exc.strerror}): it needs"
+            " the x bit, search on each directory above it and a mount without noexec",
+        )
+    if exc.errno == errno.ENOEXEC:
+        _fail(exec_fd, f"{head}{at}: not executable ({exc.strerror}): a script needs a #! line")
+    if exc.errno in (errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG):
+        _fail(exec_fd, f"{head}{at}: not executable ({exc.strerror})")
+    _fail(exec_fd, f"cannot run {name!r}{at}: {exc.strerror}")
 
 
 def _init(spec: dict[str, Any], fds: tuple[int, int, int], wrappers: tuple[int, ...]) -> None:
@@ -473,7 +547,13 @@ def main(argv: list[str]) -> None:
         failure = f.read(2048)  # EOF with nothing: the exec happened (close-on-exec)
     watch = _Watch(child, spec, status_fd)
     if failure:
-        os.write(status_fd, b"fail " + failure.replace(b"\n", b" ") + b"\n")
+        line = failure.replace(b"\n", b" ")
+        word, _, reason = line.partition(b" ")
+        if word != UNRUNNABLE.encode():
+            line, reason = b"fail " + line, line
+        with contextlib.suppress(OSError):  # where `logs` and `submit --wait` show it
+            os.write(2, b"populi: " + reason + b"\n")
+        os.write(status_fd, line + b"\n")
         watch.kill_tree()
         os._exit(START_FAILED_EXIT)
     with contextlib.suppress(OSError):  # a dead daemon: the control pipe says so next

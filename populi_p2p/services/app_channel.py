@@ -75,6 +75,8 @@ class AppChannel:
         self._handlers: dict[int, Handler] = {}
         self._broadcast: Broadcast | None = None
         self.dropped = 0  # junk or unknown-kind payloads received
+        #: Broadcasts the swim channel refused (too big), by kind: push-pull carried them.
+        self.refused: dict[str, int] = {}
 
     def attach(self, broadcast: Broadcast) -> None:
         """`broadcast(key, payload)`: queue a payload on the swim channel."""
@@ -95,7 +97,13 @@ class AppChannel:
         try:
             await self._broadcast(key, bytes([int(kind)]) + body)
         except ValueError as exc:
-            event(_log, 30, "app.broadcast_refused", kind=kind.name, reason=str(exc))
+            # Expected for big changes (a spec near its limits, a long explanation): the
+            # kind's push-pull section carries them. Said once per kind, then counted.
+            first = kind.name not in self.refused
+            self.refused[kind.name] = self.refused.get(kind.name, 0) + 1
+            level = 20 if first else 10
+            event(_log, level, "app.broadcast_refused", kind=kind.name, reason=str(exc),
+                  then="sent by push-pull; later ones counted")  # fmt: skip
             return False
         return True
 

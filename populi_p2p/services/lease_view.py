@@ -286,6 +286,7 @@ def entry_detail(entry: TaskEntry, why: str | None) -> dict[str, Any]:
             "exit_code": result.exit_code,
             "duration": result.duration,
             "node_fault": result.node_fault,
+            "final": result.final,
             "output_tail": result.output_tail.decode(errors="replace"),
         },
     }

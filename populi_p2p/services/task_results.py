@@ -2,7 +2,9 @@
 
 The result carries an integer exit code and a bounded output tail; an end that was
 not the command's own choice (a limit, a failed start) also says why, in one line at
-the end of the tail, so `populi-node task` shows ``memory: used more than ...``.
+the end of the tail, so `populi-node task` shows ``memory: used more than ...``. A
+command that cannot run as given (not found, not executable) makes a `final` result:
+the task fails for good, with ``; not retried`` at the end of that line.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def result_of(exited: TaskExited) -> TaskResult:
         code = 1  # stopped by a limit right as it exited 0: still a failure
     tail = result_tail(exited.stdout_tail, exited.stderr_tail)
     if exited.reason != "exited":
-        line = f"\n[populi] {exited.reason}: {exited.detail}".encode("utf-8", "replace")[:300]
-        tail = tail[-(OUTPUT_TAIL_MAX - len(line)) :] + line
+        after = "; not retried" if exited.final else ""
+        line = f"\n[populi] {exited.reason}: {exited.detail}"[:280] + after
+        encoded = line.encode("utf-8", "replace")
+        tail = tail[-(OUTPUT_TAIL_MAX - len(encoded)) :] + encoded
     duration = max(0.0, exited.ended_at - exited.started_at)
-    return TaskResult(code, tail[-OUTPUT_TAIL_MAX:], duration)
+    return TaskResult(code, tail[-OUTPUT_TAIL_MAX:], duration, final=exited.final)

@@ -39,7 +39,7 @@ async def test_child_sees_its_env_gpus_and_workdir(tmp_path: Path) -> None:
     assert seen["env"]["FOO"] == "bar"
     assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-aaa,GPU-bbb"
     assert seen["env"]["POPULI_TASK_ID"] == "t1"
-    # The daemon's own environment does not leak into the task (only PATH is passed on).
+    # The daemon's own environment does not leak into the task (not even its PATH).
     assert "PYTEST_CURRENT_TEST" not in seen["env"]
     work = tmp_path / "tasks" / "t1" / "1" / "work"
     assert seen["cwd"] == str(work)

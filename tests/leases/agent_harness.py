@@ -103,6 +103,7 @@ class Cluster:
         self.cut: set[frozenset[str]] = set()  # pairs that cannot talk
         self.runs: dict[str, list[Run]] = {}
         self.durations: dict[str, tuple[float, int]] = {}
+        self.unrunnable: set[str] = set()  # tasks whose command cannot run (final)
         self.acked: dict[str, float] = {}  # submit acknowledged at
         self.accepted_by: dict[str, str] = {}  # task -> the node it was submitted at
         self.answers: list[Acknowledged] = []  # every Acknowledged, in order
@@ -147,7 +148,10 @@ class Cluster:
         self._seq += 1
         heapq.heappush(self._q, (at, self._seq, kind, data))
 
-    def submit(self, at_node: str, duration: float, code: int = 0, retries: int = 2) -> str:
+    def submit(
+        self, at_node: str, duration: float, code: int = 0, retries: int = 2,
+        unrunnable: bool = False,
+    ) -> str:  # fmt: skip
         node = self.nodes[at_node]
         command = ("work", str(len(self.durations)))
         spec = TaskSpec(
@@ -157,6 +161,8 @@ class Cluster:
         tid, cmds = node.agent.submit(spec, node.local(self.now))
         self.durations[tid] = (duration, code)
         self.accepted_by[tid] = at_node
+        if unrunnable:
+            self.unrunnable.add(tid)
         self.runs.setdefault(tid, [])
         self._apply(node, cmds)
         return tid
@@ -234,7 +240,8 @@ class Cluster:
             if r.node == name and r.epoch == epoch and r.end is None:
                 r.end, r.code = self.now, code
                 self.nodes[name]
-                result = TaskResult(code if code is not None else -9, b"", 0.0)
+                final = code is not None and tid in self.unrunnable
+                result = TaskResult(code if code is not None else -9, b"", 0.0, final=final)
                 self._push(self.now, "exited", (name, tid, epoch, result))
 
     def run_until(self, until: float) -> None:

@@ -58,6 +58,7 @@ results = st.builds(
     duration=st.sampled_from([0.0, 1.5]),
     node_fault=st.booleans(),
     signature=st.sampled_from([b"r1", b"r2"]),
+    final=st.booleans(),
 )
 
 

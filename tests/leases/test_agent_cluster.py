@@ -80,6 +80,23 @@ def test_one_member_runs_its_tasks() -> None:
     assert one.check() == [] and len(one.runs[tid]) == 1
 
 
+@pytest.mark.parametrize("unrunnable", [True, False])
+def test_a_command_that_cannot_run_fails_for_good_at_once(unrunnable: bool) -> None:
+    """A final result (the command is missing: docs/executor.md) uses up the retries:
+    no replica grants another epoch, and every table shows the task finished."""
+    c = Cluster(3, seed=5)
+    tid = c.submit("n0", 0.1, code=127, retries=2, unrunnable=unrunnable)
+    c.run_until(60)
+    c.heal_and_sync()
+    assert c.check() == []
+    assert len(c.runs[tid]) == (1 if unrunnable else 3)
+    for node in c.nodes.values():
+        entry = node.agent.table.get(tid)
+        assert entry is not None and entry.phase.value == "failed" and entry.finished()
+        assert entry.failures() == (1 if unrunnable else 3)  # attempts made, honestly
+        assert node.agent.grants[tid].final
+
+
 def _two_members_and_a_running_task(seed: int) -> tuple[Cluster, str, str, str]:
     """Two members, a task running on its set's primary: (cluster, task, owner, other)."""
     two = Cluster(2, seed=seed)

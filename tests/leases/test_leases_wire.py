@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from populi_p2p.leases import DecodeError, TaskResult
 from populi_p2p.leases.wire import (
     VERSION,
     MessageType,
+    _result,
     decode_entries,
     decode_message,
 )
@@ -108,6 +110,33 @@ def test_specific_junk_is_rejected(body: list) -> None:
     t = table("c")
     assert t.apply(data, 0.0) == []
     assert t.statistics().decode_errors == 1
+
+
+def test_a_final_result_round_trips_and_other_results_keep_their_bytes() -> None:
+    a, b = table("a"), table("b")
+    tid, submit = a.submit(spec(1, by="a", retry_limit=2), 0.0)
+    b.apply(submit, 0.0)
+    a.apply(b.claim(tid, 1, 3, "why", 1.0), 1.0)
+    a.apply(b.post_result(tid, TaskResult(127, b"x", final=True), 2.0), 2.0)
+    entry = a.get(tid)
+    assert entry is not None and entry.accepted_result is not None
+    assert entry.accepted_result.final, "carried, and its signature checked, over the wire"
+    # One failed attempt of three allowed, yet finished: no retry can mend it.
+    assert entry.failures() == 1 and entry.finished() and entry.failures_to_report() == 3
+    plain = TaskResult(127, b"x")
+    assert len(plain.to_wire()) == 5, "results without the flag encode as before"
+    assert plain.signed_bytes(tid, 1, "b") != attrs.evolve(plain, final=True).signed_bytes(
+        tid, 1, "b"
+    ), "the flag is signed"
+
+
+@pytest.mark.parametrize("flag", [False, 1, None, [True]])
+def test_a_final_flag_other_than_true_is_refused(flag: object) -> None:
+    good = [127, b"x", 0.0, False, b"sig"]
+    assert _result([*good, True]).final and not _result(good).final
+    for forged in ([*good, flag], [*good, True, True]):
+        with pytest.raises(DecodeError):
+            _result(forged)  # one result, one encoding
 
 
 def test_a_spec_that_does_not_hash_to_its_id_is_rejected() -> None:

@@ -79,3 +79,32 @@ def test_logs_prints_the_full_output_of_a_task_run_here(
                 bad(f"/v1/tasks/{tid}/logs?{query}")
     finally:
         mesh.stop_all()
+
+
+@pytest.mark.slow
+def test_a_missing_command_fails_once_and_says_command_not_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon's PATH starts with a directory the task's uid cannot search (root's
+    ``~/.local/bin``, issue 20): the task still says "command not found", and it fails
+    for good at its first epoch, whatever its retries."""
+    closed = tmp_path / "root-only" / "bin"
+    closed.mkdir(parents=True)
+    (tmp_path / "root-only").chmod(0o700)
+    mesh = Mesh(tmp_path, preset="local")
+    try:
+        node = mesh.start("solo", env={"PATH": f"{closed}:{os.environ['PATH']}"})
+        state = ["--state-dir", str(node.state_dir)]
+        code = main(["submit", "--wait", "--retries", "2", *state, "--", "pyhton3", "-c", "1"])
+        tid = capsys.readouterr().out.splitlines()[0]
+        assert code == 127
+        task = node.client.get(f"/v1/tasks/{tid}")
+        assert task["phase"] == "failed" and task["finished"], task
+        assert [e["epoch"] for e in task["epochs"]] == [1], "not retried"
+        assert task["result"]["final"]
+        assert main(["task", tid, *state]) in (None, 0)
+        shown = capsys.readouterr().out
+        assert "[populi] start_failed: cannot run 'pyhton3': command not found in PATH=" in shown
+        assert shown.rstrip().endswith("; not retried") and "Permission denied" not in shown
+    finally:
+        mesh.stop_all()

@@ -456,6 +456,15 @@ def test_results_say_why_and_never_succeed_by_accident() -> None:
     assert len(huge.output_tail) <= OUTPUT_TAIL_MAX and b"[populi] cpu: " in huge.output_tail
 
 
+def test_a_command_that_cannot_run_makes_a_final_result_that_says_so() -> None:
+    detail = "cannot run 'pyhton3': command not found in PATH=/usr/bin:/bin"
+    final = result_of(attrs.evolve(_exited(127, "start_failed", detail), final=True))
+    assert final.final and final.exit_code == 127
+    assert final.output_tail.endswith(f"[populi] start_failed: {detail}; not retried".encode())
+    other = result_of(_exited(127, "start_failed", "cannot join the task cgroup"))
+    assert not other.final and not other.output_tail.endswith(b"not retried")
+
+
 def test_no_network_is_in_the_spec_and_old_specs_keep_their_ids() -> None:
     old = _spec("me", 1)
     isolated = attrs.evolve(old, no_network=True)
