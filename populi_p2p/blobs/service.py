@@ -153,10 +153,19 @@ class BlobService:
             "served_chunks": 0, "served_bytes": 0, "refused_not_member": 0, "refused_busy": 0,
             "not_held": 0, "fetched_blobs": 0, "fetch_failures": 0,
         }  # fmt: skip
-        store.on_change = self._changed.set
+        store.on_change = self._store_changed
 
     ####################################################################################
     # The service
+
+    def _store_changed(self) -> None:
+        """Re-advertise soon (called on the trio thread, or from `add`'s worker thread)."""
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            trio.from_thread.run_sync(lambda: self._changed.set())
+            return
+        self._changed.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
