@@ -43,7 +43,7 @@ __all__ = ["CHUNK_PATH", "MANIFEST_PATH", "BlobService", "PeerChunkSource"]
 MANIFEST_PATH: Final = "/populi/v1/blobs/manifest"
 CHUNK_PATH: Final = "/populi/v1/blobs/chunk"
 #: Bytes read from disk and written to the socket at a time, per transfer.
-SERVE_PIECE: Final = 256 * 1024
+SERVE_PIECE: Final = 1024 * 1024
 #: Default: most chunks served at once.
 MAX_TRANSFERS: Final = 8
 #: Most pulls remembered for ``model pull`` progress (finished ones go first).
