@@ -30,6 +30,12 @@ Endpoints (all JSON):
 ``POST /v1/undrain``     take work again
 ``GET  /v1/inference/    the inference API's recent routes (``populi-node requests``)
 requests``
+``GET  /v1/blobs``       the blobs held here and the ones members advertise
+``POST /v1/blobs/add``   ``{"path", "name"}``: store a local file (``model add``)
+``POST /v1/blobs/rm``    ``{"blob"}``; ``/pin`` and ``/unpin``: ``{"blob", "by"}``
+``POST /v1/blobs/pull``  ``{"blob"}``: start fetching from holders (``model pull``)
+``GET  /v1/blobs/        ``?blob=HASH``: a pull's progress
+progress``
 =======================  ===============================================================
 
 The task routes are served when the backend is also a `TaskBackend`. A bad spec or
@@ -208,6 +214,11 @@ def make_app(backend: ApiBackend) -> AsgiApp:
     extra = getattr(backend, "extra_routes", None)
     if callable(extra):
         routes.update({p: r for p, r in extra().items() if p not in routes})
+    # And endpoints that take the request (a POST's JSON body, a GET's query).
+    with_request = getattr(backend, "request_routes", None)
+    taking: dict[str, tuple[str, Callable[[Any], object]]] = (
+        with_request() if callable(with_request) else {}
+    )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -217,7 +228,15 @@ def make_app(backend: ApiBackend) -> AsgiApp:
             return  # websockets are not offered; hypercorn closes the connection
         route = routes.get(scope["path"].rstrip("/") or "/")
         handler: Callable[[], object] | None = None
-        if route is None and isinstance(backend, TaskBackend):
+        takes = taking.get(scope["path"].rstrip("/"))
+        if route is None and takes is not None and scope["method"] == takes[0]:
+            try:
+                request = await _read_json(receive) if scope["method"] == "POST" else _query(scope)
+            except _BadRequest as exc:
+                await _respond(send, 400, {"error": str(exc)})
+                return
+            handler = functools.partial(takes[1], request)
+        elif route is None and isinstance(backend, TaskBackend):
             try:
                 request = await _read_json(receive) if scope["method"] == "POST" else _query(scope)
             except _BadRequest as exc:

@@ -23,6 +23,8 @@ Commands::
     populi-node cluster apikey create      sign an API key for the inference API
     populi-node cluster operator           make an operator key (may cancel any task)
     populi-node requests                   the inference API's recent routes
+    populi-node model add FILE [--name N]  store a model file as a blob the mesh can fetch
+    populi-node model ls|rm|pull           list, delete, fetch from holders (progress line)
     populi-node version [--json]           this program's version and the daemon's
     populi-node --version                  this program's version
 """
@@ -43,6 +45,7 @@ import platformdirs
 from ._keyfiles import KeyFileError, decode_public_key, encode_public_key
 from ._terminal import format_table, terminal_safe
 from .api import ApiClient, ApiError
+from .cli_models import MODEL_COMMANDS, add_model_commands
 from .cli_tasks import TASK_COMMANDS, add_task_commands
 from .config import (
     SETTINGS,
@@ -215,6 +218,7 @@ def _build_parser() -> _Parser:
             help=f"where the authority key lives (default {_default_authority_dir()})",
         )
     add_task_commands(sub, _add_state_dir)
+    add_model_commands(sub, _add_state_dir)
     return parser
 
 
@@ -664,6 +668,7 @@ _COMMANDS = {
     "version": _cmd_version,
     "key": _cmd_key,
     **TASK_COMMANDS,
+    **MODEL_COMMANDS,
 }
 _CLUSTER_COMMANDS = {
     "init": _cmd_cluster_init,

@@ -422,6 +422,23 @@ class NodeConfig:
                     " 2 s))", metavar="SECONDS", default="max(3x p99 gap, 2 s)",
                     doc="a token gap that moves a stream to the next node"),
     )  # fmt: skip
+    #: Most bytes of blobs (models; complete and partial) kept in ``STATE/blobs``; 0: no quota.
+    blob_quota: int = attrs.field(
+        default=0,
+        metadata=up("size", "most bytes of blobs (models) kept here, e.g. 200GiB (default 0:"
+                    " no quota)", metavar="SIZE", default="0 (no quota)",
+                    doc="most bytes of blobs kept in STATE/blobs, partial fetches counted at"
+                    " full size; never exceeded: the least recently used unpinned blobs are"
+                    " evicted, else the add or fetch is refused; see models.md"),
+    )  # fmt: skip
+    #: Bytes a second that all blob fetches together may take; 0: no cap.
+    blob_bandwidth: int = attrs.field(
+        default=0,
+        metadata=up("size", "bytes a second all blob fetches may take, e.g. 50MiB (default 0:"
+                    " no cap)", metavar="SIZE", default="0 (no cap)",
+                    doc="bytes a second that all blob fetches together may take (a token"
+                    " bucket); see models.md"),
+    )  # fmt: skip
     #: Seconds a packet's timestamp may differ from our clock, either way, before it is
     #: refused as stale (the replay defence's window; a peer past it is named in `status`).
     #: None: `overlay.auth.DEFAULT_FRESHNESS` (120 s).

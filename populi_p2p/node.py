@@ -88,9 +88,11 @@ from .services.task_results import RESULT_TAIL_BYTES
 if TYPE_CHECKING:  # imported when first used, after the API answers (start-up CPU)
     from prometheus_client.registry import Collector
 
+    from .blobs.service import BlobService
     from .inference.peer_api import PeerRoutes
     from .inference.peer_client import PeerClient
     from .inference.service import InferenceService
+    from .record import NodeRecord
     from .services.inference_host import InferenceHost
     from .services.task_logs import TaskLogs
 
@@ -148,6 +150,8 @@ class Node:
         self.executor: ExecutorService | None = None
         #: `populi-node logs` from any node (set once `run` has started).
         self.task_logs: TaskLogs | None = None
+        #: Model blobs: the store, the chunk routes, pulls (once the API answers).
+        self.blobs: BlobService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -374,12 +378,54 @@ class Node:
             self.peer_routes,
             lease_config=self.presets.lease,
         )
+        await self._start_blobs(nursery, creds, parts, membership)
         await host.start_peer(nursery, bind, port)  # the record gets the port and models
         await host.start_inference(
             nursery, members=membership.members, member=membership.member, roster=parts.roster,
             revocations=parts.revocations, outcomes=self._lease_outcomes, observe=self.observe,
             metrics=parts.metrics,
         )  # fmt: skip
+
+    async def _start_blobs(
+        self,
+        nursery: trio.Nursery,
+        creds: Credentials,
+        parts: NodeParts,
+        membership: MembershipService,
+    ) -> None:
+        """The blob store and service (docs/models.md): its section goes in the record."""
+        await import_in_thread("populi_p2p.blobs.service")
+        from .blobs.service import BlobService
+        from .blobs.store import BlobStore
+
+        roster = parts.roster
+
+        def verified(node: str) -> NodeRecord | None:
+            record = roster.records.get(node)
+            return None if roster.unverified_reason(node) is not None else record
+
+        def sections() -> dict[str, Any]:
+            out = {}
+            for m in membership.members():
+                record = verified(m.name) if membership.is_live(m.name) else None
+                if record is not None and "blobs" in record.sections:
+                    out[m.name] = record.sections["blobs"]
+            return out
+
+        def address_of(node: str) -> tuple[str, int] | None:
+            record = verified(node)
+            peer = record.sections.get("peer") if record is not None else None
+            port = peer.get("port") if isinstance(peer, dict) else None
+            return (record.address, port) if record is not None and isinstance(port, int) else None
+
+        store = BlobStore(self.config.state_dir / "blobs", self.config.blob_quota)
+        self.blobs = BlobService(
+            store, me=creds.identity.node_id, is_member=membership.is_live, sections=sections,
+            address_of=address_of, peer_client=lambda: self.peer_client,
+            set_section=parts.publisher.set_section, bandwidth=self.config.blob_bandwidth,
+        )  # fmt: skip
+        self.blobs.register_peer_routes(self.peer_routes)
+        await nursery.start(self.blobs.run)
 
     ####################################################################################
     # What the API shows (the public names other code and tests use)
@@ -391,6 +437,8 @@ class Node:
             status["tasks"] = self._leases.summary()
             if self.task_logs is not None:
                 status["tasks"]["logs_refused_not_member"] = self.task_logs.refused_not_member
+        if self.blobs is not None:
+            status["blobs"] = self.blobs.statistics()
         host = self.inference_host
         if host is not None:
             status["http"] = host.http_statistics()

@@ -61,6 +61,9 @@ class PeerResponse:
     body: bytes | AsyncIterator[bytes]
     content_type: str = "application/json"
     headers: dict[str, str] = attrs.field(factory=dict)
+    #: Send chunks that are already there together (SSE); False for large pieces, so
+    #: memory stays one piece per transfer.
+    coalesce: bool = True
 
 
 PeerHandler = Callable[[PeerRequest], Awaitable[PeerResponse]]
@@ -195,7 +198,13 @@ class PeerApi:
             })  # fmt: skip
             await send({"type": "http.response.body", "body": response.body})
         else:
-            await send_stream(
-                send, response.status, response.body,
-                content_type=response.content_type, headers=response.headers, coalesce=True,
-            )  # fmt: skip
+            try:
+                await send_stream(
+                    send, response.status, response.body, content_type=response.content_type,
+                    headers=response.headers, coalesce=response.coalesce,
+                )  # fmt: skip
+            finally:  # the handler's generator frees what it holds, however this ends
+                aclose = getattr(response.body, "aclose", None)
+                if aclose is not None:
+                    with trio.CancelScope(shield=True):
+                        await aclose()

@@ -13,6 +13,7 @@ from ..operator import proof_from_json
 from .lease_view import cancel_refusal
 
 if TYPE_CHECKING:
+    from ..blobs.service import BlobService
     from ..node import Node
 
 __all__ = ["NodeBackend"]
@@ -77,6 +78,23 @@ class NodeBackend:
 
     def extra_routes(self) -> dict[str, tuple[str, Any]]:
         return {"/v1/inference/requests": ("GET", self._inference_requests)}
+
+    def request_routes(self) -> dict[str, tuple[str, Any]]:
+        """The blob routes (``populi-node model ...``, docs/models.md)."""
+        return {
+            "/v1/blobs": ("GET", lambda _q: self._blobs().rows()),
+            "/v1/blobs/add": ("POST", lambda body: self._blobs().add(body)),
+            "/v1/blobs/rm": ("POST", lambda body: self._blobs().remove(body)),
+            "/v1/blobs/pin": ("POST", lambda body: self._blobs().pin(body)),
+            "/v1/blobs/unpin": ("POST", lambda body: self._blobs().pin(body, pinned=False)),
+            "/v1/blobs/pull": ("POST", lambda body: self._blobs().pull(body)),
+            "/v1/blobs/progress": ("GET", lambda q: self._blobs().progress(q)),
+        }
+
+    def _blobs(self) -> BlobService:
+        if self._node.blobs is None:  # for a moment after the API first answers
+            raise LookupError("the node is still starting; try again in a second")
+        return self._node.blobs
 
     def _inference_requests(self) -> dict[str, Any]:
         """The recent routes of this node's inference API, and its engines."""
