@@ -49,12 +49,13 @@ from ._asgi import AsgiApp
 from ._http_serve import OPEN_FILES_LOW, HttpLimits, raise_open_file_limit
 from ._log import event, get_logger
 from .api import ApiClient
-from .authority import cluster_fingerprint
 from .config import NodeConfig
+from .executor.results import RESULT_TAIL_BYTES
+from .executor.service import ExecutorConfig, ExecutorService, parse_uid_range
+from .leases.driver.service import LeaseService
 from .leases.reliability import Outcome
 from .observe import ObserveView
 from .observe.web import make_observe_app
-from .operator import operator_checker
 from .presets import Presets, resolve_preset
 from .services._lazy import import_in_thread
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
@@ -65,8 +66,6 @@ from .services.codec import AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
 from .services.errors import NodeStartError, start_error
-from .services.executor import ExecutorConfig, ExecutorService, parse_uid_range
-from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
 from .services.mdns import MdnsService
@@ -75,14 +74,15 @@ from .services.memory import StoreService
 from .services.node_parts import NodeParts
 from .services.preflight import check_state_dir
 from .services.status import StatusView
-from .services.task_results import RESULT_TAIL_BYTES
+from .trust.authority import cluster_fingerprint
+from .trust.operator import operator_checker
 
 if TYPE_CHECKING:  # imported when first used, after the API answers (start-up CPU)
+    from .executor.logs import TaskLogs
     from .inference.peer_api import PeerRoutes
     from .inference.peer_client import PeerClient
     from .inference.service import InferenceService
     from .services.inference_host import InferenceHost
-    from .services.task_logs import TaskLogs
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
 
@@ -330,10 +330,10 @@ class Node:
     ) -> None:
         """Task logs from any node, the peer API, the engines and the inference service."""
         await import_in_thread(  # off the loop: the API and pings are answered meanwhile
-            "populi_p2p.services.inference_host", "populi_p2p.services.task_logs"
+            "populi_p2p.services.inference_host", "populi_p2p.executor.logs"
         )
+        from .executor.logs import TaskLogs
         from .services.inference_host import InferenceHost
-        from .services.task_logs import TaskLogs
 
         assert self.executor is not None
         self.task_logs = TaskLogs(

@@ -1,6 +1,6 @@
 """`TaskLauncher`: a task's directories, log files, cgroup or rlimits, and its process.
 
-The task runs under `_task_wrapper` (which forks the command; the command joins the
+The task runs under `_wrapper` (which forks the command; the command joins the
 cgroup, makes the network namespace, sets rlimits and drops to the task's user, then
 execs) as its own session and process group, in ``tasks_dir/<task_id>/<epoch>/work``,
 with its stdout and stderr in files beside that directory. With `namespaces` (probed
@@ -25,13 +25,13 @@ from typing import Final
 
 import trio
 
-from . import _task_wrapper
+from . import _wrapper
 from ._cgroup import CgroupParent
-from ._task_record import StartFailed, TaskRecord
+from ._record import StartFailed, TaskRecord
 
 __all__ = ["WRAPPER", "TaskLauncher", "monotonic_to_trio"]
 
-WRAPPER: Final = str(Path(_task_wrapper.__file__).resolve())
+WRAPPER: Final = str(Path(_wrapper.__file__).resolve())
 _DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _STATUS_BYTES_MAX: Final = 2048
 _SPEC_BYTES_MAX: Final = 60_000  # below a pipe's buffer: written whole before the spawn

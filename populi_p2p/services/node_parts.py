@@ -17,11 +17,11 @@ from overlay.auth import DEFAULT_FRESHNESS, PacketAuthenticator
 from overlay.transport import Transport, TransportConfig
 from swim import SwimConfig
 
-from .._keyfiles import encode_public_key
 from ..config import NodeConfig
-from ..envelope_keys import EnvelopeKeys
 from ..observe import EventService, MetricSources, MetricsService
-from ..record_book import RecordBook
+from ..trust._keyfiles import encode_public_key
+from ..trust.envelope_keys import EnvelopeKeys
+from ..trust.record_book import RecordBook
 from .app_channel import AppChannel, AppKind
 from .clock import CertificateWatch, SkewWatch
 from .codec import WIRE_PACKET_BUDGET, AuthCodec

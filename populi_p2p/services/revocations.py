@@ -21,10 +21,10 @@ import trio
 
 from swim import AppMessage
 
-from .._keyfiles import KeyFileError
 from .._log import event, get_logger
-from ..certificate import CertificateError
-from ..revocation import RevocationList, read_revocation, write_revocation
+from ..trust._keyfiles import KeyFileError
+from ..trust.certificate import CertificateError
+from ..trust.revocation import RevocationList, read_revocation, write_revocation
 
 __all__ = ["REVOCATION_SUFFIX", "RevocationFiles", "RevocationService"]
 

@@ -18,10 +18,10 @@ from overlay.netfilter import AcceptPolicy
 from overlay.transport import Transport
 from swim import MemberState
 
-from .._keyfiles import encode_public_key
-from ..authority import cluster_fingerprint
 from ..config import NodeConfig
-from ..identity import NodeIdentity
+from ..trust._keyfiles import encode_public_key
+from ..trust.authority import cluster_fingerprint
+from ..trust.identity import NodeIdentity
 from .codec import AuthCodec
 from .discovery import Discovery
 from .membership import MembershipService

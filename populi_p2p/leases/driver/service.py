@@ -31,10 +31,14 @@ import trio
 
 from swim import AppMessage, Event, Member, MemberState
 
-from .._log import event, get_logger
-from ..api import ConflictError, ForbiddenError
-from ..identity import NodeIdentity, verify_signature
-from ..leases import (
+from ..._log import event, get_logger
+from ...api import ConflictError, ForbiddenError
+from ...executor.results import result_of
+from ...executor.runner import TaskExited, TaskRunner
+from ...services.app_channel import AppChannel, AppKind
+from ...trust.identity import NodeIdentity, verify_signature
+from ...trust.record import NodeRecord
+from .. import (
     LeaseConfig,
     LeaseEvent,
     LeaseTable,
@@ -43,9 +47,9 @@ from ..leases import (
     TaskResult,
     TaskSpec,
 )
-from ..leases._cancel import OperatorCheck, OperatorProof, no_operators
-from ..leases.agent import LeaseAgent
-from ..leases.agent_commands import (
+from .._cancel import OperatorCheck, OperatorProof, no_operators
+from ..agent import LeaseAgent
+from ..agent_commands import (
     Acknowledged,
     AgentCommand,
     FenceTask,
@@ -54,12 +58,10 @@ from ..leases.agent_commands import (
     StartTask,
     StopTask,
 )
-from ..leases.placement import Candidate
-from ..leases.reliability import prior_reliability
-from ..leases.store import LeaseStore
-from ..record import NodeRecord
-from .app_channel import AppChannel, AppKind
-from .lease_view import (
+from ..placement import Candidate
+from ..reliability import prior_reliability
+from ..store import LeaseStore
+from .view import (
     LeaseSection,
     build_candidates,
     entry_detail,
@@ -69,8 +71,6 @@ from .lease_view import (
     pick_gpus,
     spec_from,
 )
-from .task_results import result_of
-from .task_runner import TaskExited, TaskRunner
 
 __all__ = ["ACK_TIMEOUT", "LeaseService", "SubmitError", "hands_back"]
 
