@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport
+from swim import Event
 
 from ._asgi import AsgiApp
 from ._http_serve import OPEN_FILES_LOW, HttpLimits, raise_open_file_limit
@@ -54,14 +56,13 @@ from .executor.results import RESULT_TAIL_BYTES
 from .executor.service import ExecutorConfig, ExecutorService, parse_uid_range
 from .leases.driver.service import LeaseService
 from .leases.reliability import Outcome
-from .observe import ObserveView
+from .observe import EventService, ObserveView
 from .observe.web import make_observe_app
 from .presets import Presets, resolve_preset
 from .services._lazy import import_in_thread
 from .services.addressing import Addressing, advertise_host, choose_addresses, outside_accept
 from .services.api_backend import NodeBackend
 from .services.api_server import ApiService
-from .services.app_channel import AppKind
 from .services.codec import AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
@@ -70,10 +71,11 @@ from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
 from .services.mdns import MdnsService
 from .services.membership import MembershipService
-from .services.memory import StoreService
+from .services.memory import StoreService, open_store
 from .services.node_parts import NodeParts
 from .services.preflight import check_state_dir
 from .services.status import StatusView
+from .store import MemberStore
 from .trust.authority import cluster_fingerprint
 from .trust.operator import operator_checker
 
@@ -93,6 +95,16 @@ GPU_FIRST_REPORT_WAIT: Final = 3.0
 _AuthCodec = AuthCodec
 
 _log = get_logger("node")
+
+
+def _remembered(store: StoreService, node_id: str) -> list[Address]:
+    """Members the store remembers from earlier runs, to retry joining (not us)."""
+    return [(m.host, m.port) for m in store.known_members() if m.node_id != node_id]
+
+
+def _stop_api(events: EventService, api: ApiService) -> None:
+    events.close()  # open event streams end now, not at the grace timeout
+    api.stop()
 
 
 def _raise_open_files() -> None:
@@ -128,6 +140,7 @@ class Node:
         #: What those routes read; `provide("tasks", rows)` fills the page's task table.
         self.observe: ObserveView | None = None
         self._leases: LeaseService | None = None
+        self._store: StoreService | None = None
         self.executor: ExecutorService | None = None
         #: `populi-node logs` from any node (set once `run` has started).
         self.task_logs: TaskLogs | None = None
@@ -150,11 +163,11 @@ class Node:
                 " (stop it with populi-node leave, or use another --state-dir)"
             )
         addressing = await choose_addresses(config)
-        store, incarnation = StoreService.open(config.store_path)
+        member_store, incarnation = open_store(config.store_path)
         started = False
         try:
             async with trio.open_nursery() as nursery:
-                await self._start(nursery, creds, parts, addressing, store, incarnation)
+                await self._start(nursery, creds, parts, addressing, member_store, incarnation)
                 started = True
                 task_status.started()
         except BaseExceptionGroup as group:
@@ -163,7 +176,10 @@ class Node:
                 raise
             raise error from None
         finally:
-            store.close()
+            if self._store is not None:
+                self._store.close()
+            elif member_store is not None:
+                member_store.close()
             try:
                 config.api_socket.unlink()
             except OSError:
@@ -175,9 +191,81 @@ class Node:
         creds: Credentials,
         parts: NodeParts,
         addressing: Addressing,
-        store: StoreService,
+        member_store: MemberStore | None,
         incarnation: int,
     ) -> None:
+        """Build the services in dependency order, each with its collaborators, then
+        start them in start-up order (docs/architecture.md)."""
+        config = self.config
+        transport, port, advertise, outside = await self._listen(nursery, parts, addressing)
+        node_id = creds.identity.node_id
+        membership = MembershipService(
+            parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
+            incarnation=incarnation, transport=transport, codec=parts.codec,
+            max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
+            app_state=parts.app,
+        )  # fmt: skip
+        parts.app.attach(membership.broadcast_app)
+        store = self._store = StoreService(member_store, membership)
+        parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
+        parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
+        runner = self.executor = self._executor()
+        leases = self._leases = LeaseService(
+            self.presets.lease, creds.identity, config.state_dir / "leases.sqlite3",
+            runner=runner, channel=parts.app, members=membership.members,
+            record_of=parts.roster.records.get, allocate=parts.gpus.allocate,
+            set_draining=parts.publisher.set_draining, send=membership.send_app,
+            check_operator=operator_checker(creds.authority_key, parts.revocations.current),
+        )  # fmt: skip
+        links = LinkService(node_id, parts.codec, transport, membership.holds())
+        peers = [(p, advertise[1]) for p in addressing.overlay.peers]  # Tailscale's peers
+        discovery = Discovery(
+            membership, advertise, bootstrap=[*config.bootstrap, *peers],
+            remembered=functools.partial(_remembered, store, node_id),
+            probe_interval=parts.swim_config.probe_interval,
+        )  # fmt: skip
+        parts.register_metrics(node_id, config.name, membership, transport)
+        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
+        self.observe_app = make_observe_app(self.observe)
+        api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
+        lifecycle = self._lifecycle = Lifecycle(
+            leave=membership.leave, announced=lambda: membership.leave_announced,
+            flush=store.flush, stop_api=functools.partial(_stop_api, parts.events, api),
+            api_done=api.done, stop_node=nursery.cancel_scope.cancel,
+        )  # fmt: skip
+        notices = [outside] if outside is not None else []
+        self._view = StatusView(
+            config, creds.identity, creds.authority_key, self.started_at, advertise,
+            addressing.overlay, addressing.policy, parts.codec, transport, membership,
+            parts.roster, discovery, left=lambda: lifecycle.left,
+            notices=lambda: [*notices, *parts.certificate.notices(), *parts.skew.notices()],
+        )  # fmt: skip
+        # Subscribe before the core runs, so that no subscriber misses an event.
+        subscribers = [(parts.roster.run, membership.subscribe()),
+                       (links.run, membership.subscribe()),
+                       (store.run, membership.subscribe()),
+                       (parts.events.run, membership.subscribe()),
+                       (parts.app.run, membership.subscribe())]  # fmt: skip
+        discovery_events = membership.subscribe()
+        lease_events = membership.subscribe()
+        for run, events in subscribers:
+            await nursery.start(run, events)
+        await nursery.start(runner.run)
+        await nursery.start(leases.run, lease_events)
+        await nursery.start(membership.run)
+        await nursery.start(lifecycle.run)
+        http = functools.partial(
+            self._start_http, nursery, creds, parts, membership, addressing.bind, port
+        )
+        await self._serve(nursery, parts, api, http, discovery, discovery_events)
+        await self._start_late(nursery, creds, addressing, transport, advertise, discovery)
+        self._ready(creds, addressing, advertise, incarnation)
+
+    async def _listen(
+        self, nursery: trio.Nursery, parts: NodeParts, addressing: Addressing
+    ) -> tuple[Transport, int, Address, str | None]:
+        """The transport, bound and running: it, its port, the address we advertise
+        and the warning about who can reach it (None when all is well)."""
         config = self.config
         bind, overlay = addressing.bind, addressing.overlay
         transport = Transport(
@@ -196,92 +284,34 @@ class Node:
             event(_log, 30, "advertise.outside_accept", message=outside)
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
-        node_id = creds.identity.node_id
-        membership = MembershipService(
-            parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
-            incarnation=incarnation, transport=transport, codec=parts.codec,
-            max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
-            app_state=parts.app,
-        )  # fmt: skip
-        parts.app.attach(membership.broadcast_app)
+        return transport, local[1], advertise, outside
+
+    def _executor(self) -> ExecutorService:
+        """The task executor, from `--task-user` and `--task-uids` (one line if bad)."""
+        config = self.config
         try:
-            lease_config = self.presets.lease
-            runner = ExecutorService(ExecutorConfig(
+            return ExecutorService(ExecutorConfig(
                 tasks_dir=config.state_dir / "tasks", task_user=config.task_user,
-                task_uids=parse_uid_range(config.task_uids),
-                tail_bytes=RESULT_TAIL_BYTES, fence_grace=lease_config.fence_grace,
+                task_uids=parse_uid_range(config.task_uids), tail_bytes=RESULT_TAIL_BYTES,
+                fence_grace=self.presets.lease.fence_grace,
             ))  # fmt: skip
         except ValueError as exc:
             raise NodeStartError(str(exc)) from None
-        self.executor = runner
-        leases = self._leases = LeaseService(
-            lease_config, creds.identity, config.state_dir / "leases.sqlite3",
-            runner=runner, channel=parts.app,
-            check_operator=operator_checker(
-                creds.authority_key, lambda: parts.revocations.revocations
-            ),
-        )  # fmt: skip
-        leases.attach(
-            members=membership.members, record_of=parts.roster.records.get,
-            allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
-            send=membership.send_app,
-        )  # fmt: skip
-        codec = parts.codec
 
-        parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
-        parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
-        parts.revocations.attach(functools.partial(parts.app.broadcast, AppKind.REVOCATIONS))
-        store.attach(lambda: membership.incarnation)
-        links = LinkService(node_id, codec, transport, membership.holds())
-        peers = [(p, advertise[1]) for p in overlay.peers]  # Tailscale's online peers
-        discovery = Discovery(
-            membership, advertise, bootstrap=[*config.bootstrap, *peers],
-            remembered=lambda: [(m.host, m.port) for m in store.known_members()
-                                if m.node_id != node_id],
-            probe_interval=parts.swim_config.probe_interval,
-        )  # fmt: skip
-        parts.register_metrics(node_id, config.name, membership, transport)
-        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
-        self.observe_app = make_observe_app(self.observe)
-        api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
-
-        def stop_api() -> None:
-            parts.events.close()  # open event streams end now, not at the grace timeout
-            api.stop()
-
-        lifecycle = self._lifecycle = Lifecycle(
-            leave=membership.leave, announced=lambda: membership.leave_announced,
-            flush=store.flush, stop_api=stop_api, api_done=api.done,
-            stop_node=nursery.cancel_scope.cancel,
-        )  # fmt: skip
-        self._view = StatusView(
-            config, creds.identity, creds.authority_key, self.started_at, advertise, overlay,
-            addressing.policy, codec, transport, membership, parts.roster, discovery,
-            left=lambda: lifecycle.left,
-            notices=lambda: [
-                *([outside] if outside is not None else []),
-                *parts.certificate.notices(),
-                *parts.skew.notices(),
-            ],
-        )  # fmt: skip
-        # Subscribe before the core runs, so that no subscriber misses an event.
-        subscribers = [(parts.roster.run, membership.subscribe()),
-                       (links.run, membership.subscribe()),
-                       (store.run, membership.subscribe()),
-                       (parts.events.run, membership.subscribe()),
-                       (parts.app.run, membership.subscribe())]  # fmt: skip
-        discovery_events = membership.subscribe()
-        lease_events = membership.subscribe()
-        for run, events in subscribers:
-            await nursery.start(run, events)
-        await nursery.start(runner.run)
-        await nursery.start(leases.run, lease_events)
-        await nursery.start(membership.run)
-        await nursery.start(lifecycle.run)
-        http = functools.partial(self._start_http, nursery, creds, parts, membership, bind)
+    async def _serve(
+        self,
+        nursery: trio.Nursery,
+        parts: NodeParts,
+        api: ApiService,
+        http: Callable[[], Awaitable[None]],
+        discovery: Discovery,
+        discovery_events: trio.MemoryReceiveChannel[Event],
+    ) -> None:
+        """The control API, the GPU service, node-to-node HTTP, then joining."""
+        config = self.config
         serves_inference = bool(config.engine or config.api_listen)
         if serves_inference:  # when the API answers, so does the inference API
-            await http(local[1])
+            await http()
         try:
             await nursery.start(api.run)
         except OSError as exc:
@@ -295,26 +325,43 @@ class Node:
         # record the mesh first hears carries the GPUs, the peer port and the models.
         nursery.start_soon(parts.gpus.run)
         if not serves_inference:
-            await http(local[1])
+            await http()
         join = functools.partial(discovery.run, after=parts.gpus.ready)
         nursery.start_soon(
             functools.partial(join, wait_max=GPU_FIRST_REPORT_WAIT), discovery_events
         )
-        await nursery.start(parts.revocations.run)
-        await nursery.start(parts.certificate.run)
-        fingerprint = cluster_fingerprint(creds.authority_key)
-        if config.mdns:
+
+    async def _start_late(
+        self,
+        nursery: trio.Nursery,
+        creds: Credentials,
+        addressing: Addressing,
+        transport: Transport,
+        advertise: Address,
+        discovery: Discovery,
+    ) -> None:
+        """Revocations, the certificate watch and mDNS."""
+        assert self._parts is not None
+        await nursery.start(self._parts.revocations.run)
+        await nursery.start(self._parts.certificate.run)
+        if self.config.mdns:
             mdns = MdnsService(
-                node_id, bind=transport.local_address[0], advertise=advertise,
-                fingerprint=fingerprint, overlay_interface=overlay.interface,
-                on_found=discovery.found_on_lan,
+                creds.identity.node_id, bind=transport.local_address[0],
+                advertise=advertise,
+                fingerprint=cluster_fingerprint(creds.authority_key),
+                overlay_interface=addressing.overlay.interface, on_found=discovery.found_on_lan,
             )  # fmt: skip
             await nursery.start(mdns.run)
+
+    def _ready(
+        self, creds: Credentials, addressing: Addressing, advertise: Address, incarnation: int
+    ) -> None:
+        config, overlay = self.config, addressing.overlay
         event(_log, 20, "overlay.detected", kind=str(overlay.kind), detail=overlay.describe())
         event(
             _log, 20, "node.ready",
-            name=config.name, id=node_id, addr=format_address(advertise),
-            inc=incarnation, cluster=fingerprint,
+            name=config.name, id=creds.identity.node_id, addr=format_address(advertise),
+            inc=incarnation, cluster=cluster_fingerprint(creds.authority_key),
             overlay=str(overlay.kind), accept=",".join(addressing.policy.cidrs),
             preset=config.preset, api=str(config.api_socket),
         )  # fmt: skip

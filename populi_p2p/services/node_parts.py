@@ -9,6 +9,7 @@ membership and the transport.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -78,7 +79,10 @@ class NodeParts:
         )
         node_id = creds.identity.node_id
         self.roster = Roster(node_id, records, on_certificate=self.codec.learn_certificate)
-        self.revocations = RevocationService(creds.files, creds.revocations, creds.authority_key)
+        self.revocations = RevocationService(
+            creds.files, creds.revocations, creds.authority_key,
+            broadcast=functools.partial(self.app.broadcast, AppKind.REVOCATIONS),
+        )  # fmt: skip
         self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
         self.skew = SkewWatch()
         self.codec.set_stale_handler(self.skew.observe)

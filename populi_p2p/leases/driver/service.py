@@ -112,6 +112,12 @@ class LeaseService:
     store_path: ``STATE_DIR/leases.sqlite3`` (created 0600).
     runner: runs the processes (`TaskRunner`).
     channel: the application channel (kinds registered here).
+    members: the membership's members (`MembershipService.members`).
+    record_of: a member's verified record (the roster's record book).
+    allocate: GPU allocations, ``[(uuid, vram)]`` (`GpuService.allocate`).
+    set_draining: our record's draining flag (`RecordPublisher.set_draining`).
+    send: ``send(member, key, payload)``, an application message to one member
+        (`MembershipService.send_app`).
     check_operator: checks operator proofs on cancels (`operator.operator_checker`).
     """
 
@@ -123,6 +129,11 @@ class LeaseService:
         *,
         runner: TaskRunner,
         channel: AppChannel,
+        members: Callable[[], list[Member]],
+        record_of: Callable[[str], NodeRecord | None],
+        allocate: Callable[[list[tuple[str, int]]], None],
+        set_draining: Callable[[bool], Awaitable[None]],
+        send: Callable[[str, str, bytes], Awaitable[None]],
         ack_timeout: float = ACK_TIMEOUT,
         rng: random.Random | None = None,
         check_operator: OperatorCheck = no_operators,
@@ -149,31 +160,14 @@ class LeaseService:
             check_operator=check_operator,
         )  # fmt: skip
         self.section = LeaseSection(self.table, self._on_sync, trio.current_time)
-        self._members: Callable[[], list[Member]] = list
-        self._record_of: Callable[[str], NodeRecord | None] = lambda _n: None
-        self._allocate: Callable[[list[tuple[str, int]]], None] = lambda _a: None
-        self._set_draining: Callable[[bool], Awaitable[None]] | None = None
-        self._send: Callable[[str, str, bytes], Awaitable[None]] | None = None
+        self._members, self._record_of = members, record_of
+        self._allocate, self._set_draining, self._send = allocate, set_draining, send
         self._wake = trio.Event()
         self._waiters: dict[tuple[str, str], tuple[trio.Event, list[Acknowledged]]] = {}
         self._held: dict[str, list[tuple[str, int]]] = {}  # task -> (gpu uuid, vram)
         self._reload: list[TaskEntry] = []
         self._reload_at = self._reload_until = self._ready_at = 0.0
         self.send_failures = 0
-
-    def attach(
-        self,
-        *,
-        members: Callable[[], list[Member]],
-        record_of: Callable[[str], NodeRecord | None],
-        allocate: Callable[[list[tuple[str, int]]], None],
-        set_draining: Callable[[bool], Awaitable[None]],
-        send: Callable[[str, str, bytes], Awaitable[None]],
-    ) -> None:
-        """Membership and record queries; GPU allocations; our record's draining flag;
-        `send(member, key, payload)`, an application message to one member."""
-        self._members, self._record_of = members, record_of
-        self._allocate, self._set_draining, self._send = allocate, set_draining, send
 
     @property
     def draining(self) -> bool:
@@ -303,8 +297,6 @@ class LeaseService:
             self._wake.set()
 
     async def _send_to(self, node: str, payload: bytes) -> None:
-        if self._send is None:
-            return
         try:
             await self._send(node, "lease", bytes([AppKind.LEASE_AGENT]) + payload)
         except ValueError:  # not a member (yet, or any more): the agent repeats
@@ -403,16 +395,14 @@ class LeaseService:
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
         self.agent.draining = True
-        if self._set_draining is not None:
-            await self._set_draining(True)
+        await self._set_draining(True)
         if handoff:
             await self._execute(self.agent.handoff())
         return {"draining": True, "handoff": handoff, "running": len(self.agent.running())}
 
     async def undrain(self) -> dict[str, Any]:
         self.agent.draining = False
-        if self._set_draining is not None:
-            await self._set_draining(False)
+        await self._set_draining(False)
         self._wake.set()
         return {"draining": False}
 
