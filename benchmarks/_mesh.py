@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from populi_p2p.api import ApiClient, ApiError  # noqa: E402
-from populi_p2p.authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority  # noqa: E402
-from populi_p2p.certificate import write_certificate  # noqa: E402
-from populi_p2p.identity import NodeIdentity  # noqa: E402
+from populi_p2p.trust.authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority  # noqa: E402
+from populi_p2p.trust.certificate import write_certificate  # noqa: E402
+from populi_p2p.trust.identity import NodeIdentity  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 
 from overlay.auth import AuthError, PacketAuthenticator
-from populi_p2p.authority import ClusterAuthority, generate_cluster_secret
-from populi_p2p.envelope_keys import packet_authenticator
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.record import Capabilities, NodeRecord, NodeStatus, next_sequence
-from populi_p2p.record_book import RecordBook
+from populi_p2p.trust.authority import ClusterAuthority, generate_cluster_secret
+from populi_p2p.trust.envelope_keys import packet_authenticator
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import Capabilities, NodeRecord, NodeStatus, next_sequence
+from populi_p2p.trust.record_book import RecordBook
 
 NOW = time.time()
 

@@ -55,14 +55,14 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from populi_p2p.identity import NodeIdentity
 from populi_p2p.inference.engines import EngineService
 from populi_p2p.inference.peer_api import PeerApi, PeerRoutes
 from populi_p2p.inference.peer_auth import PeerCallSigner, PeerCallVerifier
 from populi_p2p.inference.peer_client import PeerClient
 from populi_p2p.inference.route import Candidate, choose_route
 from populi_p2p.inference.service import InferenceService
-from populi_p2p.inference.standin import StandinConfig
+from populi_p2p.testing.standin import StandinConfig
+from populi_p2p.trust.identity import NodeIdentity
 from tests.inference.conftest import ALICE, AUTHORITY, BOB, CERTS, NOW, keys
 from tests.inference.harness import Mesh
 
@@ -161,7 +161,7 @@ def relay_processes() -> Iterator[tuple[str, str, list[tuple[str, int]]]]:
     me = str(Path(__file__).resolve())
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            engine = subprocess.Popen([sys.executable, "-m", "populi_p2p.inference.standin",
+            engine = subprocess.Popen([sys.executable, "-m", "populi_p2p.testing.standin",
                                        "--model", "m", "--tokens", "400", "--port", "0",
                                        "--port-file", f"{tmp}/engine"])  # fmt: skip
             procs.append(engine)

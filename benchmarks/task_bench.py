@@ -196,7 +196,7 @@ class TaskBench:
         wait_for(lambda: self.started(tid, epoch), "the task to start again", 120, 0.05)
         again = self.started(tid, epoch) or math.nan
         # The accepting daemon may be the one killed: cancel with an operator key.
-        from populi_p2p.operator import OperatorKey, proof_to_json
+        from populi_p2p.trust.operator import OperatorKey, proof_to_json
 
         operator, _ = OperatorKey.create(self.mesh.authority, now=time.time())
         proof = proof_to_json(operator.prove_cancel(tid, time.time()))

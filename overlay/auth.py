@@ -219,7 +219,7 @@ class PacketAuthenticator:
     Pure: no I/O, no clock (realtime is passed in), state bounded by `max_senders` and
     `max_certificates`. Open packets are counted by reason in `drops`. Knows nothing of
     certificates itself: it is handed a `signer` and a `verifier` (`overlay/verifier.py`;
-    populi's are `populi_p2p.envelope_keys.EnvelopeKeys`).
+    populi's are `populi_p2p.trust.envelope_keys.EnvelopeKeys`).
 
     Args:
         signer: this node's key and credential (sent with CERT).

@@ -4,7 +4,7 @@ Off by default. On a LAN without an overlay, nodes advertise a `_populi._udp.loc
 service and browse for others, so a new machine finds the mesh without `--bootstrap`.
 The TXT record carries the node id, the populi port, the protocol version and a
 *cluster fingerprint*: an opaque string the caller passes in (populi passes
-`populi_p2p.authority.cluster_fingerprint`, the one `status` shows; this package
+`populi_p2p.trust.authority.cluster_fingerprint`, the one `status` shows; this package
 computes none of its own). Only peers whose fingerprint matches are reported; the rest
 are counted and ignored. mDNS is unauthenticated, so a discovery is
 only an address to try: admission still needs a valid certificate.
@@ -235,7 +235,7 @@ class MdnsAnnouncer:
         node_id: this node's id (TXT `id`); services with it are ourselves, not peers.
         port: the populi port peers should use (TXT `port` and SRV port).
         fingerprint: the cluster fingerprint (TXT `fp`), an opaque string the caller
-            computes (populi: `populi_p2p.authority.cluster_fingerprint`); only peers
+            computes (populi: `populi_p2p.trust.authority.cluster_fingerprint`); only peers
             showing the same string are reported.
         addresses: the interface addresses mDNS runs on (multicast is sent and joined
             only there). Use `lan_addresses()`; never includes overlays unless you do.

@@ -4,7 +4,7 @@ Why: `overlay/` carries packets; who may send them (certificates, enrollment, re
 is the node's business. `PacketAuthenticator` is handed a `PacketSigner` (this node's
 key and credential) and a `PeerVerifier` (how a sender's credential and signature are
 checked), and imports nothing from `populi_p2p`. populi's implementation of both is
-`populi_p2p.envelope_keys.EnvelopeKeys`; a test can hand in anything that fits.
+`populi_p2p.trust.envelope_keys.EnvelopeKeys`; a test can hand in anything that fits.
 """
 
 from __future__ import annotations

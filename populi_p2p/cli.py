@@ -42,7 +42,7 @@ from typing import Any, Final, NoReturn
 
 import platformdirs
 
-from ._keyfiles import KeyFileError, decode_public_key, encode_public_key
+from ._duration import parse_duration
 from ._terminal import format_table, terminal_safe
 from .api import ApiClient, ApiError
 from .cli_models import MODEL_COMMANDS, add_model_commands
@@ -56,6 +56,7 @@ from .config import (
     shown,
 )
 from .settings import add_argument
+from .trust._keyfiles import KeyFileError, decode_public_key, encode_public_key
 
 __all__ = ["main", "parse_duration"]
 
@@ -75,32 +76,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise _UsageError(f"{message} (see {self.prog} --help)")
-
-
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdwy]?)")
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
-
-
-def parse_duration(text: str) -> float:
-    """Parse ``90``, ``45s``, ``30m``, ``12h``, ``30d``, ``2w``, ``1y`` or ``1d12h``, in seconds.
-
-    Raises:
-        ValueError: one line naming the input.
-    """
-    text = text.strip().lower()
-    pos, total = 0, 0.0
-    while pos < len(text):
-        match = _DURATION_RE.match(text, pos)
-        if match is None or match.end() == pos:
-            break
-        total += float(match[1]) * _DURATION_UNITS[match[2]]
-        pos = match.end()
-    if not text or pos != len(text) or total <= 0:
-        raise ValueError(
-            f"invalid duration {text!r}: expected a positive number with a unit,"
-            " like 90d, 12h or 1y"
-        )
-    return total
 
 
 def _default_authority_dir() -> Path:
@@ -469,7 +444,7 @@ def _cmd_leave(args: argparse.Namespace) -> None:
 
 
 def _cmd_key(args: argparse.Namespace) -> None:
-    from .identity import NodeIdentity
+    from .trust.identity import NodeIdentity
 
     state_dir = args.state_dir if args.state_dir is not None else default_state_dir()
     try:
@@ -491,7 +466,7 @@ def _authority_dir(args: argparse.Namespace) -> Path:
 
 
 def _load_authority(args: argparse.Namespace) -> Any:
-    from .authority import ClusterAuthority
+    from .trust.authority import ClusterAuthority
 
     directory = _authority_dir(args)
     if not (directory / "authority.key").exists():
@@ -504,7 +479,7 @@ def _load_authority(args: argparse.Namespace) -> Any:
 
 
 def _cmd_cluster_init(args: argparse.Namespace) -> None:
-    from .authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
+    from .trust.authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
 
     directory = _authority_dir(args)
     try:
@@ -518,7 +493,7 @@ def _cmd_cluster_init(args: argparse.Namespace) -> None:
 
 
 def _cmd_cluster_enroll(args: argparse.Namespace) -> None:
-    from .certificate import write_certificate
+    from .trust.certificate import write_certificate
 
     try:
         node_key = decode_public_key(args.node_public_key)
@@ -543,7 +518,7 @@ def _cmd_cluster_enroll(args: argparse.Namespace) -> None:
 
 
 def _cmd_cluster_revoke(args: argparse.Namespace) -> None:
-    from .revocation import write_revocation
+    from .trust.revocation import write_revocation
 
     node_key = None
     if args.key is not None:
@@ -607,7 +582,7 @@ def _cmd_cluster_apikey(args: argparse.Namespace) -> None:
 
 def _cmd_cluster_operator(args: argparse.Namespace) -> None:
     """A new operator key and its certificate, in one 0600 file for the operator."""
-    from .operator import OperatorKey
+    from .trust.operator import OperatorKey
 
     try:
         expires = parse_duration(args.expires) if args.expires is not None else None

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from ._terminal import terminal_safe
+from ._duration import parse_duration
+from ._terminal import format_table, terminal_safe
 from .api import ApiClient, ApiError
 
 __all__ = ["TASK_COMMANDS", "add_task_commands"]
@@ -96,7 +97,6 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         TaskCliError: one line naming the bad flag.
     """
-    from .cli import parse_duration
     from .gpu._labels import parse_size
     from .leases import Requirements, TaskKind, TaskSpec, check_new_requirements
 
@@ -297,8 +297,6 @@ def _age(seconds: float | None) -> str:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> None:
-    from .cli import _table
-
     client = _client(args)
     rows: list[dict[str, Any]] = client.get("/v1/tasks")
     names = _member_names(client)
@@ -318,7 +316,7 @@ def _cmd_tasks(args: argparse.Namespace) -> None:
          _owner_name(r["owner"], names), _age(r["age"]), r["why"] or ""]
         for r in rows
     ]  # fmt: skip
-    print(_table(table, ["ID", "KIND", "PHASE", "EPOCH", "OWNER", "AGE", "WHY PENDING"]))
+    print(format_table(table, ["ID", "KIND", "PHASE", "EPOCH", "OWNER", "AGE", "WHY PENDING"]))
 
 
 def _cmd_task(args: argparse.Namespace) -> None:
@@ -376,7 +374,7 @@ def _cmd_cancel(args: argparse.Namespace) -> None:
     client = _client(args)
     body = None
     if args.operator_key is not None:
-        from .operator import OperatorKey, proof_to_json
+        from .trust.operator import OperatorKey, proof_to_json
 
         key = OperatorKey.read(args.operator_key)  # KeyFileError: main prints one line
         tid = str(client.get(f"/v1/tasks/{args.task}")["id"])  # a prefix: the whole id

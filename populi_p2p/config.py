@@ -166,7 +166,7 @@ def _engines(instance: object, attribute: attrs.Attribute[Any], value: tuple[str
 
 
 def _uid_range(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    from .services._task_isolation import parse_uid_range
+    from .executor._isolation import parse_uid_range
 
     try:
         parse_uid_range(value)
@@ -546,7 +546,7 @@ def check_arguments(config: NodeConfig, *, resolve_timeout: float = RESOLVE_CHEC
         if path is not None and not path.exists():
             raise ConfigError(f"{name}: {shown(path)} does not exist (check --{name})")
     if config.task_user is not None:
-        from .services.executor import resolve_task_user
+        from .executor.service import resolve_task_user
 
         try:
             resolve_task_user(config.task_user)

@@ -7,13 +7,13 @@ table once the survivors agree it is dead. It prints the dashboard's address (th
 node's page, through a loopback relay to its API socket); run in a terminal, it waits for
 Enter before the kill and again before stopping the mesh, so the page can be watched.
 
-Then inference: two stand-in engines (``populi_p2p.inference.standin``,
+Then inference: two stand-in engines (``populi_p2p.testing.standin``,
 processes on loopback) attached to node4 and node5 with ``--engine``, node2 accepting
 OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
 completion from node2, the serving node is killed with SIGKILL mid-stream, and the
 stream finishes on the other node with the text intact. If llama-cpp-python is
 installed (``make .venv/.engine``), node1 also serves a real engine: llama.cpp on a tiny
-generated model (``populi_p2p.inference.tiny_gguf``), and a second stream, from node2,
+generated model (``populi_p2p.testing.tiny_gguf``), and a second stream, from node2,
 comes from it. Then tasks: a few
 short tasks submitted through the control API run on their owners (the ``populi-node
 tasks`` table), then a longer one whose owner is killed; it runs again at the next epoch
@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from .api import ApiClient, ApiError
-from .authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
-from .certificate import write_certificate
 from .cli import format_members
-from .identity import NodeIdentity
 from .inference.keys import issue_api_key
 from .observe.relay import UnixRelay
+from .trust.authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
+from .trust.certificate import write_certificate
+from .trust.identity import NodeIdentity
 
 __all__ = ["main"]
 
@@ -157,7 +157,7 @@ class _Demo:
         """Start one stand-in engine process on loopback; returns its URL."""
         port_file = self.root / f"{name}.port"
         argv = [
-            sys.executable, "-m", "populi_p2p.inference.standin", "--port", "0",
+            sys.executable, "-m", "populi_p2p.testing.standin", "--port", "0",
             "--port-file", str(port_file), "--model", "standin", "--tokens", str(TOKENS),
             "--delay", str(TOKEN_DELAY),
         ]  # fmt: skip
@@ -173,7 +173,7 @@ class _Demo:
         if llama-cpp-python and gguf are installed; its URL, or None."""
         if any(importlib.util.find_spec(m) is None for m in ("llama_cpp", "gguf")):
             return None
-        from .inference.tiny_gguf import server_argv, write_tiny_llama
+        from .testing.tiny_gguf import server_argv, write_tiny_llama
 
         model = write_tiny_llama(self.root / "tiny-llama.gguf")
         log_path = self.root / "engine-llama.log"
@@ -278,7 +278,7 @@ class _Demo:
             return
         import openai
 
-        from .inference.tiny_gguf import MODEL_ALIAS
+        from .testing.tiny_gguf import MODEL_ALIAS
 
         names = list(self.procs)
         api_node, host = names[1], names[0]

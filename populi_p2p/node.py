@@ -38,24 +38,27 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport
+from swim import Event
 
 from ._asgi import AsgiApp
 from ._http_serve import OPEN_FILES_LOW, HttpLimits, raise_open_file_limit
 from ._log import event, get_logger
 from .api import ApiClient
-from .authority import cluster_fingerprint
 from .config import NodeConfig
+from .executor.results import RESULT_TAIL_BYTES
+from .executor.service import ExecutorConfig, ExecutorService, parse_uid_range
+from .leases.driver.service import LeaseService
 from .leases.reliability import Outcome
-from .observe import ObserveView
+from .observe import EventService, ObserveView
 from .observe.sections import task_rows
 from .observe.web import make_observe_app
-from .operator import operator_checker
 from .presets import Presets, resolve_preset
 from .services._lazy import import_in_thread
 from .services.addressing import (
@@ -67,34 +70,33 @@ from .services.addressing import (
 )
 from .services.api_backend import NodeBackend
 from .services.api_server import ApiService
-from .services.app_channel import AppKind
 from .services.codec import AuthCodec, lane
 from .services.credentials import Credentials, load_credentials
 from .services.discovery import Discovery
 from .services.errors import NodeStartError, start_error
-from .services.executor import ExecutorConfig, ExecutorService, parse_uid_range
-from .services.leases import LeaseService
 from .services.lifecycle import LEAVE_TIMEOUT, Lifecycle
 from .services.links import LinkService
 from .services.mdns import MdnsService
 from .services.membership import MembershipService
-from .services.memory import StoreService
+from .services.memory import StoreService, open_store
 from .services.node_parts import NodeParts
 from .services.preflight import check_state_dir
 from .services.reachability import PeerReachability
 from .services.status import StatusView
-from .services.task_results import RESULT_TAIL_BYTES
+from .store import MemberStore
+from .trust.authority import cluster_fingerprint
+from .trust.operator import operator_checker
 
 if TYPE_CHECKING:  # imported when first used, after the API answers (start-up CPU)
     from prometheus_client.registry import Collector
 
     from .blobs.service import BlobService
+    from .executor.logs import TaskLogs
     from .inference.peer_api import PeerRoutes
     from .inference.peer_client import PeerClient
     from .inference.service import InferenceService
-    from .record import NodeRecord
     from .services.inference_host import InferenceHost
-    from .services.task_logs import TaskLogs
+    from .trust.record import NodeRecord
 
 __all__ = ["LEAVE_TIMEOUT", "Node", "NodeStartError", "run_node"]
 
@@ -105,6 +107,23 @@ GPU_FIRST_REPORT_WAIT: Final = 3.0
 _AuthCodec = AuthCodec
 
 _log = get_logger("node")
+
+
+def _remembered(store: StoreService, node_id: str) -> list[Address]:
+    """Members the store remembers from earlier runs, to retry joining (not us)."""
+    return [(m.host, m.port) for m in store.known_members() if m.node_id != node_id]
+
+
+def _task_collector(leases: LeaseService) -> Collector:
+    """The tasks' and leases' metric families (prometheus-client: at the first scrape)."""
+    from .observe.work_collector import TaskCollector
+
+    return TaskCollector(leases.statistics)
+
+
+def _stop_api(events: EventService, api: ApiService) -> None:
+    events.close()  # open event streams end now, not at the grace timeout
+    api.stop()
 
 
 def _raise_open_files() -> None:
@@ -118,13 +137,6 @@ def _raise_open_files() -> None:
             message=f"raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) to"
             f" {OPEN_FILES_LOW} or more for more HTTP connections",
         )  # fmt: skip
-
-
-def _task_collector(leases: LeaseService) -> Collector:
-    """The tasks' and leases' metric families (prometheus-client: at the first scrape)."""
-    from .observe.work_collector import TaskCollector
-
-    return TaskCollector(leases.statistics)
 
 
 class Node:
@@ -147,6 +159,7 @@ class Node:
         #: What those routes read; `provide("tasks", rows)` fills the page's task table.
         self.observe: ObserveView | None = None
         self._leases: LeaseService | None = None
+        self._store: StoreService | None = None
         self.executor: ExecutorService | None = None
         #: `populi-node logs` from any node (set once `run` has started).
         self.task_logs: TaskLogs | None = None
@@ -171,11 +184,11 @@ class Node:
                 " (stop it with populi-node leave, or use another --state-dir)"
             )
         addressing = await choose_addresses(config)
-        store, incarnation = StoreService.open(config.store_path)
+        member_store, incarnation = open_store(config.store_path)
         started = False
         try:
             async with trio.open_nursery() as nursery:
-                await self._start(nursery, creds, parts, addressing, store, incarnation)
+                await self._start(nursery, creds, parts, addressing, member_store, incarnation)
                 started = True
                 task_status.started()
         except BaseExceptionGroup as group:
@@ -184,7 +197,10 @@ class Node:
                 raise
             raise error from None
         finally:
-            store.close()
+            if self._store is not None:
+                self._store.close()
+            elif member_store is not None:
+                member_store.close()
             try:
                 config.api_socket.unlink()
             except OSError:
@@ -196,9 +212,84 @@ class Node:
         creds: Credentials,
         parts: NodeParts,
         addressing: Addressing,
-        store: StoreService,
+        member_store: MemberStore | None,
         incarnation: int,
     ) -> None:
+        """Build the services in dependency order, each with its collaborators, then
+        start them in start-up order (docs/architecture.md)."""
+        config = self.config
+        transport, port, advertise, notices = await self._listen(nursery, parts, addressing)
+        node_id = creds.identity.node_id
+        reachability = PeerReachability()  # every failed send, logged and in `status`
+        membership = MembershipService(
+            parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
+            incarnation=incarnation, transport=reachability.watch(transport), codec=parts.codec,
+            max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
+            app_state=parts.app,
+        )  # fmt: skip
+        parts.app.attach(membership.broadcast_app)
+        store = self._store = StoreService(member_store, membership)
+        parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
+        parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
+        runner = self.executor = self._executor()
+        leases = self._leases = LeaseService(
+            self.presets.lease, creds.identity, config.state_dir / "leases.sqlite3",
+            runner=runner, channel=parts.app, members=membership.members,
+            record_of=parts.roster.records.get, allocate=parts.gpus.allocate,
+            set_draining=parts.publisher.set_draining, send=membership.send_app,
+            check_operator=operator_checker(creds.authority_key, parts.revocations.current),
+        )  # fmt: skip
+        links = LinkService(node_id, parts.codec, transport, membership.holds())
+        peers = [(p, advertise[1]) for p in addressing.overlay.peers]  # Tailscale's peers
+        discovery = Discovery(
+            membership, advertise, bootstrap=[*config.bootstrap, *peers],
+            remembered=functools.partial(_remembered, store, node_id),
+            probe_interval=parts.swim_config.probe_interval, reachability=reachability,
+        )  # fmt: skip
+        reachability.describe = discovery.describe
+        parts.register_metrics(node_id, config.name, membership, transport)
+        parts.metrics.register_factory(functools.partial(_task_collector, leases))
+        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
+        self.observe.provide("tasks", lambda: task_rows(leases.rows(), parts.roster.name_of))
+        self.observe_app = make_observe_app(self.observe)
+        api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
+        lifecycle = self._lifecycle = Lifecycle(
+            leave=membership.leave, announced=lambda: membership.leave_announced,
+            flush=store.flush, stop_api=functools.partial(_stop_api, parts.events, api),
+            api_done=api.done, stop_node=nursery.cancel_scope.cancel,
+        )  # fmt: skip
+        self._view = StatusView(
+            config, creds.identity, creds.authority_key, self.started_at, advertise,
+            addressing.overlay, addressing.policy, parts.codec, transport, membership,
+            parts.roster, discovery, left=lambda: lifecycle.left,
+            notices=lambda: [*notices, *parts.certificate.notices(), *parts.skew.notices()],
+        )  # fmt: skip
+        # Subscribe before the core runs, so that no subscriber misses an event.
+        subscribers = [(parts.roster.run, membership.subscribe()),
+                       (links.run, membership.subscribe()),
+                       (store.run, membership.subscribe()),
+                       (parts.events.run, membership.subscribe()),
+                       (parts.app.run, membership.subscribe())]  # fmt: skip
+        discovery_events = membership.subscribe()
+        lease_events = membership.subscribe()
+        for run, events in subscribers:
+            await nursery.start(run, events)
+        await nursery.start(runner.run)
+        await nursery.start(leases.run, lease_events)
+        await nursery.start(membership.run)
+        await nursery.start(lifecycle.run)
+        http = functools.partial(
+            self._start_http, nursery, creds, parts, membership, addressing.bind, port
+        )
+        await self._serve(nursery, parts, api, http, discovery, discovery_events)
+        await self._start_late(nursery, creds, addressing, transport, advertise, discovery)
+        self._ready(creds, addressing, advertise, incarnation)
+
+    async def _listen(
+        self, nursery: trio.Nursery, parts: NodeParts, addressing: Addressing
+    ) -> tuple[Transport, int, Address, list[str]]:
+        """The transport, bound and running: it, its port, the address we advertise
+        and the warnings about who can reach it (none when all is well)."""
         config = self.config
         bind, overlay = addressing.bind, addressing.overlay
         transport = Transport(
@@ -220,96 +311,34 @@ class Node:
             event(_log, 30, "advertise.loopback", message=loopback)
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
-        node_id = creds.identity.node_id
-        reachability = PeerReachability()  # every failed send, logged and in `status`
-        membership = MembershipService(
-            parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
-            incarnation=incarnation, transport=reachability.watch(transport), codec=parts.codec,
-            max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
-            app_state=parts.app,
-        )  # fmt: skip
-        parts.app.attach(membership.broadcast_app)
+        return transport, local[1], advertise, [w for w in (outside, loopback) if w is not None]
+
+    def _executor(self) -> ExecutorService:
+        """The task executor, from `--task-user` and `--task-uids` (one line if bad)."""
+        config = self.config
         try:
-            lease_config = self.presets.lease
-            runner = ExecutorService(ExecutorConfig(
+            return ExecutorService(ExecutorConfig(
                 tasks_dir=config.state_dir / "tasks", task_user=config.task_user,
-                task_uids=parse_uid_range(config.task_uids),
-                tail_bytes=RESULT_TAIL_BYTES, fence_grace=lease_config.fence_grace,
+                task_uids=parse_uid_range(config.task_uids), tail_bytes=RESULT_TAIL_BYTES,
+                fence_grace=self.presets.lease.fence_grace,
             ))  # fmt: skip
         except ValueError as exc:
             raise NodeStartError(str(exc)) from None
-        self.executor = runner
-        leases = self._leases = LeaseService(
-            lease_config, creds.identity, config.state_dir / "leases.sqlite3",
-            runner=runner, channel=parts.app,
-            check_operator=operator_checker(
-                creds.authority_key, lambda: parts.revocations.revocations
-            ),
-        )  # fmt: skip
-        leases.attach(
-            members=membership.members, record_of=parts.roster.records.get,
-            allocate=parts.gpus.allocate, set_draining=parts.publisher.set_draining,
-            send=membership.send_app,
-        )  # fmt: skip
-        codec = parts.codec
 
-        parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
-        parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
-        parts.revocations.attach(functools.partial(parts.app.broadcast, AppKind.REVOCATIONS))
-        store.attach(lambda: membership.incarnation)
-        links = LinkService(node_id, codec, transport, membership.holds())
-        peers = [(p, advertise[1]) for p in overlay.peers]  # Tailscale's online peers
-        discovery = Discovery(
-            membership, advertise, bootstrap=[*config.bootstrap, *peers],
-            remembered=lambda: [(m.host, m.port) for m in store.known_members()
-                                if m.node_id != node_id],
-            probe_interval=parts.swim_config.probe_interval, reachability=reachability,
-        )  # fmt: skip
-        reachability.describe = discovery.describe
-        parts.register_metrics(node_id, config.name, membership, transport)
-        parts.metrics.register_factory(functools.partial(_task_collector, leases))
-        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
-        self.observe.provide("tasks", lambda: task_rows(leases.rows(), parts.roster.name_of))
-        self.observe_app = make_observe_app(self.observe)
-        api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
-
-        def stop_api() -> None:
-            parts.events.close()  # open event streams end now, not at the grace timeout
-            api.stop()
-
-        lifecycle = self._lifecycle = Lifecycle(
-            leave=membership.leave, announced=lambda: membership.leave_announced,
-            flush=store.flush, stop_api=stop_api, api_done=api.done,
-            stop_node=nursery.cancel_scope.cancel,
-        )  # fmt: skip
-        self._view = StatusView(
-            config, creds.identity, creds.authority_key, self.started_at, advertise, overlay,
-            addressing.policy, codec, transport, membership, parts.roster, discovery,
-            left=lambda: lifecycle.left,
-            notices=lambda: [
-                *(w for w in (outside, loopback) if w is not None),
-                *parts.certificate.notices(),
-                *parts.skew.notices(),
-            ],
-        )  # fmt: skip
-        # Subscribe before the core runs, so that no subscriber misses an event.
-        subscribers = [(parts.roster.run, membership.subscribe()),
-                       (links.run, membership.subscribe()),
-                       (store.run, membership.subscribe()),
-                       (parts.events.run, membership.subscribe()),
-                       (parts.app.run, membership.subscribe())]  # fmt: skip
-        discovery_events = membership.subscribe()
-        lease_events = membership.subscribe()
-        for run, events in subscribers:
-            await nursery.start(run, events)
-        await nursery.start(runner.run)
-        await nursery.start(leases.run, lease_events)
-        await nursery.start(membership.run)
-        await nursery.start(lifecycle.run)
-        http = functools.partial(self._start_http, nursery, creds, parts, membership, bind)
+    async def _serve(
+        self,
+        nursery: trio.Nursery,
+        parts: NodeParts,
+        api: ApiService,
+        http: Callable[[], Awaitable[None]],
+        discovery: Discovery,
+        discovery_events: trio.MemoryReceiveChannel[Event],
+    ) -> None:
+        """The control API, the GPU service, node-to-node HTTP, then joining."""
+        config = self.config
         serves_inference = bool(config.engine or config.api_listen)
         if serves_inference:  # when the API answers, so does the inference API
-            await http(local[1])
+            await http()
         try:
             await nursery.start(api.run)
         except OSError as exc:
@@ -323,26 +352,43 @@ class Node:
         # record the mesh first hears carries the GPUs, the peer port and the models.
         nursery.start_soon(parts.gpus.run)
         if not serves_inference:
-            await http(local[1])
+            await http()
         join = functools.partial(discovery.run, after=parts.gpus.ready)
         nursery.start_soon(
             functools.partial(join, wait_max=GPU_FIRST_REPORT_WAIT), discovery_events
         )
-        await nursery.start(parts.revocations.run)
-        await nursery.start(parts.certificate.run)
-        fingerprint = cluster_fingerprint(creds.authority_key)
-        if config.mdns:
+
+    async def _start_late(
+        self,
+        nursery: trio.Nursery,
+        creds: Credentials,
+        addressing: Addressing,
+        transport: Transport,
+        advertise: Address,
+        discovery: Discovery,
+    ) -> None:
+        """Revocations, the certificate watch and mDNS."""
+        assert self._parts is not None
+        await nursery.start(self._parts.revocations.run)
+        await nursery.start(self._parts.certificate.run)
+        if self.config.mdns:
             mdns = MdnsService(
-                node_id, bind=transport.local_address[0], advertise=advertise,
-                fingerprint=fingerprint, overlay_interface=overlay.interface,
-                on_found=discovery.found_on_lan,
+                creds.identity.node_id, bind=transport.local_address[0],
+                advertise=advertise,
+                fingerprint=cluster_fingerprint(creds.authority_key),
+                overlay_interface=addressing.overlay.interface, on_found=discovery.found_on_lan,
             )  # fmt: skip
             await nursery.start(mdns.run)
+
+    def _ready(
+        self, creds: Credentials, addressing: Addressing, advertise: Address, incarnation: int
+    ) -> None:
+        config, overlay = self.config, addressing.overlay
         event(_log, 20, "overlay.detected", kind=str(overlay.kind), detail=overlay.describe())
         event(
             _log, 20, "node.ready",
-            name=config.name, id=node_id, addr=format_address(advertise),
-            inc=incarnation, cluster=fingerprint,
+            name=config.name, id=creds.identity.node_id, addr=format_address(advertise),
+            inc=incarnation, cluster=cluster_fingerprint(creds.authority_key),
             overlay=str(overlay.kind), accept=",".join(addressing.policy.cidrs),
             preset=config.preset, api=str(config.api_socket),
         )  # fmt: skip
@@ -358,10 +404,10 @@ class Node:
     ) -> None:
         """Task logs from any node, the peer API, the engines and the inference service."""
         await import_in_thread(  # off the loop: the API and pings are answered meanwhile
-            "populi_p2p.services.inference_host", "populi_p2p.services.task_logs"
+            "populi_p2p.services.inference_host", "populi_p2p.executor.logs"
         )
+        from .executor.logs import TaskLogs
         from .services.inference_host import InferenceHost
-        from .services.task_logs import TaskLogs
 
         assert self.executor is not None
         self.task_logs = TaskLogs(

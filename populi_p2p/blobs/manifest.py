@@ -20,7 +20,7 @@ from typing import Final
 
 import attrs
 
-from .._codec import CodecError, pack_canonical, unpack_strict
+from ..trust._codec import CodecError, pack_canonical, unpack_strict
 
 __all__ = [
     "CHUNK_BYTES",

@@ -29,11 +29,11 @@ from typing import Any, Final
 
 import attrs
 
-from .._codec import CodecError, pack_canonical, split_signed, unpack_strict
-from ..authority import ClusterAuthority
-from ..certificate import AUTHORITY_KEY_ID_BYTES, authority_key_id
-from ..identity import verify_signature
-from ..revocation import API_KEY_ID_BYTES, RevocationList
+from ..trust._codec import CodecError, pack_canonical, split_signed, unpack_strict
+from ..trust.authority import ClusterAuthority
+from ..trust.certificate import AUTHORITY_KEY_ID_BYTES, authority_key_id
+from ..trust.identity import verify_signature
+from ..trust.revocation import API_KEY_ID_BYTES, RevocationList
 
 __all__ = ["API_KEY_PREFIX", "ApiKey", "ApiKeyChecker", "ApiKeyError", "Refusal", "issue_api_key"]
 

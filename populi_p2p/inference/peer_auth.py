@@ -38,9 +38,9 @@ import attrs
 
 from overlay.verifier import CredentialError, PeerCredential, PeerVerifier
 
-from .._codec import pack_canonical
-from ..certificate import EnrollmentCertificate
-from ..identity import NodeIdentity, node_id_from_public_key
+from ..trust._codec import pack_canonical
+from ..trust.certificate import EnrollmentCertificate
+from ..trust.identity import NodeIdentity, node_id_from_public_key
 
 __all__ = [
     "PEER_CALL_CONTEXT",

@@ -11,6 +11,7 @@ from ._entry import Phase as Phase
 from ._entry import TaskEntry as TaskEntry
 from ._entry import TaskPhase as TaskPhase
 from ._entry import TaskResult as TaskResult
+from ._entry import cancel_refusal as cancel_refusal
 from ._entry import merge as merge
 from ._events import LeaseEvent as LeaseEvent
 from ._events import LeaseExpired as LeaseExpired
@@ -55,6 +56,7 @@ __all__ = [
     "TaskResult",
     "TaskSpec",
     "Verifier",
+    "cancel_refusal",
     "check_new_requirements",
     "merge",
 ]

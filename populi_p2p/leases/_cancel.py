@@ -10,7 +10,7 @@ cancel record it merges, so the table never shows a cancel the granters refuse.
 
 This package holds no key types and reads no clock: the check of a proof (certificate,
 expiry, revocation, signature) is an `OperatorCheck` the node passes in
-(`populi_p2p.operator.operator_checker`).
+(`populi_p2p.trust.operator.operator_checker`).
 """
 
 from __future__ import annotations

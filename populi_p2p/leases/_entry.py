@@ -418,3 +418,25 @@ def merge(a: TaskEntry, b: TaskEntry) -> TaskEntry:
     if spec is a.spec and sig == a.spec_signature and claims is a.claims and cancel is a.cancel:
         return a
     return TaskEntry(a.task_id, spec, sig, claims, cancel)
+
+
+def cancel_refusal(entry: TaskEntry) -> str | None:
+    """Why cancelling `entry` is refused (one line), or None when a cancel may go ahead.
+
+    A finished task (succeeded, failed for good, or already cancelled) has nothing left
+    to cancel, and a cancel would rewrite its outcome as cancelled everywhere. The API
+    answers such a cancel with 409 and this line (raise `api.ConflictError` with it).
+    A task still pending, claimed, running, released, or failed with retries left may
+    be cancelled.
+    """
+    tid, epoch = entry.task_id, entry.epoch
+    if entry.cancel is not None:
+        return f"task {tid} is already cancelled; nothing to cancel"
+    if entry.phase is TaskPhase.SUCCEEDED:
+        return f"task {tid} already succeeded at epoch {epoch}; nothing to cancel"
+    if entry.phase is TaskPhase.FAILED and entry.finished():
+        return (
+            f"task {tid} already failed for good at epoch {epoch} "
+            f"({entry.failures()} failed attempts); nothing to cancel"
+        )
+    return None

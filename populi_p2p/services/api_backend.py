@@ -6,23 +6,65 @@ testable without a daemon and the node keeps one place that says what the API sh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..api import ConflictError
-from ..operator import proof_from_json
-from .lease_view import cancel_refusal
+from ..leases import TaskEntry, cancel_refusal
+from ..leases._cancel import OperatorProof
+from ..trust.operator import proof_from_json
 
 if TYPE_CHECKING:
     from ..blobs.service import BlobService
-    from ..node import Node
 
-__all__ = ["NodeBackend"]
+__all__ = ["NodeBackend", "NodeView"]
+
+
+class _Leases(Protocol):
+    """The lease service's commands and queries the API calls."""
+
+    async def submit(self, spec_fields: dict[str, Any]) -> dict[str, Any]: ...
+    def rows(self) -> list[dict[str, Any]]: ...
+    def detail(self, task_id: str) -> dict[str, Any]: ...
+    def explain(self, task_id: str) -> dict[str, Any]: ...
+    def find(self, task_id: str) -> TaskEntry: ...
+    async def cancel(
+        self, task_id: str, operator: OperatorProof | None = None
+    ) -> dict[str, Any]: ...
+    async def drain(self, handoff: bool) -> dict[str, Any]: ...
+    async def undrain(self) -> dict[str, Any]: ...
+
+
+class _TaskLogs(Protocol):
+    async def read(self, task_id: str, stream: object, offset: object) -> dict[str, Any]: ...
+
+
+class _InferenceHost(Protocol):
+    def requests(self) -> dict[str, Any]: ...
+
+
+class NodeView(Protocol):
+    """What the backend reads of the node (`populi_p2p.node.Node` is one): typed here,
+    not imported, so the node imports this module and not the other way round."""
+
+    def status(self) -> dict[str, Any]: ...
+    def member_rows(self) -> list[dict[str, Any]]: ...
+    def gpus(self) -> dict[str, Any]: ...
+    async def probe_gpus(self) -> dict[str, Any]: ...
+    def request_leave(self) -> None: ...
+    @property
+    def leases(self) -> _Leases: ...
+    @property
+    def task_logs(self) -> _TaskLogs | None: ...
+    @property
+    def inference_host(self) -> _InferenceHost | None: ...
+    @property
+    def blobs(self) -> BlobService | None: ...
 
 
 class NodeBackend:
     """Forwards each API call to `node` (status, members, GPUs, leave, tasks, logs)."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: NodeView) -> None:
         self._node = node
 
     def status(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import trio
 from overlay.base import Address, format_address
 
 from .._log import event, get_logger
-from ..certificate import EnrollmentCertificate
+from ..trust.certificate import EnrollmentCertificate
 
 __all__ = ["SKEW_SOURCES_MAX", "CertificateWatch", "SkewWatch", "stale_skew"]
 

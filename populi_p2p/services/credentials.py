@@ -10,17 +10,17 @@ import time
 
 import attrs
 
-from .._keyfiles import KeyFileError, encode_public_key, ensure_private_dir
-from ..authority import read_authority_public_key, read_cluster_secret
-from ..certificate import (
+from ..config import NodeConfig
+from ..trust._keyfiles import KeyFileError, encode_public_key, ensure_private_dir
+from ..trust.authority import read_authority_public_key, read_cluster_secret
+from ..trust.certificate import (
     CertificateError,
     EnrollmentCertificate,
     read_certificate,
     verify_certificate,
 )
-from ..config import NodeConfig
-from ..identity import NodeIdentity
-from ..revocation import RevocationList
+from ..trust.identity import NodeIdentity
+from ..trust.revocation import RevocationList
 from .errors import NodeStartError
 from .revocations import RevocationFiles
 

@@ -3,11 +3,26 @@ start-up becomes that one line."""
 
 from __future__ import annotations
 
-__all__ = ["NodeStartError", "first_os_error", "start_error"]
+import errno
+
+__all__ = ["NodeStartError", "describe_os_error", "first_os_error", "start_error"]
 
 
 class NodeStartError(Exception):
     """The daemon cannot start; the message is one line with the cause and the fix."""
+
+
+def describe_os_error(exc: OSError, what: str, fix: str) -> str:
+    """One line for `exc` about `what` (a path), ending with the fix."""
+    code = exc.errno
+    if code == errno.EROFS:
+        return f"{what} is on a read-only file system ({fix})"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left for {what}: the disk is full (free some space, {fix})"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"no permission to write {what} ({fix})"
+    reason = exc.strerror or type(exc).__name__
+    return f"cannot use {what}: {reason} ({fix})"
 
 
 def first_os_error(exc: BaseException) -> OSError | None:
@@ -40,8 +55,6 @@ def start_error(group: BaseExceptionGroup[BaseException]) -> NodeStartError | No
     for exc in leaves:
         if isinstance(exc, NodeStartError):
             return exc
-    from .preflight import describe_os_error  # it imports NodeStartError from here
-
     for exc in leaves:
         if isinstance(exc, OSError):
             return NodeStartError(

@@ -27,7 +27,6 @@ import trio
 from swim import Member
 
 from ..config import NodeConfig, parse_api_listen
-from ..envelope_keys import EnvelopeKeys
 from ..inference.engines import EngineService
 from ..inference.keys import ApiKeyChecker, request_authorizer
 from ..inference.peer_api import PeerApi, PeerRoutes
@@ -41,7 +40,8 @@ from ..observe import MetricsService, ObserveView
 from ..observe.sections import model_rows, route_rows
 from ..observe.web import handles as observe_paths
 from ..observe.web import make_observe_app
-from ..record import NodeStatus
+from ..trust.envelope_keys import EnvelopeKeys
+from ..trust.record import NodeStatus
 from .credentials import Credentials
 from .errors import NodeStartError, first_os_error
 from .publisher import RecordPublisher

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 import trio
 
@@ -22,7 +22,7 @@ from .._log import event, get_logger
 from ..store import KnownMember, MemberStore, StoreError
 from ._member_events import serve_events
 
-__all__ = ["FLUSH_INTERVAL", "StoreService"]
+__all__ = ["FLUSH_INTERVAL", "StoreService", "open_store"]
 
 #: How often remembered members and the incarnation are written, seconds.
 FLUSH_INTERVAL: Final = 2.0
@@ -30,28 +30,39 @@ FLUSH_INTERVAL: Final = 2.0
 _log = get_logger("node")
 
 
-class StoreService:
-    """Batches member memory into the `MemberStore`; None store: remembers nothing."""
+def open_store(
+    path: Path, clock: Callable[[], float] = time.time
+) -> tuple[MemberStore | None, int]:
+    """The member store (None when it cannot be opened: the node carries on without
+    memory) and the incarnation to start with."""
+    try:
+        store = MemberStore(path)
+        return store, store.start_incarnation()
+    except StoreError as exc:
+        event(_log, 30, "store.unusable", reason=str(exc), effect="starting without memory")
+        return None, int(clock())  # still above anything a previous run used
 
-    def __init__(self, store: MemberStore | None) -> None:
+
+class Incarnated(Protocol):
+    """Where the current incarnation is read at each flush (the membership service)."""
+
+    @property
+    def incarnation(self) -> int: ...
+
+
+class StoreService:
+    """Batches member memory into the `MemberStore`; None store: remembers nothing.
+
+    Args:
+        store: from `open_store`.
+        membership: its incarnation is saved at each flush.
+    """
+
+    def __init__(self, store: MemberStore | None, membership: Incarnated) -> None:
         self._store = store
+        self._membership = membership
         self._dirty: dict[str, KnownMember] = {}
         self._forget: set[str] = set()
-        self._incarnation: Callable[[], int | None] = lambda: None
-
-    @classmethod
-    def open(cls, path: Path, clock: Callable[[], float] = time.time) -> tuple[StoreService, int]:
-        """The service and the incarnation to start with."""
-        try:
-            store = MemberStore(path)
-            return cls(store), store.start_incarnation()
-        except StoreError as exc:
-            event(_log, 30, "store.unusable", reason=str(exc), effect="starting without memory")
-            return cls(None), int(clock())  # still above anything a previous run used
-
-    def attach(self, incarnation: Callable[[], int | None]) -> None:
-        """Where the current incarnation is read at each flush."""
-        self._incarnation = incarnation
 
     def remember(self, member: KnownMember) -> None:
         self._forget.discard(member.node_id)
@@ -74,9 +85,7 @@ class StoreService:
                 self._store.remember(self._dirty.values())
             if self._forget:
                 self._store.forget(self._forget)
-            incarnation = self._incarnation()
-            if incarnation is not None:
-                self._store.save_incarnation(incarnation)
+            self._store.save_incarnation(self._membership.incarnation)
         except StoreError as exc:
             event(_log, 30, "store.write_failed", reason=str(exc))
         self._dirty.clear()

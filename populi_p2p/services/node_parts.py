@@ -9,6 +9,7 @@ membership and the transport.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -17,11 +18,11 @@ from overlay.auth import DEFAULT_FRESHNESS, PacketAuthenticator
 from overlay.transport import Transport, TransportConfig
 from swim import SwimConfig
 
-from .._keyfiles import encode_public_key
 from ..config import NodeConfig
-from ..envelope_keys import EnvelopeKeys
 from ..observe import EventService, MetricSources, MetricsService
-from ..record_book import RecordBook
+from ..trust._keyfiles import encode_public_key
+from ..trust.envelope_keys import EnvelopeKeys
+from ..trust.record_book import RecordBook
 from .app_channel import AppChannel, AppKind
 from .clock import CertificateWatch, SkewWatch
 from .codec import WIRE_PACKET_BUDGET, AuthCodec
@@ -81,7 +82,10 @@ class NodeParts:
             node_id, records, on_certificate=self.codec.learn_certificate,
             departed_retention=config.departed_retention,
         )  # fmt: skip
-        self.revocations = RevocationService(creds.files, creds.revocations, creds.authority_key)
+        self.revocations = RevocationService(
+            creds.files, creds.revocations, creds.authority_key,
+            broadcast=functools.partial(self.app.broadcast, AppKind.REVOCATIONS),
+        )  # fmt: skip
         self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
         self.skew = SkewWatch()
         self.codec.set_stale_handler(self.skew.observe)

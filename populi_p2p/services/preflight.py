@@ -7,12 +7,11 @@ is, with the fix, rather than as a traceback from whichever library hit it first
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Final
 
-from .errors import NodeStartError
+from .errors import NodeStartError, describe_os_error
 
 __all__ = ["UNIX_PATH_MAX", "check_state_dir", "describe_os_error"]
 
@@ -21,19 +20,6 @@ UNIX_PATH_MAX: Final = 107
 #: Bytes written (and removed) to prove the state dir takes data, not only names.
 _PROBE_BYTES: Final = 4096
 _PROBE_NAME: Final = ".populi-write-test"
-
-
-def describe_os_error(exc: OSError, what: str, fix: str) -> str:
-    """One line for `exc` about `what` (a path), ending with the fix."""
-    code = exc.errno
-    if code == errno.EROFS:
-        return f"{what} is on a read-only file system ({fix})"
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return f"no space left for {what}: the disk is full (free some space, {fix})"
-    if code in (errno.EACCES, errno.EPERM):
-        return f"no permission to write {what} ({fix})"
-    reason = exc.strerror or type(exc).__name__
-    return f"cannot use {what}: {reason} ({fix})"
 
 
 def check_state_dir(state_dir: Path, api_socket: Path) -> None:

@@ -18,8 +18,8 @@ from overlay.base import Address
 
 from .._log import event, get_logger
 from .._version import protocol_version, software_version
-from ..identity import NodeIdentity
-from ..record import Capabilities, NodeRecord, NodeStatus, next_sequence
+from ..trust.identity import NodeIdentity
+from ..trust.record import Capabilities, NodeRecord, NodeStatus, next_sequence
 
 __all__ = ["RecordPublisher", "software_version"]
 

@@ -21,10 +21,10 @@ import trio
 
 from swim import AppMessage
 
-from .._keyfiles import KeyFileError
 from .._log import event, get_logger
-from ..certificate import CertificateError
-from ..revocation import RevocationList, read_revocation, write_revocation
+from ..trust._keyfiles import KeyFileError
+from ..trust.certificate import CertificateError
+from ..trust.revocation import RevocationList, read_revocation, write_revocation
 
 __all__ = ["REVOCATION_SUFFIX", "RevocationFiles", "RevocationService"]
 
@@ -81,25 +81,32 @@ class RevocationService:
         files: the revocation directory.
         initial: the list verified at start-up.
         authority_key: revocations must be signed by it.
+        broadcast: where gossip goes: the application channel, under
+            `AppKind.REVOCATIONS`.
     """
 
     def __init__(
-        self, files: RevocationFiles, initial: RevocationList, authority_key: bytes
+        self,
+        files: RevocationFiles,
+        initial: RevocationList,
+        authority_key: bytes,
+        *,
+        broadcast: Broadcast,
     ) -> None:
         self._files = files
         self.revocations = initial
         self._authority_key = authority_key
         self._listeners: list[Callable[[RevocationList], None]] = []
         self._now = trio.Event()
-        self._broadcast: Broadcast | None = None
+        self._broadcast = broadcast
+
+    def current(self) -> RevocationList:
+        """The merged list as it is now (`operator.operator_checker` reads it)."""
+        return self.revocations
 
     def on_change(self, listener: Callable[[RevocationList], None]) -> None:
         """Call `listener` with the merged list every time it grows."""
         self._listeners.append(listener)
-
-    def attach(self, broadcast: Broadcast) -> None:
-        """Where gossip goes: the application channel, under `AppKind.REVOCATIONS`."""
-        self._broadcast = broadcast
 
     def adopt(self, heard: RevocationList, source: str) -> None:
         merged = self.revocations.merge(heard)
@@ -169,5 +176,5 @@ class RevocationService:
         while True:
             await self._now.wait()
             self._now = trio.Event()
-            if len(self.revocations) and self._broadcast is not None:
+            if len(self.revocations):
                 await self._broadcast("revocations", self.revocations.to_bytes())

@@ -31,10 +31,10 @@ from swim import (
 )
 
 from .._log import event, get_logger
-from ..record import NodeRecord
-from ..record_book import RecordBook
-from ..revocation import RevocationList
 from ..store import KnownMember
+from ..trust.record import NodeRecord
+from ..trust.record_book import RecordBook
+from ..trust.revocation import RevocationList
 from ._member_events import other_member, serve_events
 from .departed import DepartedMembers
 from .membership import MembershipService

@@ -17,11 +17,11 @@ from overlay.detect import OverlayInfo
 from overlay.netfilter import AcceptPolicy
 from overlay.transport import Transport
 
-from .._keyfiles import encode_public_key
 from .._version import protocol_version, software_version
-from ..authority import cluster_fingerprint
 from ..config import NodeConfig
-from ..identity import NodeIdentity
+from ..trust._keyfiles import encode_public_key
+from ..trust.authority import cluster_fingerprint
+from ..trust.identity import NodeIdentity
 from .codec import AuthCodec
 from .discovery import Discovery
 from .membership import MembershipService

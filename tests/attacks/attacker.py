@@ -26,22 +26,22 @@ from typing import Any
 import attrs
 
 from overlay.auth import PacketAuthenticator
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.certificate import EnrollmentCertificate, read_certificate
-from populi_p2p.envelope_keys import packet_authenticator
-from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import agent_wire
 from populi_p2p.leases.agent_wire import AgentMessage
+from populi_p2p.leases.driver.service import LEASE_CONTEXT
 from populi_p2p.leases.wire import DecodeError as LeaseDecodeError
-from populi_p2p.record import (
+from populi_p2p.services.app_channel import AppKind
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.certificate import EnrollmentCertificate, read_certificate
+from populi_p2p.trust.envelope_keys import packet_authenticator
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import (
     RECORD_CONTEXT,
     Capabilities,
     NodeRecord,
     NodeStatus,
     next_sequence,
 )
-from populi_p2p.services.app_channel import AppKind
-from populi_p2p.services.leases import LEASE_CONTEXT
 from swim import PROTOCOL_VERSION as SWIM_PROTOCOL_VERSION
 from swim import wire
 

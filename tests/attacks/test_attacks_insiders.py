@@ -291,10 +291,10 @@ def test_task_output_is_served_to_members_only(attack_mesh: AttackMesh) -> None:
 
     import trio
 
-    from populi_p2p.identity import NodeIdentity
+    from populi_p2p.executor.logs import LOG_PEER_PATH
     from populi_p2p.inference.peer_auth import PeerCallSigner
     from populi_p2p.inference.peer_client import PeerClient, peer_base_url
-    from populi_p2p.services.task_logs import LOG_PEER_PATH
+    from populi_p2p.trust.identity import NodeIdentity
 
     daemons = attack_mesh.daemons
     first = daemons[0]

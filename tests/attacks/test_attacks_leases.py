@@ -30,7 +30,6 @@ import pytest
 from node.harness import Daemon, WaitTimeout, wait_until
 
 from populi_p2p.api import ApiClient, ApiError
-from populi_p2p.authority import ClusterAuthority
 from populi_p2p.leases._cancel import OPERATOR_CANCEL_CONTEXT, OperatorProof, operator_cancel_bytes
 from populi_p2p.leases._entry import ClaimRecord, Phase, TaskEntry, claim_bytes
 from populi_p2p.leases.agent_wire import (
@@ -42,7 +41,8 @@ from populi_p2p.leases.agent_wire import (
 )
 from populi_p2p.leases.grants import EPOCH_MAX, Ended, Refusal
 from populi_p2p.leases.wire import encode_entries
-from populi_p2p.operator import OperatorKey, proof_to_json
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.operator import OperatorKey, proof_to_json
 
 from .attacker import TALLY, Insider
 from .conftest import AttackMesh, start_mesh

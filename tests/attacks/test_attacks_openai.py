@@ -58,7 +58,7 @@ def _after_one_success() -> float:
 def _engine(tmp: Path, name: str) -> subprocess.Popen[bytes]:
     port_file = tmp / f"{name}.port"
     return subprocess.Popen(
-        [sys.executable, "-m", "populi_p2p.inference.standin", "--port", "0",
+        [sys.executable, "-m", "populi_p2p.testing.standin", "--port", "0",
          "--port-file", str(port_file), "--model", "m", "--tokens", "5"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -14,7 +14,7 @@ import time
 
 from node.harness import wait_until
 
-from populi_p2p.authority import ClusterAuthority
+from populi_p2p.trust.authority import ClusterAuthority
 from swim import wire
 
 from .attacker import TALLY, Attacker, frame

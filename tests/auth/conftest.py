@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from overlay.auth import PacketAuthenticator
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.envelope_keys import packet_authenticator
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.envelope_keys import packet_authenticator
+from populi_p2p.trust.identity import NodeIdentity
 
 #: Realtime used by these tests (Unix seconds).
 NOW = 1_700_000_000.0

@@ -6,7 +6,7 @@ from unittest import mock
 
 import pytest
 
-import populi_p2p.identity
+import populi_p2p.trust.identity
 from overlay.auth import DEFAULT_FRESHNESS, AuthError, PacketAuthenticator
 
 from .conftest import ALICE, CAROL, NOW, make_authenticator
@@ -53,8 +53,8 @@ def test_forged_timestamps_blame_nobody(bob: PacketAuthenticator) -> None:
 def test_replayed_old_packets_cost_a_bounded_number_of_checks(bob: PacketAuthenticator) -> None:
     alice = make_authenticator(ALICE)
     old = [alice.seal(b"old", NOW - 1000 + i / 1000) for i in range(200)]
-    real = populi_p2p.identity.verify_signature
-    with mock.patch("populi_p2p.envelope_keys.verify_signature", side_effect=real) as checks:
+    real = populi_p2p.trust.identity.verify_signature
+    with mock.patch("populi_p2p.trust.envelope_keys.verify_signature", side_effect=real) as checks:
         for packet in old:
             stale(bob, packet)
     assert checks.call_count <= 21  # the source's burst, then its rate

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import populi_p2p.identity
+import populi_p2p.trust.identity
 from overlay.auth import AUTH_REASONS, BASE_OVERHEAD, AuthError, PacketAuthenticator
-from populi_p2p.authority import ClusterAuthority, generate_cluster_secret
-from populi_p2p.envelope_keys import packet_authenticator
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.revocation import RevocationList
+from populi_p2p.trust.authority import ClusterAuthority, generate_cluster_secret
+from populi_p2p.trust.envelope_keys import packet_authenticator
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.revocation import RevocationList
 
 from .conftest import ALICE, AUTHORITY, BOB, CAROL, CERTS, NOW, make_authenticator
 
@@ -176,7 +176,7 @@ def test_steady_stream_costs_one_signature_check(
     alice: PacketAuthenticator, bob: PacketAuthenticator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = {"packet": 0, "certificate": 0}
-    real = populi_p2p.identity.verify_signature
+    real = populi_p2p.trust.identity.verify_signature
 
     def counting(kind: str):  # type: ignore[no-untyped-def]
         def verify(*args):  # type: ignore[no-untyped-def]
@@ -185,8 +185,8 @@ def test_steady_stream_costs_one_signature_check(
 
         return verify
 
-    monkeypatch.setattr("populi_p2p.envelope_keys.verify_signature", counting("packet"))
-    monkeypatch.setattr("populi_p2p.certificate.verify_signature", counting("certificate"))
+    monkeypatch.setattr("populi_p2p.trust.envelope_keys.verify_signature", counting("packet"))
+    monkeypatch.setattr("populi_p2p.trust.certificate.verify_signature", counting("certificate"))
     for i in range(50):
         bob.open(alice.seal(b"%d" % i, NOW), NOW)
     assert calls == {"packet": 50, "certificate": 1}

@@ -13,7 +13,7 @@ import pytest
 
 from overlay.admission import AdmissionGate, SourceRateLimiter
 from overlay.auth import AuthError, PacketAuthenticator
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.identity import NodeIdentity
 
 from .conftest import ALICE, BOB, CERTS, NOW, make_authenticator
 

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from overlay.auth import AuthError, Opened, PacketAuthenticator
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.identity import NodeIdentity
 
 from .conftest import ALICE, AUTHORITY, BOB, CERTS, NOW, make_authenticator
 

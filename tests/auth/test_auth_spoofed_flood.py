@@ -18,7 +18,7 @@ from pathlib import Path
 
 from node.harness import Mesh, wait_until
 
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.identity import NodeIdentity
 
 FLOOD_SECONDS = float(os.environ.get("POPULI_FLOOD_SECONDS", "4"))
 RATE = 800  # datagrams per second, as in the measurement

@@ -10,8 +10,8 @@ from typing import Any
 
 import trio
 
+from populi_p2p.executor.service import ExecutorConfig, ExecutorService, TaskExited
 from populi_p2p.leases import Requirements, TaskKind, TaskSpec
-from populi_p2p.services.executor import ExecutorConfig, ExecutorService, TaskExited
 
 PY = sys.executable
 #: Longest a test waits for an exit event: far beyond what any task here needs.

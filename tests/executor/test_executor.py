@@ -17,8 +17,8 @@ import attrs
 import pytest
 import trio
 
-from populi_p2p.services._cgroup import probe
-from populi_p2p.services.executor import ExecutorConfig, TaskLimits
+from populi_p2p.executor._cgroup import probe
+from populi_p2p.executor.service import ExecutorConfig, TaskLimits
 
 from .helpers import alive as _alive
 from .helpers import children, executor, next_exit, python, run_one, spec

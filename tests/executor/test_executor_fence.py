@@ -13,8 +13,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from populi_p2p.services._task_leftovers import Leftovers
-from populi_p2p.services.executor import ExecutorConfig, ExecutorService
+from populi_p2p.executor._leftovers import Leftovers
+from populi_p2p.executor.service import ExecutorConfig, ExecutorService
 
 from .helpers import PY, alive, children, executor, next_exit, python
 

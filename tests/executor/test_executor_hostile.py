@@ -15,7 +15,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.services.executor import _WRAPPER, ExecutorConfig, ExecutorService
+from populi_p2p.executor.service import _WRAPPER, ExecutorConfig, ExecutorService
 
 from .helpers import next_exit, spec
 

@@ -13,7 +13,7 @@ import pytest
 import trio
 from attacks.programs import ATTACKER, SECRET, VICTIM, holding, refusals, state
 
-from populi_p2p.services.executor import ExecutorService
+from populi_p2p.executor.service import ExecutorService
 
 from .helpers import executor, next_exit, run_one, spec
 

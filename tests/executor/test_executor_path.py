@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from populi_p2p.services._task_launch import DEFAULT_PATH
+from populi_p2p.executor._launch import DEFAULT_PATH
 
 from .helpers import executor, run_one, spec
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.services._executor_config import ExecutorConfig
-from populi_p2p.services._task_isolation import (
+from populi_p2p.executor._config import ExecutorConfig
+from populi_p2p.executor._isolation import (
     Isolation,
     UidAllocator,
     parse_uid_range,

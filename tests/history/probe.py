@@ -35,7 +35,7 @@ def _daemon_pid() -> int:
     parent = os.getppid()
     try:
         with open(f"/proc/{parent}/cmdline", "rb") as f:
-            if b"_task_wrapper" not in f.read():
+            if b"executor/_wrapper.py" not in f.read():
                 return parent
         with open(f"/proc/{parent}/stat", "rb") as f:
             return int(f.read().rsplit(b")", 1)[1].split()[1])

@@ -319,7 +319,7 @@ class Lab:
         """Cancel through any live daemon, with an operator key of the lab's authority
         (without one only the accepting daemon may, and it may be dead); an
         acknowledged cancel joins the history."""
-        from populi_p2p.operator import OperatorKey, proof_to_json
+        from populi_p2p.trust.operator import OperatorKey, proof_to_json
 
         d = self.rng.choice(list(self.live.values()))
         operator, _ = OperatorKey.create(self.mesh.authority, now=time.time())

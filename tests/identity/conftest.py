@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.identity import NodeIdentity
 
 #: Realtime used by these tests (Unix seconds), fixed so certificates are reproducible.
 NOW = 1_700_000_000.0

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.authority import (
+from populi_p2p.trust.authority import (
     AUTHORITY_KEY_FILE,
     AUTHORITY_PUBLIC_FILE,
     ClusterAuthority,
@@ -22,7 +22,7 @@ from populi_p2p.authority import (
     read_cluster_secret,
     write_cluster_secret,
 )
-from populi_p2p.certificate import (
+from populi_p2p.trust.certificate import (
     CERTIFICATE_REASONS,
     CertificateError,
     EnrollmentCertificate,
@@ -30,8 +30,8 @@ from populi_p2p.certificate import (
     verify_certificate,
     write_certificate,
 )
-from populi_p2p.identity import KeyFileError, NodeIdentity
-from populi_p2p.revocation import RevocationList
+from populi_p2p.trust.identity import KeyFileError, NodeIdentity
+from populi_p2p.trust.revocation import RevocationList
 
 from .conftest import NOW
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p._keyfiles import write_armored
-from populi_p2p.identity import KeyFileError, NodeIdentity, encode_public_key
+from populi_p2p.trust._keyfiles import write_armored
+from populi_p2p.trust.identity import KeyFileError, NodeIdentity, encode_public_key
 
 _LABEL = "POPULI NODE SECRET KEY"
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.identity import (
+from populi_p2p.trust.identity import (
     NODE_ID_LENGTH,
     KeyFileError,
     NodeIdentity,

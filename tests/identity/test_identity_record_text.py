@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p._codec import pack_canonical
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.record import (
+from populi_p2p.trust._codec import pack_canonical
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import (
     MAX_LABEL_VALUE_LENGTH,
     MAX_NAME_LENGTH,
     RECORD_CONTEXT,
@@ -28,7 +28,7 @@ from populi_p2p.record import (
     RecordError,
     SignedNodeRecord,
 )
-from populi_p2p.record_book import RecordBook
+from populi_p2p.trust.record_book import RecordBook
 
 from .conftest import NOW
 

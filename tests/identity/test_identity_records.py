@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.record import (
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import (
     Capabilities,
     NodeRecord,
     NodeStatus,
@@ -19,8 +19,8 @@ from populi_p2p.record import (
     SignedNodeRecord,
     next_sequence,
 )
-from populi_p2p.record_book import RECORD_DROP_REASONS, RecordBook
-from populi_p2p.revocation import RevocationList
+from populi_p2p.trust.record_book import RECORD_DROP_REASONS, RecordBook
+from populi_p2p.trust.revocation import RevocationList
 
 from .conftest import NOW
 

@@ -8,10 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.certificate import CertificateError
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.revocation import Revocation, RevocationList, read_revocation, write_revocation
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.certificate import CertificateError
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.revocation import (
+    Revocation,
+    RevocationList,
+    read_revocation,
+    write_revocation,
+)
 
 from .conftest import NOW
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.envelope_keys import EnvelopeKeys
-from populi_p2p.identity import NodeIdentity
 from populi_p2p.inference.peer_auth import PeerCallSigner, PeerCallVerifier
-from populi_p2p.revocation import RevocationList
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.envelope_keys import EnvelopeKeys
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.revocation import RevocationList
 
 #: Realtime used by the signature tests (Unix seconds).
 NOW = 1_700_000_000.0

@@ -22,8 +22,8 @@ from populi_p2p.inference.peer_auth import PeerCallSigner, PeerCallVerifier
 from populi_p2p.inference.peer_client import PeerClient
 from populi_p2p.inference.route import Candidate
 from populi_p2p.inference.service import InferenceService
-from populi_p2p.inference.standin import StandinConfig, StandinEngine
 from populi_p2p.leases.reliability import Outcome
+from populi_p2p.testing.standin import StandinConfig, StandinEngine
 
 from .conftest import AUTHORITY, CERTS, keys
 

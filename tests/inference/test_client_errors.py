@@ -17,9 +17,9 @@ from populi_p2p.inference._asgi import serve_tcp
 from populi_p2p.inference.engines import EngineService
 from populi_p2p.inference.route import Candidate
 from populi_p2p.inference.service import InferenceService
-from populi_p2p.inference.standin import StandinConfig, StandinEngine
 from populi_p2p.leases.config import LeaseConfig
 from populi_p2p.leases.reliability import Outcome, prior_reliability
+from populi_p2p.testing.standin import StandinConfig, StandinEngine
 
 from .conftest import ALICE, BOB
 from .harness import Mesh, stream_chat, words

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from populi_p2p.inference._asgi import serve_tcp
 from populi_p2p.inference.engines import EngineService, parse_models
-from populi_p2p.inference.standin import StandinConfig, StandinEngine
+from populi_p2p.testing.standin import StandinConfig, StandinEngine
 
 
 async def test_models_enter_and_leave_the_record() -> None:

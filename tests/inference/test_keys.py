@@ -9,8 +9,8 @@ import pytest
 import trio
 
 from populi_p2p.inference.keys import ApiKey, ApiKeyChecker, issue_api_key
-from populi_p2p.inference.standin import StandinConfig
-from populi_p2p.revocation import Revocation, RevocationList
+from populi_p2p.testing.standin import StandinConfig
+from populi_p2p.trust.revocation import Revocation, RevocationList
 
 from .conftest import ALICE, AUTHORITY, NOW, OTHER_AUTHORITY
 from .harness import Mesh, stream_chat

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 def _engine(tmp: Path, name: str, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     port_file = tmp / f"{name}.port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "populi_p2p.inference.standin", "--port", "0",
+        [sys.executable, "-m", "populi_p2p.testing.standin", "--port", "0",
          "--port-file", str(port_file), *flags],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -111,7 +111,7 @@ def test_keys_on_every_node_and_revocation_after_one_gossip_round(tmp_path: Path
     """Two accepting daemons demand keys; a key revoked at a third node is refused by
     both once the revocation has gossiped (file check 2 s + one push-pull round)."""
     from populi_p2p.inference.keys import issue_api_key
-    from populi_p2p.revocation import write_revocation
+    from populi_p2p.trust.revocation import write_revocation
 
     mesh = Mesh(tmp_path)
     engine = None

@@ -90,7 +90,7 @@ def test_borrowed_certificate_is_refused() -> None:
 
 def test_revoked_caller() -> None:
     from populi_p2p.inference.peer_auth import PeerCallVerifier
-    from populi_p2p.revocation import RevocationList
+    from populi_p2p.trust.revocation import RevocationList
 
     revoked = RevocationList.of([AUTHORITY.revoke(now=NOW, node_public_key=ALICE.public_key)])
     v = PeerCallVerifier(keys(BOB, revoked), BOB.node_id, clock=Clock())
@@ -102,7 +102,7 @@ def test_revoked_caller() -> None:
 
 def test_cached_certificate_is_still_checked_for_revocation_on_every_call() -> None:
     from populi_p2p.inference.peer_auth import PeerCallVerifier
-    from populi_p2p.revocation import RevocationList
+    from populi_p2p.trust.revocation import RevocationList
 
     envelope = keys(BOB)  # one envelope verifier, revoked later
     v = PeerCallVerifier(envelope, BOB.node_id, clock=Clock())

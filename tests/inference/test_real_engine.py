@@ -1,5 +1,5 @@
 """Through a real inference engine: llama.cpp, by llama-cpp-python's OpenAI-compatible
-server, on a tiny model the test writes (`populi_p2p.inference.tiny_gguf`). Two real
+server, on a tiny model the test writes (`populi_p2p.testing.tiny_gguf`). Two real
 daemons: `a` serves the engine, `b` accepts the request; a streamed chat completion
 sent to `b` is routed to `a` and its tokens come back through both.
 
@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from populi_p2p.inference.tiny_gguf import MODEL_ALIAS, N_CTX, server_argv, write_tiny_llama
+from populi_p2p.testing.tiny_gguf import MODEL_ALIAS, N_CTX, server_argv, write_tiny_llama
 from tests.node.harness import REPO, Mesh, wait_until
 
 pytestmark = pytest.mark.slow

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from populi_p2p._codec import pack_canonical, split_signed, unpack_strict
-from populi_p2p.record import (
+from populi_p2p.trust._codec import pack_canonical, split_signed, unpack_strict
+from populi_p2p.trust.record import (
     RECORD_CONTEXT,
     Capabilities,
     NodeRecord,

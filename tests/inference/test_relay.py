@@ -9,8 +9,8 @@ import httpx
 import pytest
 import trio
 
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.inference.standin import StandinConfig
+from populi_p2p.testing.standin import StandinConfig
+from populi_p2p.trust.identity import NodeIdentity
 
 from .conftest import ALICE, AUTHORITY, BOB, CERTS, NOW
 from .harness import Mesh, stream_chat, words

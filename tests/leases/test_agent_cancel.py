@@ -10,7 +10,6 @@ from collections.abc import Callable
 import attrs
 import pytest
 
-from populi_p2p.authority import ClusterAuthority
 from populi_p2p.leases import LeaseConfig, LeaseTable, TaskPhase
 from populi_p2p.leases._cancel import OperatorProof
 from populi_p2p.leases._entry import Cancel, TaskEntry, cancel_bytes
@@ -18,8 +17,9 @@ from populi_p2p.leases.agent_commands import Acknowledged
 from populi_p2p.leases.agent_wire import Finish, FinishAnswer, encode
 from populi_p2p.leases.grants import Ended, Refusal
 from populi_p2p.leases.wire import encode_entries
-from populi_p2p.operator import OPERATOR_SCOPE, OperatorKey, operator_checker
-from populi_p2p.revocation import RevocationList
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.operator import OPERATOR_SCOPE, OperatorKey, operator_checker
+from populi_p2p.trust.revocation import RevocationList
 
 from .agent_harness import Cluster, sign_as, verify
 
@@ -250,7 +250,7 @@ def test_an_operators_cancel_record_is_merged_even_after_the_key_expired() -> No
 
 
 def test_an_operator_key_is_certified_in_its_own_scope() -> None:
-    from populi_p2p.certificate import verify_certificate
+    from populi_p2p.trust.certificate import verify_certificate
 
     cert = verify_certificate(OPERATOR.certificate, AUTHORITY.public_key, None, NOW, None)
     assert cert.scope == OPERATOR_SCOPE and cert.expires_at == int(NOW - 3600 + 86400)

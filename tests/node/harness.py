@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from populi_p2p.api import ApiClient, ApiError
-from populi_p2p.authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
-from populi_p2p.certificate import write_certificate
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.authority import AUTHORITY_PUBLIC_FILE, ClusterAuthority
+from populi_p2p.trust.certificate import write_certificate
+from populi_p2p.trust.identity import NodeIdentity
 
 REPO = Path(__file__).resolve().parents[2]
 #: Network flags of a loopback daemon: kernel-chosen port, no overlay detection.

@@ -10,10 +10,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.envelope_keys import packet_authenticator
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.record import RECORD_CONTEXT, Capabilities, NodeRecord, NodeStatus
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.envelope_keys import packet_authenticator
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import RECORD_CONTEXT, Capabilities, NodeRecord, NodeStatus
 from swim import wire
 
 from .harness import Daemon, Mesh, wait_until
@@ -54,7 +54,7 @@ def test_rogue_cluster_cannot_join(tmp_path: Path) -> None:
         rogue_authority = ClusterAuthority.create(tmp_path / "rogue-authority")
         state = tmp_path / "rogue"
         identity = NodeIdentity.load_or_create(state)
-        from populi_p2p.certificate import write_certificate
+        from populi_p2p.trust.certificate import write_certificate
 
         write_certificate(
             state / "node.cert", rogue_authority.enroll(identity.public_key, now=time.time())
@@ -199,7 +199,7 @@ def test_forged_replayed_and_missigned(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_revocation_gossips_and_removes(tmp_path: Path) -> None:
     """A revocation handed to one node reaches the others, which then refuse the node."""
-    from populi_p2p.revocation import write_revocation
+    from populi_p2p.trust.revocation import write_revocation
 
     mesh = Mesh(tmp_path)
     try:
@@ -238,7 +238,7 @@ def test_revocation_gossips_and_removes(tmp_path: Path) -> None:
 
 
 def test_cluster_secret_encrypts_and_a_loose_secret_file_is_refused(tmp_path: Path) -> None:
-    from populi_p2p.authority import generate_cluster_secret, write_cluster_secret
+    from populi_p2p.trust.authority import generate_cluster_secret, write_cluster_secret
 
     mesh = Mesh(tmp_path)
     try:

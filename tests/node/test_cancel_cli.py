@@ -15,12 +15,12 @@ import pytest
 import trio
 
 from populi_p2p.api import ForbiddenError, make_app, serve_api
-from populi_p2p.authority import ClusterAuthority
 from populi_p2p.cli import main
 from populi_p2p.leases import Requirements, TaskEntry, TaskKind, TaskSpec
 from populi_p2p.leases._cancel import OperatorProof
-from populi_p2p.operator import OperatorKey, operator_checker, proof_to_json
 from populi_p2p.services.api_backend import NodeBackend
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.operator import OperatorKey, operator_checker, proof_to_json
 
 TID = "0123456789abcdef0123456789abcdef"
 FORBIDDEN = (
@@ -144,7 +144,7 @@ async def test_a_forbidden_cancel_is_a_403_and_one_line_and_an_operator_key_pass
     assert isinstance(sent, dict) and set(sent) == {"certificate", "signed_at", "signature"}
     authority = ClusterAuthority.load(authority_dir)
     check = operator_checker(authority.public_key, lambda: None)
-    from populi_p2p.operator import proof_from_json
+    from populi_p2p.trust.operator import proof_from_json
 
     proof = proof_from_json(sent)
     assert check(TID, proof, True) is None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from populi_p2p.cli import format_members, main, parse_duration
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.identity import NodeIdentity
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,8 +50,8 @@ def test_cluster_init_enroll_and_key(tmp_path: Path, capsys: pytest.CaptureFixtu
         "--authority-dir", str(authority), "--out", str(cert),
     )  # fmt: skip
     assert code == 0 and identity.node_id in out
-    from populi_p2p.authority import read_authority_public_key
-    from populi_p2p.certificate import read_certificate, verify_certificate
+    from populi_p2p.trust.authority import read_authority_public_key
+    from populi_p2p.trust.certificate import read_certificate, verify_certificate
 
     verified = verify_certificate(
         read_certificate(cert),

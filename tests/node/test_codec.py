@@ -9,10 +9,10 @@ import pytest
 
 from overlay.inbox import URGENT, Incoming
 from overlay.introductions import INTRODUCTION_PACKETS
-from populi_p2p.authority import ClusterAuthority
-from populi_p2p.envelope_keys import packet_authenticator
-from populi_p2p.identity import NodeIdentity
 from populi_p2p.node import _AuthCodec
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.envelope_keys import packet_authenticator
+from populi_p2p.trust.identity import NodeIdentity
 
 AUTHORITY = ClusterAuthority.from_seed(b"A" * 32)
 ALICE = NodeIdentity.from_seed(b"a" * 32)

@@ -12,8 +12,8 @@ from .harness import REPO
 
 #: Where each re-exported name lives (the module's own `__all__` lists it too).
 HOMES = {
-    "authority": {"ClusterAuthority", "cluster_fingerprint"},
-    "certificate": {
+    "trust.authority": {"ClusterAuthority", "cluster_fingerprint"},
+    "trust.certificate": {
         "CertificateError",
         "EnrollmentCertificate",
         "read_certificate",
@@ -21,10 +21,10 @@ HOMES = {
         "write_certificate",
     },
     "config": {"ConfigError", "NodeConfig"},
-    "identity": {"KeyFileError", "NodeIdentity", "node_id_from_public_key"},
-    "record": {"Capabilities", "NodeRecord", "NodeStatus", "RecordError", "SignedNodeRecord"},
-    "record_book": {"RecordBook"},
-    "revocation": {"Revocation", "RevocationList"},
+    "trust.identity": {"KeyFileError", "NodeIdentity", "node_id_from_public_key"},
+    "trust.record": {"Capabilities", "NodeRecord", "NodeStatus", "RecordError", "SignedNodeRecord"},
+    "trust.record_book": {"RecordBook"},
+    "trust.revocation": {"Revocation", "RevocationList"},
     "store": {"KnownMember", "MemberStore", "StoreError"},
 }
 
@@ -71,6 +71,6 @@ def test_importing_the_package_is_light_and_not_circular() -> None:
         " 'overlay.auth') if m in sys.modules))"
     )
     assert loaded.strip() == "[]"
-    # ... and either import order works (overlay.auth imports populi_p2p.certificate).
+    # ... and either import order works (overlay.auth imports populi_p2p.trust.certificate).
     run_python("import overlay.auth, populi_p2p.node, populi_p2p; populi_p2p.NodeIdentity")
     run_python("import populi_p2p, populi_p2p.node, overlay.auth")

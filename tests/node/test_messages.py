@@ -8,9 +8,9 @@ import socket
 import time
 from pathlib import Path
 
-from populi_p2p.certificate import write_certificate
-from populi_p2p.envelope_keys import packet_authenticator
-from populi_p2p.identity import NodeIdentity
+from populi_p2p.trust.certificate import write_certificate
+from populi_p2p.trust.envelope_keys import packet_authenticator
+from populi_p2p.trust.identity import NodeIdentity
 from swim import wire
 
 from .harness import Mesh, wait_until

@@ -17,15 +17,15 @@ import trio
 import trio.testing
 
 from populi_p2p._log import _FIELDS_ATTR
-from populi_p2p.authority import ClusterAuthority
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
-from populi_p2p.record_book import RecordBook
-from populi_p2p.revocation import RevocationList
 from populi_p2p.services.roster import REVALIDATE_INTERVAL, Roster
 from populi_p2p.store import KnownMember
+from populi_p2p.trust.authority import ClusterAuthority
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import Capabilities, NodeRecord, NodeStatus
+from populi_p2p.trust.record_book import RecordBook
+from populi_p2p.trust.revocation import RevocationList
 from swim import (
     AppMessage,
     Event,

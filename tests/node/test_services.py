@@ -15,11 +15,11 @@ import trio.testing
 
 from overlay.base import Address
 from overlay.inbox import URGENT, Incoming
-from populi_p2p.identity import NodeIdentity
-from populi_p2p.record import NodeRecord, SignedNodeRecord
 from populi_p2p.services.codec import AuthCodec
 from populi_p2p.services.membership import MembershipService
 from populi_p2p.services.publisher import RecordPublisher
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import NodeRecord, SignedNodeRecord
 from swim import Event, MemberJoined, SwimConfig
 
 A: Address = ("10.0.0.1", 7946)
@@ -219,8 +219,8 @@ def test_udp_blocked_is_warned_only_when_it_lasts_two_checks(
 
 
 def _codec() -> AuthCodec:
-    from populi_p2p.authority import ClusterAuthority
-    from populi_p2p.envelope_keys import packet_authenticator
+    from populi_p2p.trust.authority import ClusterAuthority
+    from populi_p2p.trust.envelope_keys import packet_authenticator
 
     authority = ClusterAuthority.from_seed(b"A" * 32)
     identity = NodeIdentity.from_seed(b"m" * 32)

@@ -19,18 +19,18 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from populi_p2p.inference.peer_api import PeerRequest, PeerRoutes
-from populi_p2p.inference.peer_client import PeerClient
-from populi_p2p.leases import TaskEntry
-from populi_p2p.leases._entry import Phase
-from populi_p2p.record import NodeRecord
-from populi_p2p.services.executor import ExecutorConfig, ExecutorService
-from populi_p2p.services.task_logs import (
+from populi_p2p.executor.logs import (
     LOG_CHUNK_BYTES,
     LOG_PEER_PATH,
     TaskLogs,
     _checked,
 )
+from populi_p2p.executor.service import ExecutorConfig, ExecutorService
+from populi_p2p.inference.peer_api import PeerRequest, PeerRoutes
+from populi_p2p.inference.peer_client import PeerClient
+from populi_p2p.leases import TaskEntry
+from populi_p2p.leases._entry import Phase
+from populi_p2p.trust.record import NodeRecord
 
 TID = "t" * 32
 OWNER = "o" * 64

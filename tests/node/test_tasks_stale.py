@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import LeaseConfig, LeaseTable, TaskResult
+from populi_p2p.leases.driver.service import LEASE_CONTEXT
 from populi_p2p.leases.store import LeaseStore
-from populi_p2p.services.leases import LEASE_CONTEXT
+from populi_p2p.trust.identity import NodeIdentity
 
 from .harness import Daemon, Mesh, wait_until
 

@@ -17,9 +17,10 @@ import trio
 from populi_p2p.api import ApiClient, ApiError, ConflictError, make_app, serve_api
 from populi_p2p.cli import _build_parser, main
 from populi_p2p.cli_tasks import TaskCliError, build_spec
+from populi_p2p.executor.results import START_FAILED_CODE, result_of
+from populi_p2p.executor.service import TaskExited
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
-from populi_p2p.identity import NodeIdentity
 from populi_p2p.leases import (
     Cancel,
     ClaimRecord,
@@ -30,22 +31,21 @@ from populi_p2p.leases import (
     TaskKind,
     TaskResult,
     TaskSpec,
+    cancel_refusal,
 )
 from populi_p2p.leases._entry import OUTPUT_TAIL_MAX, Phase
-from populi_p2p.leases.placement import place
-from populi_p2p.record import Capabilities, NodeRecord, NodeStatus
-from populi_p2p.services.api_backend import NodeBackend
-from populi_p2p.services.app_channel import AppChannel, AppKind
-from populi_p2p.services.executor import TaskExited
-from populi_p2p.services.lease_view import (
+from populi_p2p.leases.driver.service import SubmitError, hands_back
+from populi_p2p.leases.driver.view import (
     LeaseSection,
-    cancel_refusal,
     candidate,
     gpu_slots,
     spec_from,
 )
-from populi_p2p.services.leases import SubmitError, hands_back
-from populi_p2p.services.task_results import START_FAILED_CODE, result_of
+from populi_p2p.leases.placement import place
+from populi_p2p.services.api_backend import NodeBackend
+from populi_p2p.services.app_channel import AppChannel, AppKind
+from populi_p2p.trust.identity import NodeIdentity
+from populi_p2p.trust.record import Capabilities, NodeRecord, NodeStatus
 from swim import AppMessage, Member, MemberState
 
 ########################################################################################

@@ -105,7 +105,7 @@ def _rows(browser: Browser, table: str, key: str) -> dict[str, dict[str, str]]:
 def _engine(tmp: Path, model: str) -> tuple[subprocess.Popen[bytes], str]:
     port_file = tmp / f"{model}.port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "populi_p2p.inference.standin", "--port", "0",
+        [sys.executable, "-m", "populi_p2p.testing.standin", "--port", "0",
          "--port-file", str(port_file), "--model", model],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -119,7 +119,7 @@ def test_the_naming_check_catches_what_it_should() -> None:
 
 
 async def test_requests_ttft_and_failovers_counted_through_the_real_relay() -> None:
-    from populi_p2p.inference.standin import StandinConfig
+    from populi_p2p.testing.standin import StandinConfig
 
     async with trio.open_nursery() as nursery:
         mesh = Mesh()

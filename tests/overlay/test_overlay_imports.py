@@ -7,7 +7,7 @@ from pathlib import Path
 
 import overlay
 import overlay.verifier
-import populi_p2p.identity
+import populi_p2p.trust.identity
 
 OVERLAY = Path(overlay.__file__).resolve().parent
 
@@ -34,10 +34,10 @@ def test_overlay_does_not_import_populi_p2p() -> None:
 
 def test_the_scan_sees_an_import(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("import os\nfrom populi_p2p.identity import NodeIdentity\n")
-    assert "populi_p2p.identity" in imported_modules(sample)
+    sample.write_text("import os\nfrom populi_p2p.trust.identity import NodeIdentity\n")
+    assert "populi_p2p.trust.identity" in imported_modules(sample)
 
 
 def test_envelope_constants_agree_with_populi_identities() -> None:
-    assert overlay.verifier.NODE_ID_LENGTH == populi_p2p.identity.NODE_ID_LENGTH
-    assert overlay.verifier.SIGNATURE_BYTES == populi_p2p.identity.SIGNATURE_BYTES
+    assert overlay.verifier.NODE_ID_LENGTH == populi_p2p.trust.identity.NODE_ID_LENGTH
+    assert overlay.verifier.SIGNATURE_BYTES == populi_p2p.trust.identity.SIGNATURE_BYTES

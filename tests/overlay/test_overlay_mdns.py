@@ -20,7 +20,7 @@ from overlay.mdns import (
     lan_addresses,
     peer_from_info,
 )
-from populi_p2p.authority import cluster_fingerprint
+from populi_p2p.trust.authority import cluster_fingerprint
 
 AGENT = Path(__file__).parent / "ns_agent.py"
 FP = cluster_fingerprint(b"\x01" * 32)

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from populi_p2p.leases.agent import LeaseAgent
-from populi_p2p.services.leases import LeaseService
+from populi_p2p.leases.driver.service import LeaseService
 
 _real_stop = LeaseAgent._stop
 

@@ -9,7 +9,7 @@ left. `UidAllocator` hands uids out round-robin, so a uid comes back as late as 
 range allows.
 
 The namespaces the wrapper adds (PID, mount with a private ``/tmp``, IPC) are probed
-once at start-up (`_task_wrapper.probe`); `Isolation` says which level holds, in the
+once at start-up (`_wrapper.probe`); `Isolation` says which level holds, in the
 one line the executor logs.
 """
 

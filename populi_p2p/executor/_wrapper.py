@@ -1,6 +1,6 @@
 """The task's first process: set its limits, start the command, and outlive it.
 
-The executor spawns ``python -I -S _task_wrapper.py SPEC_FD STATUS_FD CONTROL_FD`` in a
+The executor spawns ``python -I -S _wrapper.py SPEC_FD STATUS_FD CONTROL_FD`` in a
 new session, with a clean environment (the task's environment is hostile: an
 ``LD_PRELOAD`` or ``PYTHONPATH`` in it must not reach a process that still runs as
 root). This script, stdlib only and run by path, stays the parent of the command so

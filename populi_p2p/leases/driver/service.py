@@ -31,10 +31,15 @@ import trio
 
 from swim import AppMessage, Event, Member, MemberState
 
-from .._log import event, get_logger
-from ..api import ConflictError, ForbiddenError
-from ..identity import NodeIdentity, verify_signature
-from ..leases import (
+from ..._log import event, get_logger
+from ...api import ConflictError, ForbiddenError
+from ...executor.results import result_of
+from ...executor.runner import TaskExited, TaskRunner
+from ...observe.sources import TaskStatistics
+from ...services.app_channel import AppChannel, AppKind
+from ...trust.identity import NodeIdentity, verify_signature
+from ...trust.record import NodeRecord
+from .. import (
     LeaseConfig,
     LeaseEvent,
     LeaseTable,
@@ -44,9 +49,9 @@ from ..leases import (
     TaskResult,
     TaskSpec,
 )
-from ..leases._cancel import OperatorCheck, OperatorProof, no_operators
-from ..leases.agent import LeaseAgent
-from ..leases.agent_commands import (
+from .._cancel import OperatorCheck, OperatorProof, no_operators
+from ..agent import LeaseAgent
+from ..agent_commands import (
     Acknowledged,
     AgentCommand,
     FenceTask,
@@ -55,14 +60,11 @@ from ..leases.agent_commands import (
     StartTask,
     StopTask,
 )
-from ..leases.grants import Refusal
-from ..leases.placement import Candidate
-from ..leases.reliability import prior_reliability
-from ..leases.store import LeaseStore
-from ..observe.sources import TaskStatistics
-from ..record import NodeRecord
-from .app_channel import AppChannel, AppKind
-from .lease_view import (
+from ..grants import Refusal
+from ..placement import Candidate
+from ..reliability import prior_reliability
+from ..store import LeaseStore
+from .view import (
     LeaseSection,
     build_candidates,
     entry_detail,
@@ -72,8 +74,6 @@ from .lease_view import (
     pick_gpus,
     spec_from,
 )
-from .task_results import result_of
-from .task_runner import TaskExited, TaskRunner
 
 __all__ = ["ACK_TIMEOUT", "LeaseService", "SubmitError", "hands_back"]
 
@@ -115,6 +115,12 @@ class LeaseService:
     store_path: ``STATE_DIR/leases.sqlite3`` (created 0600).
     runner: runs the processes (`TaskRunner`).
     channel: the application channel (kinds registered here).
+    members: the membership's members (`MembershipService.members`).
+    record_of: a member's verified record (the roster's record book).
+    allocate: GPU allocations, ``[(uuid, vram)]`` (`GpuService.allocate`).
+    set_draining: our record's draining flag (`RecordPublisher.set_draining`).
+    send: ``send(member, key, payload)``, an application message to one member
+        (`MembershipService.send_app`).
     check_operator: checks operator proofs on cancels (`operator.operator_checker`).
     """
 
@@ -126,6 +132,11 @@ class LeaseService:
         *,
         runner: TaskRunner,
         channel: AppChannel,
+        members: Callable[[], list[Member]],
+        record_of: Callable[[str], NodeRecord | None],
+        allocate: Callable[[list[tuple[str, int]]], None],
+        set_draining: Callable[[bool], Awaitable[None]],
+        send: Callable[[str, str, bytes], Awaitable[None]],
         ack_timeout: float = ACK_TIMEOUT,
         rng: random.Random | None = None,
         check_operator: OperatorCheck = no_operators,
@@ -152,11 +163,8 @@ class LeaseService:
             check_operator=check_operator,
         )  # fmt: skip
         self.section = LeaseSection(self.table, self._on_sync, trio.current_time)
-        self._members: Callable[[], list[Member]] = list
-        self._record_of: Callable[[str], NodeRecord | None] = lambda _n: None
-        self._allocate: Callable[[list[tuple[str, int]]], None] = lambda _a: None
-        self._set_draining: Callable[[bool], Awaitable[None]] | None = None
-        self._send: Callable[[str, str, bytes], Awaitable[None]] | None = None
+        self._members, self._record_of = members, record_of
+        self._allocate, self._set_draining, self._send = allocate, set_draining, send
         self._wake = trio.Event()
         self._waiters: dict[tuple[str, str], tuple[trio.Event, list[Acknowledged]]] = {}
         self._held: dict[str, list[tuple[str, int]]] = {}  # task -> (gpu uuid, vram)
@@ -166,20 +174,6 @@ class LeaseService:
         #: Task processes started here, and how those that ended here ended.
         self.task_starts = 0
         self.task_exits = dict.fromkeys(("succeeded", "failed", "released"), 0)
-
-    def attach(
-        self,
-        *,
-        members: Callable[[], list[Member]],
-        record_of: Callable[[str], NodeRecord | None],
-        allocate: Callable[[list[tuple[str, int]]], None],
-        set_draining: Callable[[bool], Awaitable[None]],
-        send: Callable[[str, str, bytes], Awaitable[None]],
-    ) -> None:
-        """Membership and record queries; GPU allocations; our record's draining flag;
-        `send(member, key, payload)`, an application message to one member."""
-        self._members, self._record_of = members, record_of
-        self._allocate, self._set_draining, self._send = allocate, set_draining, send
 
     @property
     def draining(self) -> bool:
@@ -312,8 +306,6 @@ class LeaseService:
             self._wake.set()
 
     async def _send_to(self, node: str, payload: bytes) -> None:
-        if self._send is None:
-            return
         try:
             await self._send(node, "lease", bytes([AppKind.LEASE_AGENT]) + payload)
         except ValueError:  # not a member (yet, or any more): the agent repeats
@@ -413,16 +405,14 @@ class LeaseService:
 
     async def drain(self, handoff: bool) -> dict[str, Any]:
         self.agent.draining = True
-        if self._set_draining is not None:
-            await self._set_draining(True)
+        await self._set_draining(True)
         if handoff:
             await self._execute(self.agent.handoff())
         return {"draining": True, "handoff": handoff, "running": len(self.agent.running())}
 
     async def undrain(self) -> dict[str, Any]:
         self.agent.draining = False
-        if self._set_draining is not None:
-            await self._set_draining(False)
+        await self._set_draining(False)
         self._wake.set()
         return {"draining": False}
 

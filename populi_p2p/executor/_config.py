@@ -7,7 +7,7 @@ from typing import Final
 
 import attrs
 
-from ._task_isolation import DEFAULT_TASK_UIDS, check_uid_range
+from ._isolation import DEFAULT_TASK_UIDS, check_uid_range
 
 __all__ = ["TAIL_BYTES_MAX", "ExecutorConfig"]
 

@@ -24,6 +24,13 @@ from typing import Final
 import attrs
 import nacl.signing
 
+from ..leases._cancel import (
+    OPERATOR_CANCEL_CONTEXT,
+    OPERATOR_CERTIFICATE_BYTES_MAX,
+    OperatorCheck,
+    OperatorProof,
+    operator_cancel_bytes,
+)
 from ._codec import CodecError, pack_canonical, unpack_strict
 from ._keyfiles import KEY_BYTES, KeyFileError, read_armored, write_armored
 from .authority import ClusterAuthority
@@ -33,13 +40,6 @@ from .certificate import (
     EnrollmentCertificate,
 )
 from .identity import node_id_from_public_key, verify_signature
-from .leases._cancel import (
-    OPERATOR_CANCEL_CONTEXT,
-    OPERATOR_CERTIFICATE_BYTES_MAX,
-    OperatorCheck,
-    OperatorProof,
-    operator_cancel_bytes,
-)
 from .revocation import RevocationList
 
 __all__ = ["OPERATOR_SCOPE", "OperatorKey", "operator_checker", "proof_from_json", "proof_to_json"]

@@ -14,7 +14,7 @@ from typing import Protocol
 import trio
 
 from ..leases import TaskSpec
-from ._task_types import TaskExited
+from ._types import TaskExited
 
 __all__ = ["TaskExited", "TaskRunner"]
 

@@ -15,7 +15,7 @@ import trio
 
 from ..leases import TaskSpec
 from ._cgroup import TaskCgroup
-from ._task_types import RunningTask, TaskExited
+from ._types import RunningTask, TaskExited
 
 __all__ = ["StartFailed", "TaskRecord", "memory_detail", "tail"]
 

@@ -12,24 +12,22 @@ from typing import Any, Final, cast
 
 from swim import Member
 
-from ..leases import (
+from ...trust.record import NodeRecord, NodeStatus
+from .. import (
     LeaseEvent,
     LeaseTable,
     Requirements,
     TaskEntry,
     TaskKind,
-    TaskPhase,
     TaskSpec,
     check_new_requirements,
 )
-from ..leases.placement import Candidate, Gpu
-from ..record import NodeRecord, NodeStatus
+from ..placement import Candidate, Gpu
 
 __all__ = [
     "SYNC_DIGEST_BITS",
     "LeaseSection",
     "build_candidates",
-    "cancel_refusal",
     "candidate",
     "entry_detail",
     "entry_row",
@@ -38,7 +36,6 @@ __all__ = [
     "fits",
     "gpu_slots",
     "pick_gpus",
-    "result_tail",
     "spec_from",
     "spec_view",
 ]
@@ -73,13 +70,6 @@ class LeaseSection:
         self._on_events(self._table.merge_state(payload, self._clock()).events)
 
 
-def result_tail(stdout_tail: bytes, stderr_tail: bytes) -> bytes:
-    """The output tail of a result: stdout's, then stderr's after a marker."""
-    if not stderr_tail:
-        return stdout_tail
-    return stdout_tail + b"\n[stderr]\n" + stderr_tail
-
-
 def gpu_slots(gpu_record: Mapping[str, Any] | None) -> list[tuple[str, Gpu]]:
     """(uuid, `Gpu`) for each device of a signed GPU record: Layer B allocatable VRAM
     (the largest placeable unit), Layer A compute capability, and health (an
@@ -87,7 +77,7 @@ def gpu_slots(gpu_record: Mapping[str, Any] | None) -> list[tuple[str, Gpu]]:
     A record that does not parse offers no GPUs."""
     if gpu_record is None:
         return []
-    from ..gpu import GpuReport
+    from ...gpu import GpuReport
 
     try:
         report = GpuReport.from_record(gpu_record)
@@ -184,28 +174,6 @@ def find_entry(entries: Iterable[TaskEntry], task_id: str) -> TaskEntry:
     if len(found) != 1:
         raise KeyError(f"no single task matches {task_id!r} (see populi-node tasks)")
     return found[0]
-
-
-def cancel_refusal(entry: TaskEntry) -> str | None:
-    """Why cancelling `entry` is refused (one line), or None when a cancel may go ahead.
-
-    A finished task (succeeded, failed for good, or already cancelled) has nothing left
-    to cancel, and a cancel would rewrite its outcome as cancelled everywhere. The API
-    answers such a cancel with 409 and this line (raise `api.ConflictError` with it).
-    A task still pending, claimed, running, released, or failed with retries left may
-    be cancelled.
-    """
-    tid, epoch = entry.task_id, entry.epoch
-    if entry.cancel is not None:
-        return f"task {tid} is already cancelled; nothing to cancel"
-    if entry.phase is TaskPhase.SUCCEEDED:
-        return f"task {tid} already succeeded at epoch {epoch}; nothing to cancel"
-    if entry.phase is TaskPhase.FAILED and entry.finished():
-        return (
-            f"task {tid} already failed for good at epoch {epoch} "
-            f"({entry.failures()} failed attempts); nothing to cancel"
-        )
-    return None
 
 
 def explain_view(entry: TaskEntry, placement: str | None) -> dict[str, Any]:

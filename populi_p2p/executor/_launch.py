@@ -1,6 +1,6 @@
 """`TaskLauncher`: a task's directories, log files, cgroup or rlimits, and its process.
 
-The task runs under `_task_wrapper` (which forks the command; the command joins the
+The task runs under `_wrapper` (which forks the command; the command joins the
 cgroup, makes the network namespace, sets rlimits and drops to the task's user, then
 execs) as its own session and process group, in ``tasks_dir/<task_id>/<epoch>/work``,
 with its stdout and stderr in files beside that directory. With `namespaces` (probed
@@ -25,13 +25,13 @@ from typing import Final
 
 import trio
 
-from . import _task_wrapper
+from . import _wrapper
 from ._cgroup import CgroupParent
-from ._task_record import StartFailed, TaskRecord
+from ._record import StartFailed, TaskRecord
 
 __all__ = ["DEFAULT_PATH", "WRAPPER", "TaskLauncher", "monotonic_to_trio"]
 
-WRAPPER: Final = str(Path(_task_wrapper.__file__).resolve())
+WRAPPER: Final = str(Path(_wrapper.__file__).resolve())
 #: The task's PATH unless its spec sets one: systemd's default for services.
 DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _STATUS_BYTES_MAX: Final = 2048
@@ -184,7 +184,7 @@ class TaskLauncher:
         if first.startswith(b"ok ") and first[3:].isdigit():
             task.init_pid = int(first[3:])
         word, _, reason = first.partition(b" ")
-        if word == _task_wrapper.UNRUNNABLE.encode():
+        if word == _wrapper.UNRUNNABLE.encode():
             task.final = True
             return reason.strip() or b"the command cannot run"
         return reason.strip() if word == b"fail" else b""

@@ -5,12 +5,12 @@ epoch, deadline)` and `stop(task_id, reason, grace)` from the lease service. Eve
 out: one `TaskExited` per `start`, on `exits`; and once, at start-up, the tasks a
 previous daemon left behind, killed (`reap_leftovers`).
 
-The parts, one type each: `_task_checks` (hostile arguments, the task user),
-`_task_isolation` (a uid per task, the isolation level),
-`_task_launch.TaskLauncher` (directories, log files, cgroup or rlimits, the wrapper
-process), `_task_supervisor.TaskSupervisor` (one per running task, in this service's
-nursery: timeout, watchdog, stop, reap) and `_task_record.TaskRecord` (the state they
-share), `_task_leftovers.Leftovers` (a record per running task, for the next start).
+The parts, one type each: `_checks` (hostile arguments, the task user),
+`_isolation` (a uid per task, the isolation level),
+`_launch.TaskLauncher` (directories, log files, cgroup or rlimits, the wrapper
+process), `_supervisor.TaskSupervisor` (one per running task, in this service's
+nursery: timeout, watchdog, stop, reap) and `_record.TaskRecord` (the state they
+share), `_leftovers.Leftovers` (a record per running task, for the next start).
 See docs/executor.md for the limits and why.
 
 On node shutdown every running task is killed (SIGKILL, no grace) and reported
@@ -34,15 +34,15 @@ import trio
 from .._log import event, get_logger
 from ..leases import TaskSpec
 from ._cgroup import probe
-from ._executor_config import ExecutorConfig
-from ._task_checks import TASK_ID, check_arguments, resolve_task_user
-from ._task_isolation import Isolation, UidAllocator, parse_uid_range, seal, seal_leftovers
-from ._task_launch import WRAPPER as _WRAPPER
-from ._task_launch import TaskLauncher
-from ._task_leftovers import Leftovers
-from ._task_record import StartFailed, TaskRecord
-from ._task_supervisor import TaskSupervisor
-from ._task_types import RunningTask, TaskExited, TaskLimits
+from ._checks import TASK_ID, check_arguments, resolve_task_user
+from ._config import ExecutorConfig
+from ._isolation import Isolation, UidAllocator, parse_uid_range, seal, seal_leftovers
+from ._launch import WRAPPER as _WRAPPER
+from ._launch import TaskLauncher
+from ._leftovers import Leftovers
+from ._record import StartFailed, TaskRecord
+from ._supervisor import TaskSupervisor
+from ._types import RunningTask, TaskExited, TaskLimits
 
 __all__ = [
     "ExecutorConfig",

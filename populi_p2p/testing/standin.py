@@ -6,7 +6,7 @@ no repeated and no lost token. A continuation (an assistant message last, or a p
 that already ends with words) resumes at the next index, as a real model continuing
 its own prefix would.
 
-Run: ``python -m populi_p2p.inference.standin --port 8081 --model tiny --tokens 50``.
+Run: ``python -m populi_p2p.testing.standin --port 8081 --model tiny --tokens 50``.
 Like a real engine it refuses a request it cannot serve with a 400: a ``max_tokens``
 that is not a positive integer, or more than its context length (vLLM's answer).
 Faults: ``--delay`` seconds per token, ``--error`` (every completion is a 500),
@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 import trio
 
-from ._asgi import (
+from ..inference._asgi import (
     BodyTooLarge,
     Receive,
     Scope,

@@ -8,7 +8,7 @@ Keeping the node stable comes first (docs/executor.md):
   SIGKILLs at once;
 - CPU time: ``RLIMIT_CPU`` per process plus the watchdog on the group's sum;
 - no network: a fresh network namespace, or the task does not start;
-- isolation: its own uid, PID and mount namespaces (see `_task_isolation`).
+- isolation: its own uid, PID and mount namespaces (see `_isolation`).
 
 - the fence: the wrapper itself SIGTERMs the group at ``deadline - fence_grace`` and
   kills the tree at ``deadline`` (outside this event loop); `_fence_backstop` kills
@@ -28,12 +28,12 @@ from typing import Final
 import trio
 
 from .._log import event, get_logger
-from ._executor_config import ExecutorConfig
+from ._config import ExecutorConfig
+from ._launch import TaskLauncher, monotonic_to_trio
+from ._leftovers import Leftovers
 from ._proc import group_usage
-from ._task_launch import TaskLauncher, monotonic_to_trio
-from ._task_leftovers import Leftovers
-from ._task_record import StartFailed, TaskRecord, memory_detail, tail
-from ._task_types import TaskExited
+from ._record import StartFailed, TaskRecord, memory_detail, tail
+from ._types import TaskExited
 
 __all__ = ["TaskSupervisor"]
 

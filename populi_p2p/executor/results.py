@@ -13,10 +13,9 @@ from typing import Final
 
 from ..leases import TaskResult
 from ..leases._entry import OUTPUT_TAIL_MAX
-from ._task_types import TaskExited
-from .lease_view import result_tail
+from ._types import TaskExited
 
-__all__ = ["RESULT_TAIL_BYTES", "START_FAILED_CODE", "result_of"]
+__all__ = ["RESULT_TAIL_BYTES", "START_FAILED_CODE", "result_of", "result_tail"]
 
 #: The exit code of a result whose command never ran (``start_failed`` without a
 #: process): 127, as a shell reports a command it could not run.
@@ -24,6 +23,13 @@ START_FAILED_CODE: Final = 127
 #: Bytes of each of stdout and stderr the node keeps in a result: results gossip in
 #: datagrams, so they stay small (the full output stays on the owner).
 RESULT_TAIL_BYTES: Final = 200
+
+
+def result_tail(stdout_tail: bytes, stderr_tail: bytes) -> bytes:
+    """The output tail of a result: stdout's, then stderr's after a marker."""
+    if not stderr_tail:
+        return stdout_tail
+    return stdout_tail + b"\n[stderr]\n" + stderr_tail
 
 
 def result_of(exited: TaskExited) -> TaskResult:

@@ -33,8 +33,8 @@ from ..inference.peer_api import PeerRequest, PeerResponse, PeerRoutes
 from ..inference.peer_client import PeerClient, peer_base_url
 from ..leases import TaskEntry
 from ..leases._entry import Phase
-from ..record import NodeRecord
-from .executor import ExecutorService, Stream
+from ..trust.record import NodeRecord
+from .service import ExecutorService, Stream
 
 __all__ = ["LOG_CHUNK_BYTES", "LOG_FETCH_TIMEOUT", "LOG_PEER_PATH", "TaskLogs", "read_log"]
 

@@ -147,7 +147,7 @@ def write_tiny_llama(path: Path, seed: int = 11) -> Path:
     return path
 
 
-if __name__ == "__main__":  # python -m populi_p2p.inference.tiny_gguf OUT.gguf
+if __name__ == "__main__":  # python -m populi_p2p.testing.tiny_gguf OUT.gguf
     import sys
 
     print(write_tiny_llama(Path(sys.argv[1] if len(sys.argv) > 1 else "tiny.gguf")))

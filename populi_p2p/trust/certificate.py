@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal, Protocol
 
 import attrs
 
 from ._codec import CodecError, pack_canonical, split_signed, unpack_strict
 from ._keyfiles import KEY_BYTES, encode_public_key, read_armored, write_armored
 from .identity import node_id_from_public_key, verify_signature
-
-if TYPE_CHECKING:
-    from .revocation import RevocationList
 
 __all__ = [
     "CERTIFICATE_REASONS",
@@ -46,6 +43,14 @@ __all__ = [
     "verify_certificate",
     "write_certificate",
 ]
+
+
+class Revocations(Protocol):
+    """What `check` asks of a revocation list (`revocation.RevocationList` is one; it
+    imports this module, so the type is named here, not imported)."""
+
+    def is_revoked(self, cert: EnrollmentCertificate) -> bool: ...
+
 
 #: The scope `enroll` grants and verification requires unless told otherwise.
 DEFAULT_SCOPE: Final = "member"
@@ -209,7 +214,7 @@ class EnrollmentCertificate:
         node_public_key: bytes | None,
         now: float,
         required_scope: str | None = DEFAULT_SCOPE,
-        revocations: RevocationList | None = None,
+        revocations: Revocations | None = None,
         *,
         clock_skew: float = DEFAULT_CLOCK_SKEW,
     ) -> None:
@@ -220,7 +225,8 @@ class EnrollmentCertificate:
                 (the caller takes the key from the certificate itself).
             now: the verifier's realtime clock, Unix seconds.
             required_scope: the scope the certificate must grant; None accepts any.
-            revocations: a verified revocation list for the same authority.
+            revocations: a verified revocation list for the same authority
+                (`revocation.RevocationList`).
             clock_skew: tolerated amount by which `issued_at` may be in the future.
 
         Raises:
@@ -253,7 +259,7 @@ def verify_certificate(
     node_public_key: bytes | None,
     now: float,
     required_scope: str | None = DEFAULT_SCOPE,
-    revocations: RevocationList | None = None,
+    revocations: Revocations | None = None,
     *,
     clock_skew: float = DEFAULT_CLOCK_SKEW,
 ) -> EnrollmentCertificate:
