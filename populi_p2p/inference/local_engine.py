@@ -17,7 +17,7 @@ from .engines import EngineService
 from .openai_errors import openai_error
 from .peer_api import PeerRequest, PeerResponse
 
-__all__ = ["ENGINE_ANSWER_HEADER", "PEER_PREFIX", "LocalEngine"]
+__all__ = ["ENGINE_ANSWER_HEADER", "PEER_PREFIX", "QUEUE_HEADER", "LocalEngine"]
 
 #: The peer routes' prefix: ``/v1/chat/completions`` is served at
 #: ``/peer/v1/engine/chat/completions``.
@@ -25,6 +25,9 @@ PEER_PREFIX: Final = "/peer/v1/engine"
 #: Set on every answer the peer route relays from the engine, so that the calling node
 #: tells the engine's 4xx (the client's answer) from the peer API's own (a refused call).
 ENGINE_ANSWER_HEADER: Final = "x-populi-engine-answer"
+#: Set on every answer from this node's engines: their requests in flight for the
+#: model, this one included (the accepting node's `load.LoadBook` reads it).
+QUEUE_HEADER: Final = "x-populi-queue"
 
 
 class LocalEngine:
@@ -82,6 +85,7 @@ class LocalEngine:
             except httpx.ConnectError as exc:
                 self._engines.mark_failed(url, f"connection refused: {exc}")
                 raise
+            response.headers[QUEUE_HEADER] = str(self._engines.inflight(model))
             try:
                 yield response
             finally:
@@ -114,9 +118,10 @@ class LocalEngine:
                     yield chunk
 
         content_type = response.headers.get("content-type", "application/json")
+        queue = {k: v for k, v in response.headers.items() if k == QUEUE_HEADER}
         return PeerResponse(
             response.status_code,
             body(),
             content_type=content_type,
-            headers={ENGINE_ANSWER_HEADER: "1"},
+            headers={ENGINE_ANSWER_HEADER: "1", **queue},
         )

@@ -28,7 +28,7 @@ import json
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import attrs
 import httpx
@@ -46,7 +46,10 @@ from .sse import (
     split_events,
 )
 
-__all__ = ["Attempt", "GapStats", "OpenUpstream", "Relay", "StreamResult", "UpstreamRefused"]
+__all__ = [
+    "Attempt", "GapStats", "NextNode", "OpenUpstream", "Relay", "StreamResult",
+    "UpstreamRefused",
+]  # fmt: skip
 
 #: Seconds between checks that the serving node is still alive, mid-stream.
 WATCH_INTERVAL: Final = 0.1
@@ -55,9 +58,25 @@ STALL_FLOOR: Final = 2.0
 #: Seconds a node may take to its first token (its prefill) before it counts as
 #: stalled: never below the stall timeout.
 FIRST_TOKEN_TIMEOUT: Final = 10.0
+#: Most nodes one request is tried on (the first and up to three that take over).
+MAX_ATTEMPTS: Final = 4
 
-OpenUpstream = Callable[[str, str, bytes], contextlib.AbstractAsyncContextManager[httpx.Response]]
+#: (node, model, path, body): the node's answer, as a stream.
+OpenUpstream = Callable[
+    [str, str, str, bytes], contextlib.AbstractAsyncContextManager[httpx.Response]
+]
 Emit = Callable[[bytes], Awaitable[None]]
+#: The node to try next, given those already tried for this request (None: none left).
+#: The service chooses it again from the view as it is at that moment.
+NextNode: TypeAlias = Callable[[Sequence[str]], str | None]
+
+
+def _next_node(route: Sequence[str] | NextNode) -> NextNode:
+    """`route` as a chooser (a fixed order is taken in turn)."""
+    if callable(route):
+        return route
+    fixed = list(route)
+    return lambda tried: fixed[len(tried)] if len(tried) < len(fixed) else None
 
 
 class GapStats:
@@ -121,7 +140,8 @@ class _Broken(Exception):
 class Relay:
     """Args: how to open an upstream (node, path, body), whether a node is still
     alive, the configured stall timeout (None: adaptive), where outcomes go, and how
-    long a node may take to its first token (`first_token_timeout`, its prefill)."""
+    long a node may take to its first token (`first_token_timeout`, its prefill), and
+    how many nodes one request may be tried on (`max_attempts`)."""
 
     def __init__(
         self,
@@ -132,8 +152,10 @@ class Relay:
         on_outcome: Callable[[str, bool], None],
         gaps: GapStats | None = None,
         first_token_timeout: float = FIRST_TOKEN_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         self._open = open_upstream
+        self.max_attempts = max_attempts
         self.first_token_timeout = first_token_timeout
         self._alive = node_alive
         self._stall = stall_timeout
@@ -144,14 +166,22 @@ class Relay:
     # Not streamed: try each node until one answers.
 
     async def whole(
-        self, order: Sequence[str], path: str, request: dict[str, Any]
+        self, route: Sequence[str] | NextNode, path: str, request: dict[str, Any]
     ) -> tuple[int, bytes, str | None, list[Attempt]]:
-        """(status, body, serving node, attempts); status 0 when every node failed."""
+        """(status, body, serving node, attempts); status 0 when every node failed.
+        `route`: the nodes in turn, or the chooser of the next one."""
         attempts: list[Attempt] = []
         body = json.dumps(request).encode()
-        for node in order:
+        next_node = _next_node(route)
+        model = str(request.get("model", ""))
+        tried: list[str] = []
+        while len(tried) < self.max_attempts:
+            node = next_node(tried)
+            if node is None:
+                break
+            tried.append(node)
             try:
-                async with self._open(node, path, body) as response:
+                async with self._open(node, model, path, body) as response:
                     data = await response.aread()
                     status = response.status_code
             except httpx.HTTPError as exc:
@@ -175,14 +205,15 @@ class Relay:
 
     async def stream(
         self,
-        order: Sequence[str],
+        route: Sequence[str] | NextNode,
         path: str,
         request: dict[str, Any],
         chat: bool,
         start: Callable[[int, str, bytes | None], Awaitable[None]],
         emit: Emit,
     ) -> StreamResult:
-        """Serve `request` along `order`.
+        """Serve `request` along `route`: the nodes in turn, or the chooser of the
+        next node, asked at each failover.
 
         `start(status, node, body)` is called once, before anything is emitted: with
         200 when a node has begun streaming, or with an error status and the engine's
@@ -190,16 +221,21 @@ class Relay:
         answers with an error). Then `emit` gets the SSE bytes.
         """
         result = StreamResult()
-        remaining = list(order)
+        next_node = _next_node(route)
+        model = str(request.get("model", ""))
+        tried: list[str] = []
         streamed = ""
         started = False
-        while remaining:
-            node = remaining.pop(0)
+        while len(tried) < self.max_attempts:
+            node = next_node(tried)
+            if node is None:
+                break
+            tried.append(node)
             body = request if not streamed else continuation(request, chat, streamed, result.tokens)
             raw = json.dumps(body).encode()
             sent_before = result.tokens
             try:
-                async with self._open(node, path, raw) as response:
+                async with self._open(node, model, path, raw) as response:
                     status = response.status_code
                     if status != 200:
                         data = await response.aread()

@@ -29,7 +29,9 @@ class Script:
         self.bodies: dict[str, dict[str, Any]] = {}
 
     @contextlib.asynccontextmanager
-    async def open(self, node: str, path: str, body: bytes) -> AsyncIterator[httpx.Response]:
+    async def open(
+        self, node: str, model: str, path: str, body: bytes
+    ) -> AsyncIterator[httpx.Response]:
         self.bodies[node] = json.loads(body)
         chunks, clean = self.plan[node]
 
