@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from .. import _asgi as _shared
-from .._asgi import AsgiApp, Receive, Scope, Send, lifespan
+from .._asgi import WITH_BODY, AsgiApp, Message, Receive, Scope, Send, lifespan
 from .._http_serve import ConnectionGate, HttpLimits, serve_http
 
 __all__ = [
@@ -81,24 +81,32 @@ async def send_stream(
 ) -> None:
     """Answer with `chunks` as they come (each flushed at once: SSE passes through).
 
+    The head waits for the first chunk, and both go out in one write (`WITH_BODY`).
     `coalesce`: chunks that are already there when one is written go out with it, as
     one write (a relay whose upstream runs ahead of it writes less often, never later).
     """
     extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send(
+    head: list[Message] = [
         {
             "type": "http.response.start",
             "status": status,
             "headers": [(b"content-type", content_type.encode()), *extra],
+            WITH_BODY: True,
         }
-    )
+    ]
+
+    async def send_chunk(message: Message) -> None:
+        if head:
+            await send(head.pop())
+        await send(message)
+
     if coalesce:
-        await _send_coalesced(send, chunks)
+        await _send_coalesced(send_chunk, chunks)
     else:
         async for chunk in chunks:
             if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
+                await send_chunk({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send_chunk({"type": "http.response.body", "body": b""})
 
 
 async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> None:

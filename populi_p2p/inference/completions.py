@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
+from .._asgi import WITH_BODY, Message
 from ._asgi import BodyTooLarge, Receive, Send, read_body, send_json
 from .catalogue import ModelCatalogue
 from .keys import ApiKey
@@ -140,6 +141,7 @@ class CompletionHandler:
                     (b"x-populi-node", (node or "").encode()),
                     route_header,
                 ],
+                WITH_BODY: True,
             }
         )
         await send({"type": "http.response.body", "body": data})
@@ -171,6 +173,8 @@ class CompletionHandler:
         began: float,
     ) -> None:
         first = True
+        # The head waits for the first events: both go out in one write (WITH_BODY).
+        head: list[Message] = []
 
         async def start(status: int, node: str, body: bytes | None) -> None:
             if status == 0:
@@ -178,14 +182,18 @@ class CompletionHandler:
             headers = [(b"x-populi-node", node.encode()), route_header]
             if status == 200:
                 headers += _SSE_HEADERS
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                head.append(
+                    {"type": "http.response.start", "status": 200, "headers": headers,
+                     WITH_BODY: True}
+                )  # fmt: skip
                 return
             data = body or b""
             headers += [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(data)).encode()),
             ]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.start", "status": status, "headers": headers,
+                        WITH_BODY: True})  # fmt: skip
             await send({"type": "http.response.body", "body": data})
 
         async def emit(data: bytes) -> None:
@@ -193,6 +201,8 @@ class CompletionHandler:
             if first:
                 first = False
                 self.stats.first_token(time.perf_counter() - began)
+            if head:
+                await send(head.pop())
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
         result = await self._relay.stream(route, path, request, chat, start, emit)
@@ -211,6 +221,8 @@ class CompletionHandler:
                 send, "every capable node failed before the first token", entry, route_header
             )
         elif result.status == 200:
+            if head:
+                await send(head.pop())
             await send({"type": "http.response.body", "body": b""})
 
     @staticmethod

@@ -13,6 +13,7 @@ import httpx
 
 from ._tls import tls_context
 from ._tls import url as _url
+from ._transport import coalescing_transport
 from .engines import EngineService
 from .openai_errors import openai_error
 from .peer_api import PeerRequest, PeerResponse
@@ -38,11 +39,11 @@ class LocalEngine:
 
     def __init__(self, engines: EngineService | None) -> None:
         self._engines = engines
+        transport, _ = coalescing_transport(  # each request in one write, as to peers
+            httpx.Limits(max_connections=256, max_keepalive_connections=64), tls_context()
+        )
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=2.0),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-            trust_env=False,
-            verify=tls_context(),
+            timeout=httpx.Timeout(None, connect=2.0), transport=transport, trust_env=False
         )
 
     async def aclose(self) -> None:
