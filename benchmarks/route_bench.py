@@ -230,11 +230,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_ttft(runs: int, profile: Path | None) -> None:
+def run_ttft(runs: int, profile: Path | None, sample: Path | None) -> None:
     with daemons([("--tokens", "400")], profile) as (api, engines, _, procs):
+        idle = [cpu_seconds(d.proc.pid) for d in procs]
+        time.sleep(3.0)  # the daemons' own background work, to tell it apart
         before = [cpu_seconds(d.proc.pid) for d in procs]
+        idle_ms = [(b - i) / 3.0 for i, b in zip(idle, before, strict=True)]
+        samplers = [] if sample is None else [
+            subprocess.Popen(["py-spy", "record", "--pid", str(d.proc.pid), "--rate", "2000",
+                              "--format", "raw", "--nonblocking", "-o",
+                              str(sample / f"{d.name}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for d in procs
+        ]  # fmt: skip
+        start = time.monotonic()
         direct, relayed = trio.run(ttft, api, engines, runs)
+        elapsed = time.monotonic() - start
         after = [cpu_seconds(d.proc.pid) for d in procs]
+        for sampler in samplers:
+            sampler.send_signal(signal.SIGINT)
+            sampler.wait(timeout=30)
         cpu = [(a - b) / runs * 1000 for a, b in zip(after, before, strict=True)]
     added = [(r - d) * 1000 for d, r in zip(direct, relayed, strict=True)]
     print(
@@ -246,9 +261,11 @@ def run_ttft(runs: int, profile: Path | None) -> None:
         f"  added: median {statistics.median(added):.2f} ms, p99 {pct(added, 0.99):.2f} ms"
         "  [median <= 2 ms, p99 <= 5 ms]" + ("  (under cProfile)" if profile else "")
     )
+    idle_share = [ms * elapsed / runs * 1000 for ms in idle_ms]
     print(
-        f"  CPU per relayed request: serving daemon {cpu[0]:.2f} ms,"
-        f" accepting daemon {cpu[-1]:.2f} ms (idle work included)"
+        f"  CPU per relayed request: serving daemon {cpu[0]:.2f} ms, accepting daemon"
+        f" {cpu[-1]:.2f} ms, of which background work (as measured idle) {idle_share[0]:.2f}"
+        f" and {idle_share[-1]:.2f} ms"
     )
     if profile is not None:
         for name in ("front", "s0"):
@@ -265,6 +282,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--tries", type=int, default=4, help="split tries per case")
     parser.add_argument("--profile", type=Path, help="cProfile the daemons into DIR")
+    parser.add_argument(
+        "--sample", type=Path, help="sample the daemons with py-spy (raw stacks) into DIR"
+    )
     args = parser.parse_args()
     print(f"loopback, real daemons, stand-in engines; {load_line()}")
     if args.only in (None, "split"):
@@ -272,7 +292,9 @@ def main() -> None:
     if args.only in (None, "ttft"):
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
-        run_ttft(args.runs, args.profile)
+        if args.sample is not None:
+            args.sample.mkdir(parents=True, exist_ok=True)
+        run_ttft(args.runs, args.profile, args.sample)
     print(f"after: {load_line()}")
 
 

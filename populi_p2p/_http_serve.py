@@ -26,9 +26,10 @@ headers are complete, and bytes trickling in do not reset it. Header size is h11
 a streamed answer may legitimately hear nothing from its client for minutes.
 
 A response's head and its first body go out in one write when the app says the body
-follows at once (`WITH_BODY` on its ``http.response.start``): hypercorn writes each
-HTTP event as its own send, and a head alone costs the client a wake-up (and, on a
-busy machine, the sender its CPU) before the body it waits for.
+follows at once (`WITH_BODY` on its ``http.response.start``), and a last body goes out
+with the end of the message (chunked encoding's ``0\r\n\r\n``): hypercorn writes each
+HTTP event as its own send, and each costs a syscall and wakes the client, which on a
+busy machine can cost the sender its CPU, for a part of what the client waits for.
 
 Closing after an early answer lingers, as nginx's ``lingering_close`` does
 (`LingeringStream`): the daemon sends its FIN after the answer, then reads and drops
@@ -272,17 +273,18 @@ class LingeringStream(trio.abc.HalfCloseableStream):
         # hypercorn sends under its own lock but closes outside it: its send_eof then
         # met an answer still being sent (trio's BusyResourceError, a traceback).
         self._sending = trio.Lock()
-        self._hold = False
+        self._holds = 0
         self._held = b""
 
     def hold_next_write(self) -> None:
         """The next write waits for the one after it: both go out as one send."""
-        self._hold = True
+        self._holds += 1
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         async with self._sending:
-            if self._hold:
-                self._hold, self._held = False, bytes(data)
+            if self._holds:
+                self._holds -= 1
+                self._held += bytes(data)
                 return
             if self._held:
                 data, self._held = self._held + bytes(data), b""
@@ -372,7 +374,7 @@ def guard_app(
 
     async def _guarded(scope: Scope, receive: Receive, send: Send) -> None:
         body_read = not _has_body(scope)
-        started = timed_out = False
+        started = timed_out = body_written = False
         deadline = trio.current_time() + body_timeout
 
         async def receive_in_time() -> Message:
@@ -389,19 +391,28 @@ def guard_app(
             raise AssertionError("unreachable: the app's scope was cancelled")
 
         async def send_marked(message: Message) -> None:
-            nonlocal started
+            nonlocal started, body_written
+            connection = _CONNECTION.get()
             if message["type"] == "http.response.start":
                 started = True
-                if message.get(WITH_BODY):
-                    connection = _CONNECTION.get()
-                    if connection is not None:
-                        connection.hold_next_write()
+                status = message.get("status", 200)
+                body_written = scope.get("method") != "HEAD" and status not in (204, 304)
+                if message.get(WITH_BODY) and connection is not None:
+                    connection.hold_next_write()
                 if WITH_BODY in message:
                     message = {k: v for k, v in message.items() if k != WITH_BODY}
                 if not body_read:
                     headers = list(message.get("headers", []))
                     if not any(bytes(k).lower() == b"connection" for k, _ in headers):
                         message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            elif (
+                message["type"] == "http.response.body"
+                and not message.get("more_body")
+                and message.get("body")
+                and body_written
+                and connection is not None
+            ):
+                connection.hold_next_write()  # goes out with the end of the message
             await send(message)
 
         with trio.CancelScope() as app_scope:

@@ -100,16 +100,18 @@ async def send_stream(
             await send(head.pop())
         await send(message)
 
-    if coalesce:
-        await _send_coalesced(send_chunk, chunks)
-    else:
+    if coalesce and await _send_coalesced(send_chunk, chunks):
+        return
+    if not coalesce:
         async for chunk in chunks:
             if chunk:
                 await send_chunk({"type": "http.response.body", "body": chunk, "more_body": True})
     await send_chunk({"type": "http.response.body", "body": b""})
 
 
-async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> None:
+async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> bool:
+    """Whether the last write was the end of the answer (the iterator had ended when
+    its last chunks were taken: they go out as the final body, with the end)."""
     chunks_in, chunks_out = trio.open_memory_channel[bytes](64)
 
     async def pull() -> None:
@@ -133,13 +135,19 @@ async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> None:
         nursery.start_soon(pull)
         async for chunk in chunks_out:
             parts = [chunk]
-            while True:
+            ended = False
+            while not ended:
                 try:
                     parts.append(chunks_out.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
+                except trio.WouldBlock:
                     break
+                except trio.EndOfChannel:
+                    ended = True
             body = parts[0] if len(parts) == 1 else b"".join(parts)
-            await send({"type": "http.response.body", "body": body, "more_body": True})
+            await send({"type": "http.response.body", "body": body, "more_body": not ended})
+            if ended:
+                return True
+    return False
 
 
 async def serve_tcp(

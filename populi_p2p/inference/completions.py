@@ -221,9 +221,11 @@ class CompletionHandler:
                 send, "every capable node failed before the first token", entry, route_header
             )
         elif result.status == 200:
+            if first and result.tokens:  # the only tokens came with the end
+                self.stats.first_token(time.perf_counter() - began)
             if head:
                 await send(head.pop())
-            await send({"type": "http.response.body", "body": b""})
+            await send({"type": "http.response.body", "body": result.final})
 
     @staticmethod
     async def _all_failed(

@@ -124,6 +124,9 @@ class StreamResult:
     #: The first byte's node and status, once the response has started.
     status: int = 0
     first_node: str | None = None
+    #: The stream's last bytes (its last events and the one [DONE], or the error event),
+    #: not emitted: the caller sends them as the end of its answer, in one write.
+    final: bytes = b""
 
 
 class _Broken(Exception):
@@ -218,7 +221,8 @@ class Relay:
         `start(status, node, body)` is called once, before anything is emitted: with
         200 when a node has begun streaming, or with an error status and the engine's
         body (a 4xx, passed through), or with 0 when no node could start (the caller
-        answers with an error). Then `emit` gets the SSE bytes.
+        answers with an error). Then `emit` gets the SSE bytes, and the result's
+        `final` the last of them.
         """
         result = StreamResult()
         next_node = _next_node(route)
@@ -260,7 +264,7 @@ class Relay:
                     result.attempts.append(Attempt(node, "served", result.tokens - sent_before))
                     self._on_outcome(node, True)
                     result.done = True
-                    await emit(tail + DONE)  # one write: the last events and the [DONE]
+                    result.final = tail + DONE  # one write: the last events, [DONE], the end
                     return result
             except (httpx.HTTPError, _Broken) as exc:
                 why = exc.why if isinstance(exc, _Broken) else _why(exc)
@@ -270,21 +274,21 @@ class Relay:
                 self._on_outcome(node, False)
                 if isinstance(exc, _Broken):
                     if exc.text is None:
-                        await emit(error_event(
+                        result.final = error_event(
                             f"the stream broke ({why}) after an event that is not JSON, so it"
                             " cannot be continued elsewhere. Retry the request."
-                        ))  # fmt: skip
+                        )
                         return result
                     streamed += exc.text
                     result.tokens = sent_before + exc.tokens
         if not started:
             await start(0, "", None)
             return result
-        await emit(error_event(
+        result.final = error_event(
             "the stream broke and no other node could continue it: "
             + "; ".join(f"{a.node[:12]} {a.outcome}" for a in result.attempts)
             + ". Retry the request."
-        ))  # fmt: skip
+        )
         return result
 
     @staticmethod

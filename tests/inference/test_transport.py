@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from populi_p2p._asgi import WITH_BODY, Receive, Scope, Send
+from populi_p2p._asgi import WITH_BODY, Receive, Scope, Send, send_json
 from populi_p2p._http_serve import ConnectionGate, HttpLimits, serve_http
 from populi_p2p.inference._asgi import read_body, send_stream
 from populi_p2p.inference._tls import tls_context
@@ -46,9 +46,14 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
 
     if scope["path"] == "/plain":
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"whole"})
+        await send({"type": "http.response.body", "body": b"whole", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
         return
-    await send_stream(send, 200, chunks(), content_type="text/event-stream")
+    if scope["path"] == "/json":
+        await send_json(send, 200, {"ok": True})
+        return
+    coalesce = scope["path"] == "/coalesced"
+    await send_stream(send, 200, chunks(), content_type="text/event-stream", coalesce=coalesce)
 
 
 async def _serve(nursery: trio.Nursery) -> int:
@@ -83,7 +88,16 @@ async def test_a_request_is_one_write_and_a_head_goes_with_its_first_chunk(
             assert r2.content == b"whole"
             heads = [w for w in writes if w.startswith(b"HTTP/1.1 200")]
             assert len(heads) == 1 and heads[0].endswith(b"\r\n\r\n")
-        assert backend.sends == 4
+            # A whole answer is one write; a stream's last events go with its end.
+            writes.clear()
+            assert (await client.get(f"http://127.0.0.1:{port}/json")).json() == {"ok": True}
+            answers = [w for w in writes if w.startswith(b"HTTP/1.1")]
+            assert len(answers) == 1 and answers[0].endswith(b'{"ok": true}')
+            writes.clear()
+            r3 = await client.post(f"http://127.0.0.1:{port}/coalesced", content=b"")
+            assert r3.content == b"data: 0\n\ndata: [DONE]\n\n"
+            assert writes[-1] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+        assert backend.sends == 6
         nursery.cancel_scope.cancel()
 
 
