@@ -10,8 +10,11 @@ engine processes; the client is this process.
 * **ttft**: a streamed one-token chat completion, straight to the serving node's engine
   and through the accepting daemon (public API, route, signed peer call to the serving
   daemon, its engine), alternated sample by sample in the same run [added: median
-  <= 2 ms, p99 <= 5 ms]. ``--profile DIR`` runs both daemons under cProfile and prints
-  the top entries of each (the profile's own overhead inflates the figures of that run).
+  <= 2 ms, p99 <= 5 ms], and the CPU each daemon spends per request (``/proc``), its
+  background work measured apart while idle. ``--profile DIR`` runs both daemons
+  under cProfile and prints the top entries of each; ``--sample DIR`` records them
+  with py-spy (``pip install py-spy``; raw stacks, one file per daemon). Either
+  inflates the figures of its run.
 
 The machine's load average is printed before and after: on a shared machine the wall
 figures are noisy upper bounds.

@@ -473,8 +473,7 @@ async def serve_http(
             with trio.CancelScope() as scope:
                 if peer is not None:
                     gate.opened(peer, scope)
-                lingering = LingeringStream(stream)
-                _CONNECTION.set(lingering)
+                _CONNECTION.set(lingering := LingeringStream(stream))
                 await TCPServer(wrapped, config, context, ConnectionState({}), lingering)  # type: ignore[arg-type]
         finally:
             # Cancelled (evicted, or at shutdown), hypercorn's own close stops at its

@@ -27,7 +27,7 @@ import contextlib
 import json
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -165,6 +165,18 @@ class Relay:
         self._on_outcome = on_outcome
         self.gaps = gaps if gaps is not None else GapStats()
 
+    def _nodes(self, route: Sequence[str] | NextNode) -> Iterator[str]:
+        """The nodes to try, each asked of `route` only when the one before failed (at
+        most `max_attempts`)."""
+        next_node = _next_node(route)
+        tried: list[str] = []
+        while len(tried) < self.max_attempts:
+            node = next_node(tried)
+            if node is None:
+                return
+            tried.append(node)
+            yield node
+
     ####################################################################################
     # Not streamed: try each node until one answers.
 
@@ -175,14 +187,8 @@ class Relay:
         `route`: the nodes in turn, or the chooser of the next one."""
         attempts: list[Attempt] = []
         body = json.dumps(request).encode()
-        next_node = _next_node(route)
         model = str(request.get("model", ""))
-        tried: list[str] = []
-        while len(tried) < self.max_attempts:
-            node = next_node(tried)
-            if node is None:
-                break
-            tried.append(node)
+        for node in self._nodes(route):
             try:
                 async with self._open(node, model, path, body) as response:
                     data = await response.aread()
@@ -225,16 +231,10 @@ class Relay:
         `final` the last of them.
         """
         result = StreamResult()
-        next_node = _next_node(route)
         model = str(request.get("model", ""))
-        tried: list[str] = []
         streamed = ""
         started = False
-        while len(tried) < self.max_attempts:
-            node = next_node(tried)
-            if node is None:
-                break
-            tried.append(node)
+        for node in self._nodes(route):
             body = request if not streamed else continuation(request, chat, streamed, result.tokens)
             raw = json.dumps(body).encode()
             sent_before = result.tokens
