@@ -13,13 +13,22 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-__all__ = ["AsgiApp", "Message", "Receive", "Scope", "Send", "lifespan", "send_body", "send_json"]
+__all__ = [
+    "WITH_BODY", "AsgiApp", "Message", "Receive", "Scope", "Send", "lifespan", "send_body",
+    "send_json",
+]  # fmt: skip
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Set (True) on an ``http.response.start`` whose first ``http.response.body`` the app
+#: sends right after it, with nothing to wait for in between: the listener
+#: (`_http_serve.guard_app`) then sends the head and that body in one write, which
+#: saves the client a wake-up for a head alone. Other servers ignore the key.
+WITH_BODY = "populi.with_body"
 
 
 async def lifespan(receive: Receive, send: Send) -> None:
@@ -52,6 +61,7 @@ async def send_body(
                 (b"content-length", str(len(body)).encode()),
                 *headers,
             ],
+            WITH_BODY: True,
         }
     )
     await send({"type": "http.response.body", "body": b"" if head else body})

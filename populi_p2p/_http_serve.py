@@ -25,6 +25,12 @@ headers are complete, and bytes trickling in do not reset it. Header size is h11
 ``max_incomplete_event_size`` (16 KiB). There is no read timeout while a request runs:
 a streamed answer may legitimately hear nothing from its client for minutes.
 
+A response's head and its first body go out in one write when the app says the body
+follows at once (`WITH_BODY` on its ``http.response.start``), and a last body goes out
+with the end of the message (chunked encoding's ``0\r\n\r\n``): hypercorn writes each
+HTTP event as its own send, and each costs a syscall and wakes the client, which on a
+busy machine can cost the sender its CPU, for a part of what the client waits for.
+
 Closing after an early answer lingers, as nginx's ``lingering_close`` does
 (`LingeringStream`): the daemon sends its FIN after the answer, then reads and drops
 what the client still sends, for at most `LINGER_SECONDS` and `LINGER_BYTES`, before
@@ -38,6 +44,8 @@ caps (`HttpLimits.for_open_files`) follow whatever limit the process ends up wit
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import logging
 import resource
@@ -48,7 +56,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ._asgi import AsgiApp, Message, Receive, Scope, Send, send_json
+from ._asgi import WITH_BODY, AsgiApp, Message, Receive, Scope, Send, send_json
 
 __all__ = [
     "ConnectionGate",
@@ -255,7 +263,8 @@ class LingeringStream(trio.abc.HalfCloseableStream):
     """`stream` for hypercorn, whose `aclose` only sends our FIN and starts lingering:
     from then on `receive_some` drops what arrives and ends the stream (b"") when the
     client closes, after `LINGER_BYTES`, or at `LINGER_SECONDS`. The socket itself is
-    closed by whoever handed the stream out (`serve_http`'s handler)."""
+    closed by whoever handed the stream out (`serve_http`'s handler). `hold_next_write`
+    keeps a response head back to go out with the body that follows it."""
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
@@ -264,9 +273,26 @@ class LingeringStream(trio.abc.HalfCloseableStream):
         # hypercorn sends under its own lock but closes outside it: its send_eof then
         # met an answer still being sent (trio's BusyResourceError, a traceback).
         self._sending = trio.Lock()
+        self._holds = 0
+        self._held = b""
+
+    def hold_next_write(self) -> None:
+        """The next write waits for the one after it: both go out as one send."""
+        self._holds += 1
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         async with self._sending:
+            if self._holds:
+                self._holds -= 1
+                self._held += bytes(data)
+                return
+            if self._held:
+                data, self._held = self._held + bytes(data), b""
+            await self._stream.send_all(data)
+
+    async def _flush_held(self) -> None:
+        if self._held:
+            data, self._held = self._held, b""
             await self._stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -275,6 +301,7 @@ class LingeringStream(trio.abc.HalfCloseableStream):
 
     async def send_eof(self) -> None:
         async with self._sending:
+            await self._flush_held()
             await self._stream.send_eof()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
@@ -293,12 +320,21 @@ class LingeringStream(trio.abc.HalfCloseableStream):
         if self._linger_until is None:
             self._linger_until = trio.current_time() + LINGER_SECONDS
             async with self._sending:  # after the answer in flight, if any
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self._flush_held()
                 if not self.socket.did_shutdown_SHUT_WR:
                     try:
                         self.socket.shutdown(trio.socket.SHUT_WR)  # our answer ends here
                     except OSError:
                         pass  # the peer is gone
         await trio.lowlevel.checkpoint()
+
+
+#: The connection a request came on (set per connection by `serve_http`; the app's
+#: tasks inherit it), for `guard_app` to hold a response head for its body.
+_CONNECTION: contextvars.ContextVar[LingeringStream | None] = contextvars.ContextVar(
+    "populi_http_connection", default=None
+)
 
 
 def _has_body(scope: Scope) -> bool:
@@ -338,7 +374,7 @@ def guard_app(
 
     async def _guarded(scope: Scope, receive: Receive, send: Send) -> None:
         body_read = not _has_body(scope)
-        started = timed_out = False
+        started = timed_out = body_written = False
         deadline = trio.current_time() + body_timeout
 
         async def receive_in_time() -> Message:
@@ -355,13 +391,28 @@ def guard_app(
             raise AssertionError("unreachable: the app's scope was cancelled")
 
         async def send_marked(message: Message) -> None:
-            nonlocal started
+            nonlocal started, body_written
+            connection = _CONNECTION.get()
             if message["type"] == "http.response.start":
                 started = True
+                status = message.get("status", 200)
+                body_written = scope.get("method") != "HEAD" and status not in (204, 304)
+                if message.get(WITH_BODY) and connection is not None:
+                    connection.hold_next_write()
+                if WITH_BODY in message:
+                    message = {k: v for k, v in message.items() if k != WITH_BODY}
                 if not body_read:
                     headers = list(message.get("headers", []))
                     if not any(bytes(k).lower() == b"connection" for k, _ in headers):
                         message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            elif (
+                message["type"] == "http.response.body"
+                and not message.get("more_body")
+                and message.get("body")
+                and body_written
+                and connection is not None
+            ):
+                connection.hold_next_write()  # goes out with the end of the message
             await send(message)
 
         with trio.CancelScope() as app_scope:
@@ -422,7 +473,7 @@ async def serve_http(
             with trio.CancelScope() as scope:
                 if peer is not None:
                     gate.opened(peer, scope)
-                lingering = LingeringStream(stream)
+                _CONNECTION.set(lingering := LingeringStream(stream))
                 await TCPServer(wrapped, config, context, ConnectionState({}), lingering)  # type: ignore[arg-type]
         finally:
             # Cancelled (evicted, or at shutdown), hypercorn's own close stops at its

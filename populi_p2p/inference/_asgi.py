@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from .. import _asgi as _shared
-from .._asgi import AsgiApp, Receive, Scope, Send, lifespan
+from .._asgi import WITH_BODY, AsgiApp, Message, Receive, Scope, Send, lifespan
 from .._http_serve import ConnectionGate, HttpLimits, serve_http
 
 __all__ = [
@@ -81,27 +81,37 @@ async def send_stream(
 ) -> None:
     """Answer with `chunks` as they come (each flushed at once: SSE passes through).
 
+    The head waits for the first chunk, and both go out in one write (`WITH_BODY`).
     `coalesce`: chunks that are already there when one is written go out with it, as
     one write (a relay whose upstream runs ahead of it writes less often, never later).
     """
     extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send(
+    head: list[Message] = [
         {
             "type": "http.response.start",
             "status": status,
             "headers": [(b"content-type", content_type.encode()), *extra],
+            WITH_BODY: True,
         }
-    )
-    if coalesce:
-        await _send_coalesced(send, chunks)
-    else:
+    ]
+
+    async def send_chunk(message: Message) -> None:
+        if head:
+            await send(head.pop())
+        await send(message)
+
+    if coalesce and await _send_coalesced(send_chunk, chunks):
+        return
+    if not coalesce:
         async for chunk in chunks:
             if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
+                await send_chunk({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send_chunk({"type": "http.response.body", "body": b""})
 
 
-async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> None:
+async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> bool:
+    """Whether the last write was the end of the answer (the iterator had ended when
+    its last chunks were taken: they go out as the final body, with the end)."""
     chunks_in, chunks_out = trio.open_memory_channel[bytes](64)
 
     async def pull() -> None:
@@ -125,13 +135,19 @@ async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> None:
         nursery.start_soon(pull)
         async for chunk in chunks_out:
             parts = [chunk]
-            while True:
+            ended = False
+            while not ended:
                 try:
                     parts.append(chunks_out.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
+                except trio.WouldBlock:
                     break
+                except trio.EndOfChannel:
+                    ended = True
             body = parts[0] if len(parts) == 1 else b"".join(parts)
-            await send({"type": "http.response.body", "body": body, "more_body": True})
+            await send({"type": "http.response.body", "body": body, "more_body": not ended})
+            if ended:
+                return True
+    return False
 
 
 async def serve_tcp(

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
+from .._asgi import WITH_BODY, Message
 from ._asgi import BodyTooLarge, Receive, Send, read_body, send_json
 from .catalogue import ModelCatalogue
 from .keys import ApiKey
 from .openai_errors import openai_error
-from .relay import Relay
+from .relay import NextNode, Relay
 from .request_check import InvalidRequest, check_request, describe
 from .request_log import RequestLog
 from .route import Candidate, RouteDecision
@@ -68,13 +69,17 @@ def _accepted(request: dict[str, Any], chat: bool, key: ApiKey | None) -> str:
     return model
 
 
+Decide = Callable[[str, Collection[str]], tuple[RouteDecision, list[Candidate]]]
+
+
 class CompletionHandler:
-    """Args: decide: the route for a model (and the view it used); relay: serves it;
+    """Args: decide: the route for a model, from the view as it is now, leaving out
+    the nodes given (those already tried), and the view it used; relay: serves it;
     log: where each routed request is recorded; stats: what ``/metrics`` counts."""
 
     def __init__(
         self,
-        decide: Callable[[str], tuple[RouteDecision, list[Candidate]]],
+        decide: Decide,
         relay: Relay,
         log: RequestLog,
         stats: InferenceStats | None = None,
@@ -99,7 +104,7 @@ class CompletionHandler:
             await send_json(send, exc.status, exc.body)
             return
         decision_start = time.perf_counter()
-        decision, view = self._decide(model)
+        decision, view = self._decide(model, ())
         decision_ms = (time.perf_counter() - decision_start) * 1000
         if not decision.order:
             self.stats.request("no_route")
@@ -110,12 +115,13 @@ class CompletionHandler:
         streamed = request.get("stream") is True
         entry = self._log.open(model, path, streamed, decision, names, decision_ms)
         route_header = (b"x-populi-route", decision.header().encode())
+        route = self._chooser(model, decision, names)
         if streamed:
             await self._stream(
-                path, chat, request, decision, names, entry, route_header, send, decision_start
+                path, chat, request, route, names, entry, route_header, send, decision_start
             )
             return
-        status, data, node, attempts = await self._relay.whole(decision.order, path, request)
+        status, data, node, attempts = await self._relay.whole(route, path, request)
         self.stats.attempts(attempts)
         self.stats.request(outcome_of(status))
         entry.update(
@@ -123,7 +129,7 @@ class CompletionHandler:
             attempts=[f"{names.get(a.node, a.node)}: {a.outcome}" for a in attempts],
         )
         if status == 0:
-            await self._all_failed(send, "every capable node failed", entry, decision)
+            await self._all_failed(send, "every capable node failed", entry, route_header)
             return
         await send(
             {
@@ -135,16 +141,31 @@ class CompletionHandler:
                     (b"x-populi-node", (node or "").encode()),
                     route_header,
                 ],
+                WITH_BODY: True,
             }
         )
         await send({"type": "http.response.body", "body": data})
+
+    def _chooser(self, model: str, decision: RouteDecision, names: dict[str, str]) -> NextNode:
+        """The relay's next node: the decision's first, then, at each failover, the
+        route chosen again from the view as it is then (a node suspect for a moment
+        when the request came is back in; the nodes tried are left out)."""
+
+        def next_node(tried: Sequence[str]) -> str | None:
+            if not tried:
+                return decision.order[0]
+            again, view = self._decide(model, tried)
+            names.update((c.node_id, c.name) for c in view if c.node_id not in names)
+            return again.order[0] if again.order else None
+
+        return next_node
 
     async def _stream(
         self,
         path: str,
         chat: bool,
         request: dict[str, Any],
-        decision: RouteDecision,
+        route: NextNode,
         names: dict[str, str],
         entry: dict[str, Any],
         route_header: tuple[bytes, bytes],
@@ -152,6 +173,8 @@ class CompletionHandler:
         began: float,
     ) -> None:
         first = True
+        # The head waits for the first events: both go out in one write (WITH_BODY).
+        head: list[Message] = []
 
         async def start(status: int, node: str, body: bytes | None) -> None:
             if status == 0:
@@ -159,14 +182,18 @@ class CompletionHandler:
             headers = [(b"x-populi-node", node.encode()), route_header]
             if status == 200:
                 headers += _SSE_HEADERS
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                head.append(
+                    {"type": "http.response.start", "status": 200, "headers": headers,
+                     WITH_BODY: True}
+                )  # fmt: skip
                 return
             data = body or b""
             headers += [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(data)).encode()),
             ]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.start", "status": status, "headers": headers,
+                        WITH_BODY: True})  # fmt: skip
             await send({"type": "http.response.body", "body": data})
 
         async def emit(data: bytes) -> None:
@@ -174,9 +201,11 @@ class CompletionHandler:
             if first:
                 first = False
                 self.stats.first_token(time.perf_counter() - began)
+            if head:
+                await send(head.pop())
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
-        result = await self._relay.stream(decision.order, path, request, chat, start, emit)
+        result = await self._relay.stream(route, path, request, chat, start, emit)
         self.stats.attempts(result.attempts)
         served = result.status == 200 and result.done
         self.stats.request("failed" if result.status == 200 and not served
@@ -189,14 +218,18 @@ class CompletionHandler:
         )
         if result.status == 0:
             await self._all_failed(
-                send, "every capable node failed before the first token", entry, decision
+                send, "every capable node failed before the first token", entry, route_header
             )
         elif result.status == 200:
-            await send({"type": "http.response.body", "body": b""})
+            if first and result.tokens:  # the only tokens came with the end
+                self.stats.first_token(time.perf_counter() - began)
+            if head:
+                await send(head.pop())
+            await send({"type": "http.response.body", "body": result.final})
 
     @staticmethod
     async def _all_failed(
-        send: Send, what: str, entry: dict[str, Any], decision: RouteDecision
+        send: Send, what: str, entry: dict[str, Any], route_header: tuple[bytes, bytes]
     ) -> None:
         await send_json(
             send,
@@ -207,5 +240,5 @@ class CompletionHandler:
                 + ". Retry, or check populi-node requests.",
                 "no_capable_node",
             ),
-            {"x-populi-route": decision.header()},
+            {"x-populi-route": route_header[1].decode()},
         )

@@ -7,11 +7,15 @@ to it. An engine is not polled while it serves one of this node's requests (see
 `EngineService._busy`: llama-cpp-python's server would cut the stream short). The
 relay also reports a refused connection (`mark_failed`) so the next request does not
 wait for the poll. Tokens per second and requests in flight are measured by
-the relay (`begin`/`end`).
+the relay (`begin`/`end`). An engine's capacity (requests it serves at once) is read
+once it turns healthy from ``GET /props`` (llama.cpp's ``total_slots``; the stand-in
+answers the same); an engine without it leaves ``slots`` out and the router assumes
+its default.
 
 Section ``models`` (a map, at most `MAX_MODELS` entries)::
 
-    {model_id: {"kind": str, "ctx": int (0: unknown), "tps": float, "inflight": int}}
+    {model_id: {"kind": str, "ctx": int (0: unknown), "tps": float, "inflight": int,
+                "slots": int (only when known)}}
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ MAX_MODELS: Final = 16
 MAX_MODEL_ID: Final = 128
 #: Largest context length believed; anything above (or not an int) reads as unknown (0).
 MAX_CONTEXT: Final = 1 << 24
+#: Largest engine capacity believed (``total_slots``); anything else reads as unknown.
+MAX_SLOTS: Final = 1024
 #: Seconds between record refreshes for load and tokens/s alone.
 REFRESH: Final = 10.0
 _log = get_logger("engine")
@@ -46,6 +52,7 @@ class _Engine:
     kind: str = "openai"
     models: dict[str, int] = attrs.field(factory=dict)  # id -> context length (0 unknown)
     error: str = "not polled yet"
+    slots: int = 0  # requests served at once (0 unknown)
 
 
 def parse_models(body: Any) -> tuple[str, dict[str, int]]:
@@ -131,6 +138,10 @@ class EngineService:
     def begin(self, model: str) -> None:
         self._inflight[model] = self._inflight.get(model, 0) + 1
 
+    def inflight(self, model: str) -> int:
+        """This node's requests in flight to its engines for `model`."""
+        return self._inflight.get(model, 0)
+
     def end(self, model: str, tokens: int, seconds: float) -> None:
         self._inflight[model] = max(0, self._inflight.get(model, 0) - 1)
         if tokens > 1 and seconds > 0:
@@ -151,6 +162,8 @@ class EngineService:
                         "tps": round(self._tps.get(model, 0.0), 1),
                         "inflight": self._inflight.get(model, 0),
                     }  # fmt: skip
+                    if engine.slots:
+                        out[model]["slots"] = engine.slots
         return out or None
 
     def engines(self) -> list[dict[str, Any]]:
@@ -179,7 +192,11 @@ class EngineService:
         """Re-sign the record when the models change at once; for tokens/s and load
         only every `REFRESH` seconds (each re-signed record is gossiped to everyone)."""
         section = self.section()
-        shape = None if section is None else {m: (v["kind"], v["ctx"]) for m, v in section.items()}
+        shape = (
+            None
+            if section is None
+            else {m: (v["kind"], v["ctx"], v.get("slots")) for m, v in section.items()}
+        )
         now = trio.current_time()
         last = self._published
         if last is not None and last[0] == shape and now - last[1] < REFRESH:
@@ -211,6 +228,8 @@ class EngineService:
             response = await http.get(engine.url + "/v1/models")
             response.raise_for_status()
             engine.kind, engine.models = parse_models(response.json())
+            if not was:
+                engine.slots = await _slots(http, engine.url)
             engine.healthy, engine.error = True, ""
         except (httpx.HTTPError, ValueError) as exc:
             engine.healthy, engine.error = False, f"{type(exc).__name__}: {exc}"[:200]
@@ -218,3 +237,15 @@ class EngineService:
             event(_log, 20 if engine.healthy else 30,
                   "engine.healthy" if engine.healthy else "engine.unhealthy",
                   url=engine.url, error=engine.error)  # fmt: skip
+
+
+async def _slots(http: httpx.AsyncClient, url: str) -> int:
+    """The engine's capacity from ``GET /props`` (``total_slots``); 0 when it does not
+    say (another engine, an old llama.cpp, a bad answer)."""
+    try:
+        response = await http.get(url + "/props")
+        slots = response.json().get("total_slots") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return 0
+    good = isinstance(slots, int) and not isinstance(slots, bool) and 0 < slots <= MAX_SLOTS
+    return slots if isinstance(slots, int) and good else 0

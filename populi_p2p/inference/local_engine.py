@@ -13,11 +13,12 @@ import httpx
 
 from ._tls import tls_context
 from ._tls import url as _url
+from ._transport import coalescing_transport
 from .engines import EngineService
 from .openai_errors import openai_error
 from .peer_api import PeerRequest, PeerResponse
 
-__all__ = ["ENGINE_ANSWER_HEADER", "PEER_PREFIX", "LocalEngine"]
+__all__ = ["ENGINE_ANSWER_HEADER", "PEER_PREFIX", "QUEUE_HEADER", "LocalEngine"]
 
 #: The peer routes' prefix: ``/v1/chat/completions`` is served at
 #: ``/peer/v1/engine/chat/completions``.
@@ -25,6 +26,9 @@ PEER_PREFIX: Final = "/peer/v1/engine"
 #: Set on every answer the peer route relays from the engine, so that the calling node
 #: tells the engine's 4xx (the client's answer) from the peer API's own (a refused call).
 ENGINE_ANSWER_HEADER: Final = "x-populi-engine-answer"
+#: Set on every answer from this node's engines: their requests in flight for the
+#: model, this one included (the accepting node's `load.LoadBook` reads it).
+QUEUE_HEADER: Final = "x-populi-queue"
 
 
 class LocalEngine:
@@ -35,11 +39,11 @@ class LocalEngine:
 
     def __init__(self, engines: EngineService | None) -> None:
         self._engines = engines
+        transport, _ = coalescing_transport(  # each request in one write, as to peers
+            httpx.Limits(max_connections=256, max_keepalive_connections=64), tls_context()
+        )
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=2.0),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-            trust_env=False,
-            verify=tls_context(),
+            timeout=httpx.Timeout(None, connect=2.0), transport=transport, trust_env=False
         )
 
     async def aclose(self) -> None:
@@ -82,6 +86,7 @@ class LocalEngine:
             except httpx.ConnectError as exc:
                 self._engines.mark_failed(url, f"connection refused: {exc}")
                 raise
+            response.headers[QUEUE_HEADER] = str(self._engines.inflight(model))
             try:
                 yield response
             finally:
@@ -114,9 +119,10 @@ class LocalEngine:
                     yield chunk
 
         content_type = response.headers.get("content-type", "application/json")
+        queue = {k: v for k, v in response.headers.items() if k == QUEUE_HEADER}
         return PeerResponse(
             response.status_code,
             body(),
             content_type=content_type,
-            headers={ENGINE_ANSWER_HEADER: "1"},
+            headers={ENGINE_ANSWER_HEADER: "1", **queue},
         )

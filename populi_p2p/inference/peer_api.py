@@ -18,6 +18,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from .._asgi import WITH_BODY
 from .._http_serve import ConnectionGate, HttpLimits
 from .._log import event, get_logger
 from ._asgi import (
@@ -195,6 +196,7 @@ class PeerApi:
                 "type": "http.response.start", "status": response.status,
                 "headers": [(k.encode(), v.encode()) for k, v in headers.items()]
                 + [(b"content-length", str(len(response.body)).encode())],
+                WITH_BODY: True,
             })  # fmt: skip
             await send({"type": "http.response.body", "body": response.body})
         else:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from ._tls import tls_context, url
+from ._transport import coalescing_transport
 from .peer_auth import PeerCallSigner
 
 __all__ = ["PeerClient", "peer_base_url"]
@@ -35,11 +36,14 @@ class PeerClient:
         read_timeout: float | None = 30.0,
     ) -> None:
         self._signer = signer
+        # Each request in one write (`_transport`): the relay's hop to the serving node.
+        transport, self.backend = coalescing_transport(
+            httpx.Limits(max_connections=256, max_keepalive_connections=64), tls_context()
+        )
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            transport=transport,
             trust_env=False,
-            verify=tls_context(),
         )
 
     async def aclose(self) -> None:

@@ -27,8 +27,8 @@ import contextlib
 import json
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, TypeAlias
 
 import attrs
 import httpx
@@ -46,7 +46,10 @@ from .sse import (
     split_events,
 )
 
-__all__ = ["Attempt", "GapStats", "OpenUpstream", "Relay", "StreamResult", "UpstreamRefused"]
+__all__ = [
+    "Attempt", "GapStats", "NextNode", "OpenUpstream", "Relay", "StreamResult",
+    "UpstreamRefused",
+]  # fmt: skip
 
 #: Seconds between checks that the serving node is still alive, mid-stream.
 WATCH_INTERVAL: Final = 0.1
@@ -55,9 +58,25 @@ STALL_FLOOR: Final = 2.0
 #: Seconds a node may take to its first token (its prefill) before it counts as
 #: stalled: never below the stall timeout.
 FIRST_TOKEN_TIMEOUT: Final = 10.0
+#: Most nodes one request is tried on (the first and up to three that take over).
+MAX_ATTEMPTS: Final = 4
 
-OpenUpstream = Callable[[str, str, bytes], contextlib.AbstractAsyncContextManager[httpx.Response]]
+#: (node, model, path, body): the node's answer, as a stream.
+OpenUpstream = Callable[
+    [str, str, str, bytes], contextlib.AbstractAsyncContextManager[httpx.Response]
+]
 Emit = Callable[[bytes], Awaitable[None]]
+#: The node to try next, given those already tried for this request (None: none left).
+#: The service chooses it again from the view as it is at that moment.
+NextNode: TypeAlias = Callable[[Sequence[str]], str | None]
+
+
+def _next_node(route: Sequence[str] | NextNode) -> NextNode:
+    """`route` as a chooser (a fixed order is taken in turn)."""
+    if callable(route):
+        return route
+    fixed = list(route)
+    return lambda tried: fixed[len(tried)] if len(tried) < len(fixed) else None
 
 
 class GapStats:
@@ -105,6 +124,9 @@ class StreamResult:
     #: The first byte's node and status, once the response has started.
     status: int = 0
     first_node: str | None = None
+    #: The stream's last bytes (its last events and the one [DONE], or the error event),
+    #: not emitted: the caller sends them as the end of its answer, in one write.
+    final: bytes = b""
 
 
 class _Broken(Exception):
@@ -121,7 +143,8 @@ class _Broken(Exception):
 class Relay:
     """Args: how to open an upstream (node, path, body), whether a node is still
     alive, the configured stall timeout (None: adaptive), where outcomes go, and how
-    long a node may take to its first token (`first_token_timeout`, its prefill)."""
+    long a node may take to its first token (`first_token_timeout`, its prefill), and
+    how many nodes one request may be tried on (`max_attempts`)."""
 
     def __init__(
         self,
@@ -132,26 +155,42 @@ class Relay:
         on_outcome: Callable[[str, bool], None],
         gaps: GapStats | None = None,
         first_token_timeout: float = FIRST_TOKEN_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         self._open = open_upstream
+        self.max_attempts = max_attempts
         self.first_token_timeout = first_token_timeout
         self._alive = node_alive
         self._stall = stall_timeout
         self._on_outcome = on_outcome
         self.gaps = gaps if gaps is not None else GapStats()
 
+    def _nodes(self, route: Sequence[str] | NextNode) -> Iterator[str]:
+        """The nodes to try, each asked of `route` only when the one before failed (at
+        most `max_attempts`)."""
+        next_node = _next_node(route)
+        tried: list[str] = []
+        while len(tried) < self.max_attempts:
+            node = next_node(tried)
+            if node is None:
+                return
+            tried.append(node)
+            yield node
+
     ####################################################################################
     # Not streamed: try each node until one answers.
 
     async def whole(
-        self, order: Sequence[str], path: str, request: dict[str, Any]
+        self, route: Sequence[str] | NextNode, path: str, request: dict[str, Any]
     ) -> tuple[int, bytes, str | None, list[Attempt]]:
-        """(status, body, serving node, attempts); status 0 when every node failed."""
+        """(status, body, serving node, attempts); status 0 when every node failed.
+        `route`: the nodes in turn, or the chooser of the next one."""
         attempts: list[Attempt] = []
         body = json.dumps(request).encode()
-        for node in order:
+        model = str(request.get("model", ""))
+        for node in self._nodes(route):
             try:
-                async with self._open(node, path, body) as response:
+                async with self._open(node, model, path, body) as response:
                     data = await response.aread()
                     status = response.status_code
             except httpx.HTTPError as exc:
@@ -175,31 +214,32 @@ class Relay:
 
     async def stream(
         self,
-        order: Sequence[str],
+        route: Sequence[str] | NextNode,
         path: str,
         request: dict[str, Any],
         chat: bool,
         start: Callable[[int, str, bytes | None], Awaitable[None]],
         emit: Emit,
     ) -> StreamResult:
-        """Serve `request` along `order`.
+        """Serve `request` along `route`: the nodes in turn, or the chooser of the
+        next node, asked at each failover.
 
         `start(status, node, body)` is called once, before anything is emitted: with
         200 when a node has begun streaming, or with an error status and the engine's
         body (a 4xx, passed through), or with 0 when no node could start (the caller
-        answers with an error). Then `emit` gets the SSE bytes.
+        answers with an error). Then `emit` gets the SSE bytes, and the result's
+        `final` the last of them.
         """
         result = StreamResult()
-        remaining = list(order)
+        model = str(request.get("model", ""))
         streamed = ""
         started = False
-        while remaining:
-            node = remaining.pop(0)
+        for node in self._nodes(route):
             body = request if not streamed else continuation(request, chat, streamed, result.tokens)
             raw = json.dumps(body).encode()
             sent_before = result.tokens
             try:
-                async with self._open(node, path, raw) as response:
+                async with self._open(node, model, path, raw) as response:
                     status = response.status_code
                     if status != 200:
                         data = await response.aread()
@@ -224,7 +264,7 @@ class Relay:
                     result.attempts.append(Attempt(node, "served", result.tokens - sent_before))
                     self._on_outcome(node, True)
                     result.done = True
-                    await emit(tail + DONE)  # one write: the last events and the [DONE]
+                    result.final = tail + DONE  # one write: the last events, [DONE], the end
                     return result
             except (httpx.HTTPError, _Broken) as exc:
                 why = exc.why if isinstance(exc, _Broken) else _why(exc)
@@ -234,21 +274,21 @@ class Relay:
                 self._on_outcome(node, False)
                 if isinstance(exc, _Broken):
                     if exc.text is None:
-                        await emit(error_event(
+                        result.final = error_event(
                             f"the stream broke ({why}) after an event that is not JSON, so it"
                             " cannot be continued elsewhere. Retry the request."
-                        ))  # fmt: skip
+                        )
                         return result
                     streamed += exc.text
                     result.tokens = sent_before + exc.tokens
         if not started:
             await start(0, "", None)
             return result
-        await emit(error_event(
+        result.final = error_event(
             "the stream broke and no other node could continue it: "
             + "; ".join(f"{a.node[:12]} {a.outcome}" for a in result.attempts)
             + ". Retry the request."
-        ))  # fmt: skip
+        )
         return result
 
     @staticmethod

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from typing import Any, Final
 
 import httpx
@@ -38,7 +38,8 @@ from .catalogue import ModelCatalogue
 from .completions import CompletionHandler
 from .engines import EngineService
 from .keys import ApiKey, ApiKeyChecker
-from .local_engine import ENGINE_ANSWER_HEADER, PEER_PREFIX, LocalEngine
+from .load import LoadBook
+from .local_engine import ENGINE_ANSWER_HEADER, PEER_PREFIX, QUEUE_HEADER, LocalEngine
 from .openai_errors import openai_error
 from .peer_api import PeerRoutes
 from .peer_client import PeerClient, peer_base_url
@@ -123,6 +124,8 @@ class InferenceService:
         self._mounts: dict[str, AsgiApp] = {}
         self._path_mounts: list[tuple[Callable[[str], bool], AsgiApp]] = []
         self._local = LocalEngine(engines)
+        #: Requests outstanding at each node, and recent failures (the route's input).
+        self.load = LoadBook()
         self.relay = Relay(
             self._open_upstream,
             self._is_alive,
@@ -201,6 +204,7 @@ class InferenceService:
     def _record_outcome(self, node: str, success: bool) -> None:
         outcome = Outcome(node, success, trio.current_time())
         self._own_outcomes.append(outcome)
+        self.load.outcome(node, success, outcome.at)
         if not success:
             self._reliability_cache = None
         if self._on_outcome is not None:
@@ -228,30 +232,54 @@ class InferenceService:
                 return c.state == "alive"
         return False
 
-    def decide(self, model: str) -> tuple[RouteDecision, list[Candidate]]:
+    def decide(
+        self, model: str, exclude: Collection[str] = ()
+    ) -> tuple[RouteDecision, list[Candidate]]:
+        """The route for `model` from the view as it is now (`exclude`: the nodes
+        already tried for this request)."""
         view = self._view()
-        prior = prior_reliability(self._lease_config)
-        return choose_route(model, view, self._reliability(), prior), view
+        now = trio.current_time()
+        serving = [(c.node_id, c.models[model]) for c in view if model in c.models]
+        decision = choose_route(
+            model, view, self._reliability(), prior_reliability(self._lease_config),
+            outstanding=self.load.outstanding(model, serving, now),
+            failing=self.load.failing(now), exclude=exclude, salt=self.node_id,
+        )  # fmt: skip
+        return decision, view
 
     ####################################################################################
     # Upstreams
 
     @contextlib.asynccontextmanager
     async def _open_upstream(
-        self, node: str, path: str, body: bytes
+        self, node: str, model: str, path: str, body: bytes
     ) -> AsyncIterator[httpx.Response]:
-        if node == self.node_id:
-            async with self._local.open(path, body) as response:
-                yield response
-            return
-        address = self._address_of(node)
-        if address is None or self._peer is None:
-            raise httpx.ConnectError(f"no peer address for {node}")
-        base = peer_base_url(*address)
-        async with self._peer.stream(node, base, "POST", PEER_PREFIX + path[3:], body) as r:
-            if 400 <= r.status_code < 500 and ENGINE_ANSWER_HEADER not in r.headers:
-                raise UpstreamRefused(f"its peer API answered {r.status_code}: {await _excerpt(r)}")
-            yield r
+        """One attempt at `node`, counted in `load` from before its request is sent
+        until its answer is done; the queue the node reports is noted."""
+        self.load.begin(node, model)
+        try:
+            if node == self.node_id:
+                async with self._local.open(path, body) as response:
+                    self._note_queue(node, model, response)
+                    yield response
+                return
+            address = self._address_of(node)
+            if address is None or self._peer is None:
+                raise httpx.ConnectError(f"no peer address for {node}")
+            base = peer_base_url(*address)
+            async with self._peer.stream(node, base, "POST", PEER_PREFIX + path[3:], body) as r:
+                if 400 <= r.status_code < 500 and ENGINE_ANSWER_HEADER not in r.headers:
+                    excerpt = await _excerpt(r)
+                    raise UpstreamRefused(f"its peer API answered {r.status_code}: {excerpt}")
+                self._note_queue(node, model, r)
+                yield r
+        finally:
+            self.load.end(node, model)
+
+    def _note_queue(self, node: str, model: str, response: httpx.Response) -> None:
+        queue = response.headers.get(QUEUE_HEADER)
+        if queue is not None and queue.isdigit() and len(queue) < 10:
+            self.load.reported(node, model, int(queue), trio.current_time())
 
     ####################################################################################
     # The public API

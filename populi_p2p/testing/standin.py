@@ -9,6 +9,8 @@ its own prefix would.
 Run: ``python -m populi_p2p.testing.standin --port 8081 --model tiny --tokens 50``.
 Like a real engine it refuses a request it cannot serve with a 400: a ``max_tokens``
 that is not a positive integer, or more than its context length (vLLM's answer).
+``--slots N`` serves at most N requests at once (the rest wait, as in llama.cpp's
+server) and says so at ``GET /props`` (``total_slots``, llama.cpp's field).
 Faults: ``--delay`` seconds per token, ``--error`` (every completion is a 500),
 ``--crash-at K`` (the process exits after token K, mid-stream), ``--stall-at K``
 (stops sending after token K but keeps the connection). Each also reads an env var
@@ -55,6 +57,8 @@ class StandinConfig:
     crash_at: int | None = None
     stall_at: int | None = None
     context_length: int = 4096
+    #: Requests served at once (0: no limit, and no ``/props``).
+    slots: int = 0
 
 
 def _start_index(prefix: str) -> int:
@@ -68,6 +72,7 @@ class StandinEngine:
     def __init__(self, config: StandinConfig) -> None:
         self.config = config
         self.requests = 0
+        self._slots = trio.Semaphore(config.slots) if config.slots > 0 else None
 
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -76,6 +81,8 @@ class StandinEngine:
         path, method = scope["path"], scope["method"]
         if method == "GET" and path in ("/health", "/v1/health"):
             await send_json(send, 200, {"status": "ok"})
+        elif method == "GET" and path == "/props" and self.config.slots > 0:
+            await send_json(send, 200, {"total_slots": self.config.slots})
         elif method == "GET" and path == "/v1/models":
             await send_json(send, 200, {"object": "list", "data": [{
                 "id": self.config.model, "object": "model", "owned_by": "standin",
@@ -87,7 +94,11 @@ class StandinEngine:
             except (BodyTooLarge, ValueError):
                 await send_json(send, 400, {"error": {"message": "bad body"}})
                 return
-            await self._complete(send, path.endswith("chat/completions"), body)
+            if self._slots is None:
+                await self._complete(send, path.endswith("chat/completions"), body)
+                return
+            async with self._slots:
+                await self._complete(send, path.endswith("chat/completions"), body)
         else:
             await send_json(send, 404, {"error": {"message": f"no route {path}"}})
 
@@ -182,11 +193,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     crash, stall = _env("crash_at"), _env("stall_at")
     p.add_argument("--crash-at", type=int, default=int(crash) if crash else None)
     p.add_argument("--stall-at", type=int, default=int(stall) if stall else None)
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=int(_env("slots") or 0),
+        help="requests served at once (default: no limit)",
+    )
     p.add_argument("--port-file", help="write the bound port here once listening")
     a = p.parse_args(argv)
     engine = StandinEngine(StandinConfig(
         model=a.model, tokens=a.tokens, delay=a.delay, error=a.error,
-        crash_at=a.crash_at, stall_at=a.stall_at,
+        crash_at=a.crash_at, stall_at=a.stall_at, slots=a.slots,
     ))  # fmt: skip
 
     async def serve() -> None:

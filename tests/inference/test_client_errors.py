@@ -94,13 +94,13 @@ async def test_an_engines_4xx_through_a_peer_is_the_clients_answer(streamed: boo
         mesh = await _mesh(nursery, outcomes)
         assert mesh.front is not None
         body = {"model": "m", "messages": USER, "max_tokens": 5000, "stream": streamed}
+        first = mesh.front.decide("m")[0].order[0]  # before: the route counts live load
         async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
             r = await client.post(mesh.url + CHAT, json=body)
         assert r.status_code == 400
         error = r.json()["error"]
         assert "maximum context length is 4096 tokens" in error["message"]
         assert error["param"] == "max_tokens"
-        first = mesh.front.decide("m")[0].order[0]
         assert r.headers["x-populi-node"] == first
         assert _engines_saw(mesh) == 1  # no failover
         assert outcomes == []  # no reliability lost

@@ -152,3 +152,37 @@ def test_parse_models_takes_any_json(body: Any) -> None:
     assert isinstance(kind, str) and len(kind) <= 32
     assert len(models) <= 16
     assert all(len(m) <= 128 and 0 <= c <= 1 << 24 for m, c in models.items())
+
+
+@pytest.mark.parametrize(
+    ("props", "slots"),
+    [({"total_slots": 6}, 6), ({"total_slots": 0}, None), ({"total_slots": True}, None),
+     ({"total_slots": 5000}, None), ("not a map", None), (None, None)],
+)  # fmt: skip
+async def test_capacity_comes_from_props_when_the_engine_says(props: Any, slots: Any) -> None:
+    """llama.cpp's ``GET /props`` ``total_slots`` becomes the record's ``slots``; an
+    engine without it (None: a 404), or with a value not to believe, leaves it out."""
+    inner = StandinEngine(StandinConfig(model="tiny"))
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/props":
+            from populi_p2p.inference._asgi import send_json
+
+            await send_json(send, 200 if props is not None else 404, props or {})
+            return
+        await inner.app(scope, receive, send)
+
+    got: list[dict[str, Any] | None] = []
+
+    async def set_section(name: str, value: dict[str, Any] | None) -> None:
+        got.append(value)
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            lambda task_status: serve_tcp(app, "127.0.0.1", 0, logger_name="t",
+                                          task_status=task_status)
+        )  # fmt: skip
+        service = EngineService([f"http://127.0.0.1:{port}"], set_section, interval=0.2)
+        await nursery.start(service.run)
+        assert got[0] is not None and got[0]["tiny"].get("slots") == slots
+        nursery.cancel_scope.cancel()

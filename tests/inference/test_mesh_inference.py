@@ -1,7 +1,8 @@
 """Real processes on loopback: three `populi-node up` daemons and stand-in engine
 processes. A model only one node serves lands there; kill -9 of the node serving a
 stream mid-stream: the client's stream completes with no repeated and no lost text and
-exactly one [DONE]; `populi-node requests` shows the route."""
+exactly one [DONE]; `populi-node requests` shows the route. And 16 concurrent streams
+spread over two serving daemons, evenly or by capacity."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -155,3 +157,64 @@ def test_keys_on_every_node_and_revocation_after_one_gossip_round(tmp_path: Path
         if engine is not None:
             engine.kill()
             engine.wait(timeout=10)
+
+
+def _split(tmp: Path, slots: tuple[str, str], streams: int = 16) -> dict[str, int]:
+    """Where `streams` concurrent streams through an accepting daemon went, over two
+    serving daemons whose stand-in engines have `slots` (by serving daemon name)."""
+    mesh = Mesh(tmp)
+    engines = []
+    try:
+        flags = ("--model", "m", "--tokens", "20", "--delay", "0.05")
+        e1, url1 = _engine(tmp, "e1", *flags, "--slots", slots[0])
+        e2, url2 = _engine(tmp, "e2", *flags, "--slots", slots[1])
+        engines = [e1, e2]
+        a = mesh.start("a", "--peer-port", "0", "--engine", url1)
+        seed = ("--bootstrap", a.address)
+        b = mesh.start("b", "--peer-port", "0", "--engine", url2, *seed)
+        c = mesh.start("c", "--peer-port", "0", "--api-listen", "127.0.0.1:0", *seed)
+        api = f"http://127.0.0.1:{c.client.get('/v1/inference/requests')['listening']}"
+
+        def both_serve_with_slots() -> bool:
+            data = httpx.get(api + "/v1/models", trust_env=False).json()["data"]
+            return [len(m["nodes"]) for m in data if m["id"] == "m"] == [2]
+
+        wait_until(both_serve_with_slots, 30, "both serving nodes at c")
+        names = {a.node_id: "a", b.node_id: "b"}
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+
+        def one(_: int) -> str:
+            with (
+                httpx.Client(timeout=60, trust_env=False) as client,
+                client.stream("POST", api + "/v1/chat/completions", json=body) as resp,
+            ):
+                text = "".join(
+                    json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                    for line in resp.iter_lines()
+                    if line.startswith("data: {")
+                )
+                assert text == words(20), text
+                return names[resp.headers["x-populi-node"]]
+
+        with ThreadPoolExecutor(streams) as pool:
+            served = list(pool.map(one, range(streams)))
+        return {"a": served.count("a"), "b": served.count("b")}
+    finally:
+        mesh.stop_all()
+        for proc in engines:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_sixteen_streams_spread_over_two_equal_daemons(tmp_path: Path) -> None:
+    """Issue 21: before, all 16 went to one node (4 of 4 tries)."""
+    split = _split(tmp_path, ("4", "4"))
+    print(f"16 concurrent streams over two equal daemons: {split['a']}/{split['b']}")
+    assert max(split.values()) <= 10, split
+
+
+def test_the_split_follows_capacity_on_daemons(tmp_path: Path) -> None:
+    """An engine with 8 slots beside one with 4: 16 streams split about 11/5."""
+    split = _split(tmp_path, ("8", "4"))
+    print(f"16 concurrent streams, capacity 8 and 4: {split['a']}/{split['b']}")
+    assert 9 <= split["a"] <= 12, split

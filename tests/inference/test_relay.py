@@ -179,3 +179,30 @@ async def test_no_node_left_ends_with_a_clear_error_event() -> None:
         assert "[DONE]" not in lines
         assert "no other node could continue" in lines[-1]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_failover_chooses_again_from_the_view_as_it_is_then() -> None:
+    """The issue's lost stream: bob was suspect for a moment just as the request came,
+    so a route fixed before the first byte held alice alone, and alice's death then
+    ended the stream although bob was back. The route is chosen again at the failover."""
+    async with trio.open_nursery() as nursery:
+        cfg = StandinConfig(model="m", tokens=30, delay=0.005)
+        mesh = await _mesh(nursery, cfg, cfg)
+        mesh.members[BOB.node_id].state = "suspect"
+        decision, _ = mesh.front.decide("m")  # type: ignore[union-attr]
+        assert decision.order == (ALICE.node_id,)
+
+        async def bob_back_then_kill_alice(i: int) -> None:
+            if i == 10:
+                mesh.members[BOB.node_id].state = "alive"
+                mesh.members[ALICE.node_id].kill()
+
+        with trio.fail_after(10):
+            r, text, lines = await stream_chat(mesh.url, "m", on_token=bob_back_then_kill_alice)
+        assert r.headers["x-populi-node"] == ALICE.node_id
+        assert text == words(30), text
+        assert lines.count("[DONE]") == 1 and lines[-1] == "[DONE]"
+        entry = mesh.front.recent_routes()[-1]  # type: ignore[union-attr]
+        assert entry["order"] == ["alice"]  # the decision at the start
+        assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
+        nursery.cancel_scope.cancel()

@@ -29,7 +29,9 @@ class Script:
         self.bodies: dict[str, dict[str, Any]] = {}
 
     @contextlib.asynccontextmanager
-    async def open(self, node: str, path: str, body: bytes) -> AsyncIterator[httpx.Response]:
+    async def open(
+        self, node: str, model: str, path: str, body: bytes
+    ) -> AsyncIterator[httpx.Response]:
         self.bodies[node] = json.loads(body)
         chunks, clean = self.plan[node]
 
@@ -56,8 +58,8 @@ async def run(script: Script, order: list[str]) -> tuple[bytes, list[tuple[str, 
                   on_outcome=lambda n, ok: outcomes.append((n, ok)))  # fmt: skip
     request = {"model": "m", "stream": True, "max_tokens": 10,
                "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
-    await relay.stream(order, "/v1/chat/completions", request, True, start, emit)
-    return b"".join(out), outcomes
+    result = await relay.stream(order, "/v1/chat/completions", request, True, start, emit)
+    return b"".join(out) + result.final, outcomes
 
 
 async def test_bytes_pass_through_and_one_done_goes_out_with_the_last_events() -> None:
