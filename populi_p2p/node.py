@@ -303,7 +303,7 @@ class Node:
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
         http = functools.partial(self._start_http, nursery, creds, parts, membership, bind)
-        serves_inference = bool(config.engine or config.api_listen)
+        serves_inference = bool(config.engine or config.gguf or config.api_listen)
         if serves_inference:  # when the API answers, so does the inference API
             await http(local[1])
         try:

@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from ._asgi import BodyTooLarge, Receive, Send, read_body, send_json
 from .catalogue import ModelCatalogue
+from .engines import continues_partial
 from .keys import ApiKey
 from .openai_errors import openai_error
 from .relay import Relay
@@ -68,6 +69,22 @@ def _accepted(request: dict[str, Any], chat: bool, key: ApiKey | None) -> str:
     return model
 
 
+def _continues_exactly(model: str, decision: RouteDecision, view: list[Candidate]) -> bool:
+    """Whether every node the stream may move to runs an engine known to continue a
+    partial answer (`engines.continues_partial`): any other node serving `model` in
+    the view, since a failover may choose again from it."""
+    first = decision.order[0]
+    for c in view:
+        facts = c.models.get(model)
+        if (
+            c.node_id != first
+            and facts is not None
+            and not continues_partial(str(facts.get("kind", "")))
+        ):
+            return False
+    return True
+
+
 class CompletionHandler:
     """Args: decide: the route for a model (and the view it used); relay: serves it;
     log: where each routed request is recorded; stats: what ``/metrics`` counts."""
@@ -109,7 +126,10 @@ class CompletionHandler:
         names = {c.node_id: c.name for c in view}
         streamed = request.get("stream") is True
         entry = self._log.open(model, path, streamed, decision, names, decision_ms)
-        route_header = (b"x-populi-route", decision.header().encode())
+        header = decision.header()
+        if streamed and not _continues_exactly(model, decision, view):
+            header += ";continuation=inexact"
+        route_header = (b"x-populi-route", header.encode())
         if streamed:
             await self._stream(
                 path, chat, request, decision, names, entry, route_header, send, decision_start

@@ -179,3 +179,25 @@ async def test_no_node_left_ends_with_a_clear_error_event() -> None:
         assert "[DONE]" not in lines
         assert "no other node could continue" in lines[-1]
         nursery.cancel_scope.cancel()
+
+
+async def test_route_header_says_when_a_continuation_cannot_be_exact() -> None:
+    """A stream that may move to an engine not known to continue a partial answer
+    (here: records saying Ollama) is marked ``continuation=inexact``; with stand-ins
+    only (which continue), and on a whole answer (never continued), it is not."""
+    async with trio.open_nursery() as nursery:
+        cfg = StandinConfig(model="m", tokens=4)
+        mesh = await _mesh(nursery, cfg, cfg)
+        r, text, _ = await stream_chat(mesh.url, "m")
+        assert text == words(4) and "continuation" not in r.headers["x-populi-route"]
+        for node in (ALICE.node_id, BOB.node_id):
+            facts = dict(mesh.members[node].models["m"], kind="ollama")
+            mesh.members[node].models = {"m": facts}
+        r, text, _ = await stream_chat(mesh.url, "m")
+        assert text == words(4)
+        assert r.headers["x-populi-route"].endswith(";continuation=inexact")
+        body = {"model": "m", "messages": [{"role": "user", "content": "count"}]}
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            whole = await client.post(mesh.url + "/v1/chat/completions", json=body)
+        assert whole.status_code == 200 and "continuation" not in whole.headers["x-populi-route"]
+        nursery.cancel_scope.cancel()
