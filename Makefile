@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test fuzz demo bench lint typecheck sysdeps engine clean
+.PHONY: all test fuzz demo bench lint typecheck sysdeps engine clean
+
+# `make`: the virtual environment and the engine (llama.cpp's llama-server, below), so
+# that a fresh machine can run `populi-node up --gguf MODEL.gguf` with nothing else.
+.DEFAULT_GOAL := all
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,7 +22,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # `llama-server` (it continues a partial answer, so a failed-over stream at temperature
 # 0 is the uninterrupted text), CPU only, built from the llama.cpp that llama-cpp-python's
 # PyPI sdist vendors (CI reaches PyPI, not GitHub). scripts/build-llama-server.sh says
-# how; about 5 to 10 minutes at -j2 under nice on a busy 2-core machine
+# how; about 4 to 10 minutes at -j2 under nice on a busy 2-core machine
 # (docs/testing.md). The binary is cached in ~/.cache/populi, so a rebuild (or a fresh
 # clone) is a copy; nodes find it beside .venv/bin/python (`populi-node up --gguf`).
 LLAMA_SERVER := $(BIN)/llama-server
@@ -27,6 +31,8 @@ $(LLAMA_SERVER): scripts/build-llama-server.sh | $(STAMP)
 	PY=$(BIN)/python bash scripts/build-llama-server.sh $@
 
 engine: $(LLAMA_SERVER)
+
+all: $(STAMP) $(LLAMA_SERVER)
 
 # Packages the network tests need (WireGuard, namespaces, firewall, a C compiler for the
 # fake NVML, Chromium for the dashboard test). Installed only when running as root on

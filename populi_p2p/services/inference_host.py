@@ -136,7 +136,7 @@ class InferenceHost:
             urls = []
             for text in self._config.gguf:
                 spec = parse_gguf(text)
-                log = self._config.state_dir / "engines" / f"{spec.path.stem}.log"
+                log = self._config.state_dir / "engines" / f"{spec.name.replace('/', '_')}.log"
                 server = LlamaServer(binary, spec, log)
                 self.llama_servers.append(server)
                 urls.append(await nursery.start(server.run))
