@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.inference.real_failover import KILL_AT, MAX_TOKENS, FailoverLab
+from tests.inference.real_failover import KILL_AT, MAX_TOKENS, FailoverLab, restart_would_match
 
 
 def main() -> int:
@@ -36,7 +36,7 @@ def main() -> int:
     parser.add_argument("--goal", type=int, default=None, help="default: 95%% of --runs")
     args = parser.parse_args()
     goal = args.goal if args.goal is not None else -(-args.runs * 95 // 100)
-    matched, failed_over, matched_moved, walls = 0, 0, 0, []
+    matched, failed_over, matched_moved, blind, walls = 0, 0, 0, 0, []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="populi-real-failover-") as tmp:
         lab = FailoverLab(Path(tmp))
@@ -47,6 +47,7 @@ def main() -> int:
             for run in range(args.runs):
                 prompt = f"run {run}: say something"
                 reference = lab.reference(prompt)
+                blind += bool(restart_would_match(reference))
                 t0 = time.monotonic()
                 text, killed, attempts, lines = lab.failover(prompt)
                 walls.append(time.monotonic() - t0)
@@ -72,7 +73,8 @@ def main() -> int:
             lab.stop()
     load = os.getloadavg()
     print(f"\nmatched {matched}/{args.runs} (goal >= {goal}); continued on the other node "
-          f"{failed_over}/{args.runs}, of which {matched_moved} matched; stream wall p50 "
+          f"{failed_over}/{args.runs}, of which {matched_moved} matched; prompts whose answer"
+          f" a restart could pass for: {blind}; stream wall p50 "
           f"{statistics.median(walls):.2f} s; "
           f"total {time.monotonic() - started:.0f} s; load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip

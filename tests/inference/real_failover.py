@@ -32,6 +32,12 @@ from populi_p2p.inference.llama_server import GgufSpec, find_llama_server, llama
 from populi_p2p.inference.tiny_gguf import MODEL_ALIAS, write_tiny_llama
 from tests.node.harness import Daemon, Mesh, wait_until
 
+#: The tiny model's weights seed. With most seeds, greedy decoding falls at once into a
+#: short cycle that ignores the prompt (the default seed 11 gives "xdegxdeg..."), and a
+#: new answer started after 4k tokens would pass for a continuation. Seed 23 answers
+#: each prompt differently, with no period: a restart after any k tokens differs from
+#: the answer (`restart_would_match` checks it per prompt).
+MODEL_SEED = 23
 #: Seconds each SSE event of an engine's answer is held (20 tokens/s).
 PACE = 0.05
 #: Tokens asked for, and after how many the serving daemon is killed.
@@ -143,6 +149,12 @@ class LlamaProcess:
         self.proc.wait(timeout=10)
 
 
+def restart_would_match(answer: str) -> list[int]:
+    """The k for which "the first k tokens, then a new answer" would equal `answer` (one
+    token per character): a failover test is blind to a restart after such a k."""
+    return [k for k in range(1, len(answer)) if answer[k:] == answer[: len(answer) - k]]
+
+
 def chat_body(prompt: str, max_tokens: int = MAX_TOKENS, stream: bool = True) -> dict[str, Any]:
     return {
         "model": MODEL_ALIAS, "stream": stream, "max_tokens": max_tokens, "temperature": 0,
@@ -185,7 +197,7 @@ class FailoverLab:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.model = write_tiny_llama(root / "tiny-llama.gguf")
+        self.model = write_tiny_llama(root / "tiny-llama.gguf", seed=MODEL_SEED)
         self.mesh = Mesh(root)
         self.engines: list[LlamaProcess] = []
         self.pacers: list[Pacer] = []

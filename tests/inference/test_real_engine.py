@@ -28,7 +28,16 @@ from populi_p2p.inference.llama_server import LlamaServerError, find_llama_serve
 from populi_p2p.inference.tiny_gguf import MODEL_ALIAS, N_CTX, write_tiny_llama
 from tests.node.harness import Mesh, wait_until
 
-from .real_failover import KILL_AT, MAX_TOKENS, FailoverLab, LlamaProcess, chat_body, stream_text
+from .real_failover import (
+    KILL_AT,
+    MAX_TOKENS,
+    MODEL_SEED,
+    FailoverLab,
+    LlamaProcess,
+    chat_body,
+    restart_would_match,
+    stream_text,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -53,15 +62,17 @@ def require_llama_server() -> None:
 def test_llama_server_continues_a_partial_answer(tmp_path: Path) -> None:
     """At temperature 0, the prompt plus the answer's first k tokens as a final
     assistant message gets the rest of the answer, token for token (each token of the
-    tiny model is one letter or a space, so k characters are k tokens)."""
-    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    tiny model is one letter or a space, so k characters are k tokens). The answer is
+    one a new answer after any k would not reproduce, so a restart cannot pass."""
+    model = write_tiny_llama(tmp_path / "tiny.gguf", seed=MODEL_SEED)
     assert model.stat().st_size < 1 << 20
     engine = LlamaProcess(model, tmp_path / "llama.log")
     try:
         whole, lines, _ = stream_text(engine.url, chat_body(PROMPT))
         assert len(whole) == MAX_TOKENS and re.fullmatch(r"[a-z ]+", whole), whole
         assert lines[-1] == "[DONE]"
-        for k in (1, KILL_AT, 33):
+        assert restart_would_match(whole) == [], whole
+        for k in (1, KILL_AT, 33, MAX_TOKENS - 1):
             body = chat_body(PROMPT, MAX_TOKENS - k)
             body["messages"].append({"role": "assistant", "content": whole[:k]})
             rest, _, _ = stream_text(engine.url, body)
@@ -130,6 +141,7 @@ def test_failover_on_llama_server_equals_the_uninterrupted_text(tmp_path: Path) 
         lab.start()
         reference = lab.reference(PROMPT)
         assert len(reference) == MAX_TOKENS
+        assert restart_would_match(reference) == [], reference  # a restart would show
         text, killed, attempts, lines = lab.failover(PROMPT)
         assert killed, "the stream ended before the kill"
         assert "broken" in attempts[0] and attempts[-1].endswith("served"), attempts
