@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test fuzz demo bench lint typecheck sysdeps engine clean
+.PHONY: all test fuzz demo bench lint typecheck sysdeps engine clean
+
+# `make`: the virtual environment and the engine (llama.cpp's llama-server, below), so
+# that a fresh machine can run `populi-node up --gguf MODEL.gguf` with nothing else.
+.DEFAULT_GOAL := all
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,26 +18,21 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,sim]'
 	touch $(STAMP)
 
-# A real inference engine for tests/inference/test_real_engine.py: llama.cpp through
-# llama-cpp-python's OpenAI-compatible server. PyPI has only its sdist, so pip compiles
-# llama.cpp (cmake + gcc, CPU only): the cheapest build we found is below (no native
-# tuning, so the cached wheel runs on any AVX2 CPU; no multimodal library, BLAS, OpenMP);
-# about 8 minutes at -j2 on a busy 2-core machine (docs/testing.md). pip caches the
-# built wheel, so a second install takes seconds; the stamp makes this a no-op after.
-LLAMA_CPP_PYTHON := llama-cpp-python[server]==0.3.16
-ENGINE_STAMP := $(VENV)/.engine
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF -DGGML_OPENMP=OFF \
-	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+# A real inference engine for the real-engine tests and the demo: llama.cpp's own
+# `llama-server` (it continues a partial answer, so a failed-over stream at temperature
+# 0 is the uninterrupted text), CPU only, built from the llama.cpp that llama-cpp-python's
+# PyPI sdist vendors (CI reaches PyPI, not GitHub). scripts/build-llama-server.sh says
+# how; about 4 to 10 minutes at -j2 under nice on a busy 2-core machine
+# (docs/testing.md). The binary is cached in ~/.cache/populi, so a rebuild (or a fresh
+# clone) is a copy; nodes find it beside .venv/bin/python (`populi-node up --gguf`).
+LLAMA_SERVER := $(BIN)/llama-server
 
-$(ENGINE_STAMP): Makefile | $(STAMP)
-	@echo "engine: installing $(LLAMA_CPP_PYTHON) (the first time compiles llama.cpp: minutes)"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
-		nice -n 10 $(BIN)/python -m pip install --quiet '$(LLAMA_CPP_PYTHON)'
-	$(BIN)/python -c 'import llama_cpp.server'
-	touch $(ENGINE_STAMP)
+$(LLAMA_SERVER): scripts/build-llama-server.sh | $(STAMP)
+	PY=$(BIN)/python bash scripts/build-llama-server.sh $@
 
-engine: $(ENGINE_STAMP)
+engine: $(LLAMA_SERVER)
+
+all: $(STAMP) $(LLAMA_SERVER)
 
 # Packages the network tests need (WireGuard, namespaces, firewall, a C compiler for the
 # fake NVML, Chromium for the dashboard test). Installed only when running as root on
@@ -49,7 +48,7 @@ lint: $(STAMP)
 	$(BIN)/mypy $(wildcard $(TYPED))
 
 # sysdeps first: the engine build needs g++ and cmake.
-test: $(STAMP) sysdeps $(ENGINE_STAMP) lint
+test: $(STAMP) sysdeps $(LLAMA_SERVER) lint
 	$(BIN)/python -m pytest
 
 # Random exploration, kept out of `make test` (which is derandomized, see
@@ -67,7 +66,7 @@ demo: $(STAMP)
 	$(BIN)/python -m populi_p2p.demo
 	$(BIN)/python -m simulations.demo
 
-bench: $(STAMP)
+bench: $(STAMP) $(LLAMA_SERVER)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

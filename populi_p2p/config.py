@@ -165,6 +165,22 @@ def _engines(instance: object, attribute: attrs.Attribute[Any], value: tuple[str
             raise ConfigError(f"engine: {exc}") from None
 
 
+def _ggufs(instance: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    if not value:
+        return
+    from .inference.llama_server import parse_gguf
+
+    names: set[str] = set()
+    for text in value:
+        try:
+            name = parse_gguf(text).name
+        except ValueError as exc:
+            raise ConfigError(f"gguf: {exc}") from None
+        if name in names:
+            raise ConfigError(f"gguf: two models named {name!r}: name one NAME=FILE.gguf")
+        names.add(name)
+
+
 def _uid_range(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
     from .executor._isolation import parse_uid_range
 
@@ -400,6 +416,22 @@ class NodeConfig:
                     " http://127.0.0.1:8080", metavar="URL",
                     doc="a local OpenAI-compatible engine, loopback `http://` only; see"
                     " inference.md"),
+    )  # fmt: skip
+    #: GGUF files this node serves by running llama.cpp's ``llama-server`` on each.
+    gguf: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, validator=_ggufs,
+        metadata=up("list", "serve a GGUF model: the node runs llama.cpp's llama-server on"
+                    " it (the name defaults to the file's stem)", metavar="[NAME=]FILE",
+                    doc="a GGUF model the node serves by running llama.cpp's `llama-server`"
+                    " on it (name: the file's stem); see inference.md"),
+    )  # fmt: skip
+    #: The ``llama-server`` binary for ``gguf``; None: found (see inference.md).
+    llama_server: str | None = attrs.field(
+        default=None,
+        metadata=up("text", "the llama-server binary for --gguf (default: .venv/bin's, then"
+                    " PATH's)", metavar="PATH", default="found",
+                    doc="the `llama-server` for `gguf`: default `$POPULI_LLAMA_SERVER`, the"
+                    " one beside the running Python (`make engine`), then `PATH`'s"),
     )  # fmt: skip
     #: ``HOST:PORT`` for the OpenAI-compatible API (host defaults to 127.0.0.1); None: off.
     api_listen: str | None = attrs.field(

@@ -11,14 +11,15 @@ Then inference: two stand-in engines (``populi_p2p.testing.standin``,
 processes on loopback) attached to node4 and node5 with ``--engine``, node2 accepting
 OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
 completion from node2, the serving node is killed with SIGKILL mid-stream, and the
-stream finishes on the other node with the text intact. If llama-cpp-python is
-installed (``make .venv/.engine``), node1 also serves a real engine: llama.cpp on a tiny
-generated model (``populi_p2p.testing.tiny_gguf``), and a second stream, from node2,
-comes from it. Then tasks: a few
-short tasks submitted through the control API run on their owners (the ``populi-node
-tasks`` table), then a longer one whose owner is killed; it runs again at the next epoch
-on another node and finishes (the epochs and their owners are printed). Each part has a
-deadline: a part that does not finish says why and the demo goes on.
+stream finishes on the other node with the text intact. If llama.cpp's
+``llama-server`` is built (``make engine``), node1 also serves a real engine: it runs
+``llama-server`` itself on a tiny generated model (``--gguf``,
+``populi_p2p.testing.tiny_gguf``), and a second stream, from node2, comes from it.
+Then tasks: a few short tasks submitted through the control API run on their owners
+(the ``populi-node tasks`` table), then a longer one whose owner is killed; it runs
+again at the next epoch on another node and finishes (the epochs and their owners are
+printed). Each part has a deadline: a part that does not finish says why and the demo
+goes on.
 Every wait polls the daemons' control API with a deadline; nothing sleeps for a guessed
 time. Everything lives in a temporary directory
 that is removed at the end, and every process started is stopped, even on Ctrl-C.
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -112,7 +112,7 @@ class _Demo:
         self.ids: dict[str, str] = {}
         self.relay: UnixRelay | None = None
         self.engines: list[subprocess.Popen[bytes]] = []
-        self.llama_url: str | None = None
+        self.llama_model: Path | None = None
         self.killed: set[str] = set()
 
     def enroll(self, name: str, authority: ClusterAuthority) -> Path:
@@ -168,29 +168,20 @@ class _Demo:
         port = _wait(lambda: port_file.exists() and port_file.read_text().strip(), f"{name} up")
         return f"http://127.0.0.1:{port}"
 
-    def llama_engine(self) -> str | None:
-        """llama.cpp (llama-cpp-python's server) on a tiny generated model, on loopback,
-        if llama-cpp-python and gguf are installed; its URL, or None."""
-        if any(importlib.util.find_spec(m) is None for m in ("llama_cpp", "gguf")):
+    def llama_model_file(self) -> Path | None:
+        """The tiny generated model for node1's ``--gguf`` (the node then runs llama.cpp's
+        ``llama-server`` itself), if ``llama-server`` is built and gguf installed."""
+        from .inference.llama_server import LlamaServerError, find_llama_server
+
+        try:
+            find_llama_server()
+        except LlamaServerError:
             return None
-        from .testing.tiny_gguf import server_argv, write_tiny_llama
+        if importlib.util.find_spec("gguf") is None:
+            return None
+        from .testing.tiny_gguf import write_tiny_llama
 
-        model = write_tiny_llama(self.root / "tiny-llama.gguf")
-        log_path = self.root / "engine-llama.log"
-        argv = server_argv(model, "--interrupt_requests", "False")
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        self.engines.append(proc)
-        listening = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
-
-        def port() -> str | None:
-            if proc.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-500:]
-                raise DemoError(f"llama_cpp.server exited at start: {tail}")
-            found = listening.search(log_path.read_bytes())
-            return found.group(1).decode() if found else None
-
-        return f"http://127.0.0.1:{_wait(port, 'llama_cpp.server to listen')}"
+        return write_tiny_llama(self.root / "tiny-llama.gguf")
 
     def kill(self, name: str) -> None:
         """SIGKILL one daemon: no goodbye, just gone."""
@@ -272,8 +263,8 @@ class _Demo:
 
     def real_engine(self) -> None:
         """A streamed chat completion from node2, served by llama.cpp on node1."""
-        if not self.llama_url:
-            print("\n-- real engine: llama-cpp-python is not installed (make .venv/.engine);"
+        if not self.llama_model:
+            print("\n-- real engine: llama-server is not built (make engine);"
                   " stand-in engines only")  # fmt: skip
             return
         import openai
@@ -286,8 +277,8 @@ class _Demo:
         base = f"http://127.0.0.1:{port}/v1"
         client = openai.OpenAI(base_url=base, api_key=self.api_key, timeout=30.0, max_retries=0)
         print(
-            f"\n-- real engine: {host} serves {MODEL_ALIAS!r} through llama.cpp "
-            f"(llama-cpp-python at {self.llama_url}); a tiny generated model, so the"
+            f"\n-- real engine: {host} serves {MODEL_ALIAS!r} through llama.cpp's "
+            "llama-server, which it started itself (--gguf); a tiny generated model, so the"
         )
         print("   text is gibberish")  # fmt: skip
 
@@ -410,10 +401,12 @@ class _Demo:
             flags[name] += ["--engine", self.engine(f"engine-{name}")]
         flags[names[1]] += ["--api-listen", "127.0.0.1:0"]
         print(f"enrolled {len(names)} nodes; stand-in engines for {names[-2]} and {names[-1]};")
-        self.llama_url = self.llama_engine()
-        if self.llama_url:
-            flags[names[0]] += ["--engine", self.llama_url]
-            print(f"llama.cpp (llama-cpp-python) for {names[0]};")
+        self.llama_model = self.llama_model_file()
+        if self.llama_model:
+            from .testing.tiny_gguf import MODEL_ALIAS
+
+            flags[names[0]] += ["--gguf", f"{MODEL_ALIAS}={self.llama_model}"]
+            print(f"llama.cpp's llama-server for {names[0]} (--gguf);")
         print("starting the nodes as separate processes on 127.0.0.1")
         first = self.start(names[0], states[names[0]], *flags[names[0]])
         seed = first["node"]["address"]

@@ -336,7 +336,7 @@ class Node:
     ) -> None:
         """The control API, the GPU service, node-to-node HTTP, then joining."""
         config = self.config
-        serves_inference = bool(config.engine or config.api_listen)
+        serves_inference = bool(config.engine or config.gguf or config.api_listen)
         if serves_inference:  # when the API answers, so does the inference API
             await http()
         try:

@@ -3,7 +3,7 @@
 # the metrics check (promtool) and the real-engine test's llama.cpp build use. Needs
 # root and apt; if either is missing it says so and returns 0, and those tests skip with
 # a reason (except the real-engine
-# test, which never skips in CI: without a compiler `make .venv/.engine` fails).
+# test, which never skips in CI: without a compiler `make engine` fails).
 set -u
 need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
@@ -11,7 +11,7 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v wg >/dev/null 2>&1 || need+=(wireguard-tools)
 command -v wireguard-go >/dev/null 2>&1 || need+=(wireguard-go)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
-# `make .venv/.engine` compiles llama.cpp (llama-cpp-python's sdist) for the real-engine test.
+# `make engine` compiles llama.cpp's llama-server (from a PyPI sdist) for the real-engine tests.
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 # The dashboard test drives Debian's Chromium headless over its DevTools protocol.

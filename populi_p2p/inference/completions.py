@@ -12,6 +12,7 @@ from typing import Any, Final
 from .._asgi import WITH_BODY, Message
 from ._asgi import BodyTooLarge, Receive, Send, read_body, send_json
 from .catalogue import ModelCatalogue
+from .engines import continues_partial
 from .keys import ApiKey
 from .openai_errors import openai_error
 from .relay import NextNode, Relay
@@ -72,6 +73,22 @@ def _accepted(request: dict[str, Any], chat: bool, key: ApiKey | None) -> str:
 Decide = Callable[[str, Collection[str]], tuple[RouteDecision, list[Candidate]]]
 
 
+def _continues_exactly(model: str, decision: RouteDecision, view: list[Candidate]) -> bool:
+    """Whether every node the stream may move to runs an engine known to continue a
+    partial answer (`engines.continues_partial`): any other node serving `model` in
+    the view, since a failover may choose again from it."""
+    first = decision.order[0]
+    for c in view:
+        facts = c.models.get(model)
+        if (
+            c.node_id != first
+            and facts is not None
+            and not continues_partial(str(facts.get("kind", "")))
+        ):
+            return False
+    return True
+
+
 class CompletionHandler:
     """Args: decide: the route for a model, from the view as it is now, leaving out
     the nodes given (those already tried), and the view it used; relay: serves it;
@@ -114,7 +131,10 @@ class CompletionHandler:
         names = {c.node_id: c.name for c in view}
         streamed = request.get("stream") is True
         entry = self._log.open(model, path, streamed, decision, names, decision_ms)
-        route_header = (b"x-populi-route", decision.header().encode())
+        header = decision.header()
+        if streamed and not _continues_exactly(model, decision, view):
+            header += ";continuation=inexact"
+        route_header = (b"x-populi-route", header.encode())
         route = self._chooser(model, decision, names)
         if streamed:
             await self._stream(

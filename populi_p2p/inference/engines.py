@@ -31,7 +31,7 @@ from .._log import event, get_logger
 from ._tls import tls_context
 from .engine_url import check_engine_url
 
-__all__ = ["MAX_MODELS", "EngineService", "parse_models"]
+__all__ = ["CONTINUING_KINDS", "MAX_MODELS", "EngineService", "continues_partial", "parse_models"]
 
 #: Most models one node advertises (the record must fit a packet).
 MAX_MODELS: Final = 16
@@ -42,6 +42,10 @@ MAX_CONTEXT: Final = 1 << 24
 MAX_SLOTS: Final = 1024
 #: Seconds between record refreshes for load and tokens/s alone.
 REFRESH: Final = 10.0
+#: Engine kinds known to continue a final assistant message as a prefix (checked:
+#: llama.cpp's ``llama-server`` by tests/inference/test_real_engine.py, the stand-in by
+#: the relay tests; vLLM documents ``continue_final_message``).
+CONTINUING_KINDS: Final = frozenset({"llama.cpp", "vllm", "standin"})
 _log = get_logger("engine")
 
 
@@ -85,18 +89,27 @@ def parse_models(body: Any) -> tuple[str, dict[str, int]]:
     return kind, models
 
 
+def continues_partial(kind: str) -> bool:
+    """Whether an engine of `kind` continues a final assistant message (so that a
+    stream moved to it at temperature 0 goes on with the same text), rather than
+    starting a new answer after it. See docs/inference.md."""
+    return kind in CONTINUING_KINDS
+
+
 def _kind(item: dict[str, Any], default: str) -> str:
     """The engine kind from one model entry's ``owned_by``.
 
-    llama.cpp's own server says ``llamacpp``; llama-cpp-python's server (the one the
-    real-engine test runs) says ``me`` and is the only one that adds a ``permissions``
-    list; Ollama says ``library``; vLLM says ``vllm``. Anything else is kept as given.
+    llama.cpp's own ``llama-server`` says ``llamacpp``; llama-cpp-python's server says
+    ``me`` and is the only one that adds a ``permissions`` list (kind
+    ``llama-cpp-python``: it does not continue a partial answer, so it must not pass
+    for ``llama.cpp``); Ollama says ``library``; vLLM says ``vllm``. Anything else is
+    kept as given.
     """
     owner = item.get("owned_by")
     if not isinstance(owner, str) or not owner:
         return default
     if owner == "me" and isinstance(item.get("permissions"), list):
-        return "llama.cpp"
+        return "llama-cpp-python"
     return {"llamacpp": "llama.cpp", "library": "ollama", "vllm": "vllm"}.get(owner, owner[:32])
 
 

@@ -51,6 +51,8 @@ from .roster import Roster
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
+    from ..inference.llama_server import LlamaServer
+
 __all__ = ["InferenceHost"]
 
 
@@ -95,6 +97,8 @@ class InferenceHost:
         #: Signed calls to other members' peer APIs (set by `start_peer`).
         self.peer_client: PeerClient | None = None
         self.engines: EngineService | None = None
+        #: The ``llama-server`` processes this node runs (``--gguf``).
+        self.llama_servers: list[LlamaServer] = []
         #: The OpenAI-compatible API and the relay (set by `start_inference`).
         self.inference: InferenceService | None = None
 
@@ -106,9 +110,39 @@ class InferenceHost:
             NodeStartError: the peer port cannot be bound.
         """
         await self._start_peer_api(nursery, bind, port)
-        if self._config.engine:
-            self.engines = EngineService(self._config.engine, self._publisher.set_section)
+        urls = [*self._config.engine, *await self._start_llama_servers(nursery)]
+        if urls:
+            self.engines = EngineService(urls, self._publisher.set_section)
             await nursery.start(self.engines.run)
+
+    async def _start_llama_servers(self, nursery: trio.Nursery) -> list[str]:
+        """``llama-server`` on each ``--gguf`` file; their URLs once their ports open
+        (each model enters the record when the engine poll finds it loaded).
+
+        Raises:
+            NodeStartError: no ``llama-server``, or one did not start.
+        """
+        if not self._config.gguf:
+            return []
+        from ..inference.llama_server import (
+            LlamaServer,
+            LlamaServerError,
+            find_llama_server,
+            parse_gguf,
+        )
+
+        try:
+            binary = find_llama_server(self._config.llama_server)
+            urls = []
+            for text in self._config.gguf:
+                spec = parse_gguf(text)
+                log = self._config.state_dir / "engines" / f"{spec.name.replace('/', '_')}.log"
+                server = LlamaServer(binary, spec, log)
+                self.llama_servers.append(server)
+                urls.append(await nursery.start(server.run))
+        except (LlamaServerError, ValueError) as exc:
+            raise NodeStartError(f"gguf: {exc}") from None
+        return urls
 
     async def _start_peer_api(self, nursery: trio.Nursery, bind: str, port: int) -> None:
         config = self._config

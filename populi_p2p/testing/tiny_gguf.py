@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MODEL_ALIAS", "N_CTX", "server_argv", "write_tiny_llama"]
+__all__ = ["MODEL_ALIAS", "N_CTX", "write_tiny_llama"]
 
 #: The model id the test and the demo serve it as (``--model_alias``).
 MODEL_ALIAS = "tiny-llama"
@@ -151,13 +151,3 @@ if __name__ == "__main__":  # python -m populi_p2p.testing.tiny_gguf OUT.gguf
     import sys
 
     print(write_tiny_llama(Path(sys.argv[1] if len(sys.argv) > 1 else "tiny.gguf")))
-
-
-def server_argv(model: Path, *extra: str) -> list[str]:
-    """llama-cpp-python's OpenAI server for `model` on 127.0.0.1, port 0 (it logs the port
-    it took), under the alias the tests and the demo ask for; `extra` flags appended."""
-    return [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-        "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", "0",
-        "--n_ctx", str(N_CTX), *extra,
-    ]  # fmt: skip

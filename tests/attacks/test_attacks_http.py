@@ -49,8 +49,10 @@ PEER_PATH = "/peer/v1/engine/chat/completions"
 #: What the member asks for (a task's log: any answer but 401 shows it got through).
 MEMBER_PATH = "/populi/v1/task-logs?id=none"
 FOUR_MIB = 4 * 1024 * 1024
-#: How long a reply may take while the daemon is under attack.
-ANSWER_WITHIN = 1.0
+#: How long a reply may take while the daemon is under attack: generous, for a loaded
+#: 2-core CI box (1 s was missed there at load 5.5). The old code did not answer slowly:
+#: it failed ("Too many open files"), which `probe.failures` catches.
+ANSWER_WITHIN = 4.0
 
 
 @attrs.frozen

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from populi_p2p.inference._asgi import serve_tcp
-from populi_p2p.inference.engines import EngineService, parse_models
+from populi_p2p.inference.engines import EngineService, continues_partial, parse_models
 from populi_p2p.testing.standin import StandinConfig, StandinEngine
 
 
@@ -60,11 +60,13 @@ def test_parse_models_shapes() -> None:
 
 def test_parse_models_reads_llama_cpp_python_server() -> None:
     """llama-cpp-python's server (0.3.x) answers ``owned_by: "me"``, a ``permissions``
-    list and no context length: the kind is llama.cpp, the context unknown (0)."""
+    list and no context length: the kind is llama-cpp-python (not llama.cpp: it starts a
+    new answer where llama.cpp's server continues a partial one), the context unknown."""
     body = {"object": "list", "data": [
         {"id": "tiny-llama", "object": "model", "owned_by": "me", "permissions": []}]}  # fmt: skip
-    assert parse_models(body) == ("llama.cpp", {"tiny-llama": 0})
-    # Without the permissions list, "me" is not taken for llama.cpp.
+    assert parse_models(body) == ("llama-cpp-python", {"tiny-llama": 0})
+    assert not continues_partial("llama-cpp-python")
+    # Without the permissions list, "me" is not taken for llama-cpp-python.
     assert parse_models({"data": [{"id": "a", "owned_by": "me"}]}) == ("me", {"a": 0})
 
 
@@ -78,6 +80,16 @@ def test_parse_models_leaves_out_a_model_llama_server_is_still_loading() -> None
         {"id": "m", "object": "model", "owned_by": "llamacpp",
          "meta": {"n_vocab": 32000, "n_ctx_train": 4096, "n_embd": 4096}}]}  # fmt: skip
     assert parse_models(loaded) == ("llama.cpp", {"m": 4096})
+
+
+def test_which_engine_kinds_continue_a_partial_answer() -> None:
+    """llama.cpp's server, vLLM and the stand-in continue a final assistant message;
+    anything else (Ollama, llama-cpp-python, an unknown engine) is not known to."""
+    assert [k for k in ("llama.cpp", "vllm", "standin") if continues_partial(k)] == [
+        "llama.cpp", "vllm", "standin"
+    ]  # fmt: skip
+    for kind in ("llama-cpp-python", "ollama", "openai", "me", ""):
+        assert not continues_partial(kind), kind
 
 
 def test_parse_models_drops_absurd_context_lengths() -> None:

@@ -205,4 +205,25 @@ async def test_a_failover_chooses_again_from_the_view_as_it_is_then() -> None:
         entry = mesh.front.recent_routes()[-1]  # type: ignore[union-attr]
         assert entry["order"] == ["alice"]  # the decision at the start
         assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
+
+
+async def test_route_header_says_when_a_continuation_cannot_be_exact() -> None:
+    """A stream that may move to an engine not known to continue a partial answer
+    (here: records saying Ollama) is marked ``continuation=inexact``; with stand-ins
+    only (which continue), and on a whole answer (never continued), it is not."""
+    async with trio.open_nursery() as nursery:
+        cfg = StandinConfig(model="m", tokens=4)
+        mesh = await _mesh(nursery, cfg, cfg)
+        r, text, _ = await stream_chat(mesh.url, "m")
+        assert text == words(4) and "continuation" not in r.headers["x-populi-route"]
+        for node in (ALICE.node_id, BOB.node_id):
+            facts = dict(mesh.members[node].models["m"], kind="ollama")
+            mesh.members[node].models = {"m": facts}
+        r, text, _ = await stream_chat(mesh.url, "m")
+        assert text == words(4)
+        assert r.headers["x-populi-route"].endswith(";continuation=inexact")
+        body = {"model": "m", "messages": [{"role": "user", "content": "count"}]}
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            whole = await client.post(mesh.url + "/v1/chat/completions", json=body)
+        assert whole.status_code == 200 and "continuation" not in whole.headers["x-populi-route"]
         nursery.cancel_scope.cancel()

@@ -2,13 +2,12 @@
 
 One run checks every part: the mesh and its kill -9, the streamed chat completion that
 survives its serving node's kill -9 (through the official `openai` client), a stream
-from llama.cpp when llama-cpp-python is installed, and tasks
+from llama.cpp's llama-server when it is built (`make engine`), and tasks
 that run on their owners, one of them again at the next epoch after its owner's kill -9.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -21,6 +20,16 @@ from .harness import REPO
 
 
 @pytest.mark.slow
+def _llama_server_built() -> bool:
+    from populi_p2p.inference.llama_server import LlamaServerError, find_llama_server
+
+    try:
+        find_llama_server()
+    except LlamaServerError:
+        return False
+    return True
+
+
 def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     pytest.importorskip("openai")
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
@@ -49,12 +58,12 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert "30 pieces, text intact, no repeat" in out
     assert re.search(rf"route attempts: {served.group(1)}: broken.*; {other}: served", out), out
 
-    # A real engine when llama-cpp-python is installed (`make test` installs it): a
-    # stream from node2 came from llama.cpp on node1, every token asked for.
-    if importlib.util.find_spec("llama_cpp") is not None:
+    # A real engine when llama-server is built (`make test` builds it): a stream from
+    # node2 came from the llama-server node1 started itself (--gguf), every token.
+    if _llama_server_built():
         assert "real engine: 16 tokens from node1 through node2" in out, out
     else:
-        assert "real engine: llama-cpp-python is not installed" in out, out
+        assert "real engine: llama-server is not built" in out, out
 
     # Tasks: the short ones succeeded (the CLI's table), the long one ran, its owner was
     # killed, and it ran again at a later epoch on another node and succeeded.
