@@ -77,9 +77,10 @@ class MembershipParts:
             swim_config, packet_budget=budget, app_channel_enabled=True,
             app_payload_size_max=max(256, budget - 256),  # key, source and framing
         )  # fmt: skip
-        self.codec = AuthCodec(auth, TransportConfig().tcp.max_frame_size)
         self.skew = SkewWatch()
-        self.codec.set_stale_handler(self.skew.observe)
+        self.codec = AuthCodec(
+            auth, TransportConfig().tcp.max_frame_size, on_stale=self.skew.observe
+        )
         #: The core's `AppState` delegate; each kind's section joins as it registers.
         self.sections = AppSections()
         #: Signs our record; `advertise` is set once the transport is bound.
