@@ -1,11 +1,6 @@
 """The node's side of the swim application channel: one registry of payload kinds, one
 `swim.AppState` delegate that carries every application's push-pull section.
 
-Two objects, built on either side of the membership service: `AppSections` (the sync
-sections by kind, the core's `AppState` delegate, so built before the core) and
-`AppChannel` (routes received payloads to their kind's handler, and sends with the
-membership service's `broadcast_app`, so built after it, with the sections).
-
 The swim core has one broadcast queue and one `AppState` delegate for the whole node,
 but several applications use them (the lease table, its submit acknowledgements, and
 next the revocation list). So every broadcast payload starts with a one-byte kind
@@ -13,6 +8,11 @@ next the revocation list). So every broadcast payload starts with a one-byte kin
 push-pull section is a msgpack map ``{kind: bytes}`` of each registered section's
 digest or state. A kind this node does not know is ignored, so a newer peer may add
 kinds. Everything received is hostile: junk is counted in `dropped` and never raises.
+
+Two objects, built on either side of the membership service: `AppSections` (the sync
+sections by kind, the core's `AppState` delegate, so built before the core) and
+`AppChannel` (routes received payloads to their kind's handler, and sends with the
+membership service's `broadcast_app`, so built after it, with the sections).
 """
 
 from __future__ import annotations
