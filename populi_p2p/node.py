@@ -25,8 +25,9 @@ inference host         the peer API, the engines and the inference service
                        (`services.inference_host`)
 =====================  ================================================================
 
-The services that need no socket are built and wired to each other in
-`services.node_parts.NodeParts`; the API's view of the node is
+The services that need no socket are built in `services.node_parts`: what the
+membership is built from (`MembershipParts`) before it, the rest (`NodeParts`) after
+it, each with its collaborators; the API's view of the node is
 `services.api_backend.NodeBackend`.
 
 `docs/architecture.md` draws them and says how to add one. A restarted node keeps its
@@ -79,7 +80,7 @@ from .services.links import LinkService
 from .services.mdns import MdnsService
 from .services.membership import MembershipService
 from .services.memory import StoreService, open_store
-from .services.node_parts import NodeParts
+from .services.node_parts import MembershipParts, NodeParts
 from .services.preflight import check_state_dir
 from .services.reachability import PeerReachability
 from .services.status import StatusView
@@ -177,7 +178,7 @@ class Node:
         check_state_dir(config.state_dir, config.api_socket)
         _raise_open_files()
         creds = load_credentials(config)
-        parts = self._parts = NodeParts(config, self.presets.swim, creds, self.started_at)
+        core = MembershipParts(config, self.presets.swim, creds, self.started_at)
         if ApiClient(config.api_socket, timeout=2.0).is_running():
             raise NodeStartError(
                 f"another populi daemon is running on state dir {config.state_dir}"
@@ -188,7 +189,7 @@ class Node:
         started = False
         try:
             async with trio.open_nursery() as nursery:
-                await self._start(nursery, creds, parts, addressing, member_store, incarnation)
+                await self._start(nursery, creds, core, addressing, member_store, incarnation)
                 started = True
                 task_status.started()
         except BaseExceptionGroup as group:
@@ -210,7 +211,7 @@ class Node:
         self,
         nursery: trio.Nursery,
         creds: Credentials,
-        parts: NodeParts,
+        core: MembershipParts,
         addressing: Addressing,
         member_store: MemberStore | None,
         incarnation: int,
@@ -218,19 +219,18 @@ class Node:
         """Build the services in dependency order, each with its collaborators, then
         start them in start-up order (docs/architecture.md)."""
         config = self.config
-        transport, port, advertise, notices = await self._listen(nursery, parts, addressing)
+        transport, port, advertise, notices = await self._listen(nursery, core, addressing)
         node_id = creds.identity.node_id
         reachability = PeerReachability()  # every failed send, logged and in `status`
+        own_record = core.signer.sign()  # the first: our member's metadata
         membership = MembershipService(
-            parts.swim_config, node_id, advertise, meta=parts.publisher.sign(),
-            incarnation=incarnation, transport=reachability.watch(transport), codec=parts.codec,
+            core.swim_config, node_id, advertise, meta=own_record.raw,
+            incarnation=incarnation, transport=reachability.watch(transport), codec=core.codec,
             max_datagram_size=transport.config.max_datagram_size, now=trio.current_time(),
-            app_state=parts.app,
+            app_state=core.sections,
         )  # fmt: skip
-        parts.app.attach(membership.broadcast_app)
         store = self._store = StoreService(member_store, membership)
-        parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
-        parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
+        parts = self._parts = NodeParts(config, creds, core, membership, store, own_record)
         runner = self.executor = self._executor()
         leases = self._leases = LeaseService(
             self.presets.lease, creds.identity, config.state_dir / "leases.sqlite3",
@@ -286,7 +286,7 @@ class Node:
         self._ready(creds, addressing, advertise, incarnation)
 
     async def _listen(
-        self, nursery: trio.Nursery, parts: NodeParts, addressing: Addressing
+        self, nursery: trio.Nursery, core: MembershipParts, addressing: Addressing
     ) -> tuple[Transport, int, Address, list[str]]:
         """The transport, bound and running: it, its port, the address we advertise
         and the warnings about who can reach it (none when all is well)."""
@@ -309,8 +309,8 @@ class Node:
         loopback = loopback_with_discovery(advertise[0], config)
         if loopback is not None:
             event(_log, 30, "advertise.loopback", message=loopback)
-        parts.publisher.advertise = advertise
-        parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
+        core.signer.advertise = advertise
+        core.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         return transport, local[1], advertise, [w for w in (outside, loopback) if w is not None]
 
     def _executor(self) -> ExecutorService:

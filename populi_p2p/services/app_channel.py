@@ -8,6 +8,11 @@ next the revocation list). So every broadcast payload starts with a one-byte kin
 push-pull section is a msgpack map ``{kind: bytes}`` of each registered section's
 digest or state. A kind this node does not know is ignored, so a newer peer may add
 kinds. Everything received is hostile: junk is counted in `dropped` and never raises.
+
+Two objects, built on either side of the membership service: `AppSections` (the sync
+sections by kind, the core's `AppState` delegate, so built before the core) and
+`AppChannel` (routes received payloads to their kind's handler, and sends with the
+membership service's `broadcast_app`, so built after it, with the sections).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from swim import AppMessage, AppState, Event
 
 from .._log import event, get_logger
 
-__all__ = ["AppChannel", "AppKind"]
+__all__ = ["AppChannel", "AppKind", "AppSections"]
 
 _log = get_logger("node")
 
@@ -62,38 +67,75 @@ def _encode_sections(sections: dict[int, bytes]) -> bytes:
     return msgpack.packb(dict(sorted(sections.items())), use_bin_type=True)  # type: ignore[no-any-return]
 
 
-class AppChannel:
-    """Routes application broadcasts by kind and multiplexes the sync section.
+class AppSections:
+    """Every registered kind's push-pull section, multiplexed in one sync section.
 
-    It is the swim core's `AppState` delegate (pass it to `MembershipService`), and
-    the sender of every application broadcast once `attach`ed to the membership
-    service's `broadcast_app`.
+    It is the swim core's `AppState` delegate (pass it to `MembershipService`); the
+    `AppChannel` adds a kind's section when the kind registers.
     """
 
     def __init__(self) -> None:
         self._sections: dict[int, AppState] = {}
+        self.dropped = 0  # junk or unknown-kind sync sections received
+
+    def add(self, kind: AppKind, section: AppState) -> None:
+        """`section` takes part in push-pull under `kind`."""
+        self._sections[int(kind)] = section
+
+    ####################################################################################
+    # swim.AppState
+
+    def digest(self) -> bytes:
+        return _encode_sections({k: s.digest() for k, s in self._sections.items()})
+
+    def state_for(self, remote_digest: bytes) -> bytes | None:
+        remote = _decode_sections(remote_digest)
+        out = {}
+        for kind, section in self._sections.items():
+            state = section.state_for(remote.get(kind, b""))
+            if state:
+                out[kind] = state
+        return _encode_sections(out) if out else None
+
+    def merge(self, payload: bytes) -> None:
+        sections = _decode_sections(payload)
+        if payload and not sections:
+            self.dropped += 1
+        for kind, state in sections.items():
+            section = self._sections.get(kind)
+            if section is None:
+                self.dropped += 1
+                continue
+            section.merge(state)
+
+
+class AppChannel:
+    """Routes application broadcasts by kind, and sends them.
+
+    Args:
+        sections: the core's `AppState` delegate, where registered sections go.
+        broadcast: ``broadcast(key, payload)`` queues a payload on the swim channel
+            (`MembershipService.broadcast_app`).
+    """
+
+    def __init__(self, sections: AppSections, broadcast: Broadcast) -> None:
+        self.sections = sections
         self._handlers: dict[int, Handler] = {}
-        self._broadcast: Broadcast | None = None
+        self._broadcast = broadcast
         self.dropped = 0  # junk or unknown-kind payloads received
         #: Broadcasts the swim channel refused (too big), by kind: push-pull carried them.
         self.refused: dict[str, int] = {}
-
-    def attach(self, broadcast: Broadcast) -> None:
-        """`broadcast(key, payload)`: queue a payload on the swim channel."""
-        self._broadcast = broadcast
 
     def register(self, kind: AppKind, handler: Handler, section: AppState | None = None) -> None:
         """Deliver payloads of `kind` to `handler(message, body)`; `section`, if given,
         takes part in push-pull under the same kind."""
         self._handlers[int(kind)] = handler
         if section is not None:
-            self._sections[int(kind)] = section
+            self.sections.add(kind, section)
 
     async def broadcast(self, kind: AppKind, key: str, body: bytes) -> bool:
         """Queue `body` under `kind`; False when the channel refused it (too big, left):
         the push-pull section then carries the change."""
-        if self._broadcast is None:
-            return False
         try:
             await self._broadcast(key, bytes([int(kind)]) + body)
         except ValueError as exc:
@@ -126,29 +168,3 @@ class AppChannel:
             self.dropped += 1
             return
         await handler(message, message.payload[1:])
-
-    ####################################################################################
-    # swim.AppState
-
-    def digest(self) -> bytes:
-        return _encode_sections({k: s.digest() for k, s in self._sections.items()})
-
-    def state_for(self, remote_digest: bytes) -> bytes | None:
-        remote = _decode_sections(remote_digest)
-        out = {}
-        for kind, section in self._sections.items():
-            state = section.state_for(remote.get(kind, b""))
-            if state:
-                out[kind] = state
-        return _encode_sections(out) if out else None
-
-    def merge(self, payload: bytes) -> None:
-        sections = _decode_sections(payload)
-        if payload and not sections:
-            self.dropped += 1
-        for kind, state in sections.items():
-            section = self._sections.get(kind)
-            if section is None:
-                self.dropped += 1
-                continue
-            section.merge(state)

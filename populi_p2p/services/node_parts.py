@@ -1,10 +1,16 @@
-"""`NodeParts`: the node's services that need no socket, built and wired at start.
+"""The node's services that need no socket of their own, in two parts built on either
+side of the membership service, each service with its collaborators.
 
-The envelope keys and packet codec, the application channel, the roster of verified
-records, revocations, the clock watches, the record publisher, the event feed, the
-metrics registry and the GPU service. `Node` builds these before its first socket opens
-(so a bad certificate or key fails before anything listens), then wires them to the
-membership and the transport.
+`MembershipParts`, before the first socket opens (so a bad key fails before anything
+listens): what the membership is built from, the envelope keys and packet codec (with
+the clock-skew watch), the swim configuration, the application channel's sync sections
+and the record signer (whose first record is the membership's metadata).
+
+`NodeParts`, once the membership service and the store exist: the application channel
+(sends with the membership), the roster of verified records (queries the membership,
+told our first record), revocations, the certificate watch, the record publisher
+(publishes with the membership, feeds the roster), the event feed, the metrics registry
+and the GPU service (feeds the publisher).
 """
 
 from __future__ import annotations
@@ -23,24 +29,25 @@ from ..observe import EventService, MetricSources, MetricsService
 from ..trust._keyfiles import encode_public_key
 from ..trust.envelope_keys import EnvelopeKeys
 from ..trust.record_book import RecordBook
-from .app_channel import AppChannel, AppKind
+from .app_channel import AppChannel, AppKind, AppSections
 from .clock import CertificateWatch, SkewWatch
 from .codec import WIRE_PACKET_BUDGET, AuthCodec
 from .credentials import Credentials
 from .gpus import GpuService
 from .membership import MembershipService
-from .publisher import RecordPublisher, software_version
+from .memory import StoreService
+from .publisher import OwnRecord, RecordPublisher, RecordSigner, software_version
 from .revocations import RevocationService
 from .roster import Roster
 
 if TYPE_CHECKING:
     from ..observe.collector import NodeCollector
 
-__all__ = ["NodeParts"]
+__all__ = ["MembershipParts", "NodeParts"]
 
 
-class NodeParts:
-    """The services that exist before the first socket opens, wired to each other.
+class MembershipParts:
+    """What the membership service is built from, made before the first socket opens.
 
     Args:
         config: the node's configuration.
@@ -70,16 +77,53 @@ class NodeParts:
             swim_config, packet_budget=budget, app_channel_enabled=True,
             app_payload_size_max=max(256, budget - 256),  # key, source and framing
         )  # fmt: skip
-        self.app = AppChannel()
-        self.codec = AuthCodec(auth, TransportConfig().tcp.max_frame_size)
+        self.skew = SkewWatch()
+        self.codec = AuthCodec(
+            auth, TransportConfig().tcp.max_frame_size, on_stale=self.skew.observe
+        )
+        #: The core's `AppState` delegate; each kind's section joins as it registers.
+        self.sections = AppSections()
+        #: Signs our record; `advertise` is set once the transport is bound.
+        self.signer = RecordSigner(
+            creds.identity, creds.certificate, name=config.name, labels=dict(config.labels),
+            started_at=started_at,
+            max_bytes=min(self.swim_config.meta_size_max, self.swim_config.packet_budget - 64),
+        )  # fmt: skip
+
+
+class NodeParts:
+    """The services built once the membership service and the store exist.
+
+    Args:
+        config: the node's configuration.
+        creds: the verified credentials.
+        core: what the membership was built from (`MembershipParts`).
+        membership: the membership service.
+        store: where the roster's members worth remembering go.
+        own_record: our first signed record: the membership's metadata.
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        creds: Credentials,
+        core: MembershipParts,
+        membership: MembershipService,
+        store: StoreService,
+        own_record: OwnRecord,
+    ) -> None:
+        self.envelope_keys, self.codec = core.envelope_keys, core.codec
+        self.swim_config, self.skew = core.swim_config, core.skew
+        self.app = AppChannel(core.sections, membership.broadcast_app)
         records = RecordBook(
             creds.authority_key,
             revocations=creds.revocations,
             max_record_bytes=self.swim_config.meta_size_max,
         )
-        node_id = creds.identity.node_id
         self.roster = Roster(
-            node_id, records, on_certificate=self.codec.learn_certificate,
+            creds.identity.node_id, records, membership, own_record=own_record,
+            on_known=store.remember, on_gone=store.forget,
+            on_certificate=self.codec.learn_certificate,
             departed_retention=config.departed_retention,
         )  # fmt: skip
         self.revocations = RevocationService(
@@ -87,27 +131,27 @@ class NodeParts:
             broadcast=functools.partial(self.app.broadcast, AppKind.REVOCATIONS),
         )  # fmt: skip
         self.app.register(AppKind.REVOCATIONS, self.revocations.on_app, self.revocations)
-        self.skew = SkewWatch()
-        self.codec.set_stale_handler(self.skew.observe)
         public = encode_public_key(creds.identity.public_key)
         self.certificate = CertificateWatch(creds.decoded, public, str(config.cert_path))
         self.revocations.on_change(self.envelope_keys.update_revocations)
         self.revocations.on_change(self.roster.update_revocations)
         self.publisher = RecordPublisher(
-            creds.identity, creds.certificate, name=config.name, labels=dict(config.labels),
-            started_at=started_at, on_signed=self.roster.accept_own,
-            max_bytes=min(self.swim_config.meta_size_max, self.swim_config.packet_budget - 64),
+            core.signer, publish=membership.set_meta,
+            is_open=lambda: not membership.has_left, on_signed=self.roster.accept_own,
         )  # fmt: skip
-        roster = self.roster
-        self.events = EventService(name_of=roster.display_name)
+        self.events = EventService(name_of=self.roster.display_name)
         self.metrics = MetricsService()
+        self.gpus = self._gpu_service(config)
+
+    def _gpu_service(self, config: NodeConfig) -> GpuService:
+        """The GPU monitor: each report to the event feed, then to the publisher."""
         events, publisher = self.events, self.publisher
 
         async def gpu_changed(report: Any) -> None:
             events.gpu_report(report)
             await publisher.gpu_changed(report)
 
-        self.gpus = GpuService(
+        return GpuService(
             gpu_changed,
             reserve_vram=config.reserve_vram,
             withheld=config.withhold_gpu,

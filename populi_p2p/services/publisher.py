@@ -1,10 +1,11 @@
-"""The record publisher: signs this node's `NodeRecord`, and re-signs it when the GPUs
-change.
+"""This node's signed `NodeRecord`: the signer, and the publisher that re-signs it when
+the GPUs, the draining status or a section change.
 
-Events in: GPU reports (`gpu_changed`). Commands out: each new signed record goes to
-the record book (`on_signed`, so our own record is shown like anyone's) and, once the
-membership service is attached, into the core's member metadata (`publish`), which
-gossips it.
+Two objects, built on either side of the membership service: `RecordSigner` holds what
+the record says and signs it (its first record is the membership's metadata, so it is
+built before the core), and `RecordPublisher` re-signs on each change and publishes:
+each new record goes to the roster (`on_signed`, so our own record is shown like
+anyone's) and into the core's member metadata (`publish`, which gossips it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import attrs
+
 from overlay.base import Address
 
 from .._log import event, get_logger
@@ -21,7 +24,7 @@ from .._version import protocol_version, software_version
 from ..trust.identity import NodeIdentity
 from ..trust.record import Capabilities, NodeRecord, NodeStatus, next_sequence
 
-__all__ = ["RecordPublisher", "software_version"]
+__all__ = ["OwnRecord", "RecordPublisher", "RecordSigner", "software_version"]
 
 _log = get_logger("node")
 
@@ -33,8 +36,16 @@ def _ram_bytes() -> int:
         return 0
 
 
-class RecordPublisher:
-    """Owns the record's sequence number and the latest GPU report.
+@attrs.frozen
+class OwnRecord:
+    """One record signed here: the signed bytes and the realtime of the signature."""
+
+    raw: bytes = attrs.field(repr=False)
+    signed_at: float
+
+
+class RecordSigner:
+    """What our record says, its sequence number, and the signature.
 
     Args:
         identity: signs the record.
@@ -43,8 +54,7 @@ class RecordPublisher:
         labels: operator labels.
         started_at: realtime the daemon started.
         max_bytes: the largest signed record (the core's metadata budget).
-        on_signed: handed every signed record (raw bytes) at once.
-        clock: realtime, for the sequence and the book.
+        clock: realtime, for the sequence.
     """
 
     def __init__(
@@ -56,7 +66,6 @@ class RecordPublisher:
         labels: Mapping[str, str],
         started_at: float,
         max_bytes: int,
-        on_signed: Callable[[bytes, float], None] = lambda _raw, _now: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._identity = identity
@@ -65,29 +74,29 @@ class RecordPublisher:
         self._labels = dict(labels)
         self._started_at = started_at
         self._max_bytes = max_bytes
-        self._on_signed = on_signed
         self._clock = clock
+        #: The address the record gives (set once the transport is bound).
         self.advertise: Address = ("", 0)
         self.sequence: int | None = None
-        self.signed: bytes | None = None
-        self._gpu_report: Any = None
+        #: The latest GPU report (`GpuReport`), or None before the first.
+        self.gpu_report: Any = None
         self.status = NodeStatus.AVAILABLE
         self._sections: dict[str, dict[str, Any]] = {}
-        self._publish: Callable[[bytes], Awaitable[None]] | None = None
-        self._is_open: Callable[[], bool] = lambda: False
 
-    def attach(
-        self, publish: Callable[[bytes], Awaitable[None]], is_open: Callable[[], bool]
-    ) -> None:
-        """From now on re-signed records go to `publish`, while `is_open()` (not left)."""
-        self._publish = publish
-        self._is_open = is_open
+    def set_section(self, name: str, value: dict[str, Any] | None) -> bool:
+        """Set (or with None remove) one observed-facts section; whether it changed."""
+        if value is None:
+            return self._sections.pop(name, None) is not None
+        if self._sections.get(name) == value:
+            return False
+        self._sections[name] = value
+        return True
 
-    def sign(self) -> bytes:
+    def sign(self) -> OwnRecord:
         """A freshly signed record, with the next sequence number."""
         now = self._clock()
         self.sequence = next_sequence(self.sequence, now)
-        gpu = self._gpu_report.to_record() if self._gpu_report is not None else None
+        gpu = self.gpu_report.to_record() if self.gpu_report is not None else None
         try:
             signed = self._record_with(gpu).sign(self._identity, max_bytes=self._max_bytes)
         except ValueError as exc:
@@ -99,44 +108,7 @@ class RecordPublisher:
                 signed = self._record_with(None, sections=False).sign(
                     self._identity, max_bytes=self._max_bytes
                 )
-        self.signed = signed.raw
-        self._on_signed(signed.raw, now)
-        return signed.raw
-
-    async def gpu_changed(self, report: Any) -> None:
-        """A new GPU report: keep it, and re-sign and publish once attached."""
-        self._gpu_report = report
-        if self._publish is None or not self._is_open():
-            return
-        await self._publish(self.sign())
-        event(_log, 20, "record.updated", reason="gpu", sequence=self.sequence)
-
-    async def set_draining(self, draining: bool) -> None:
-        """Advertise (or stop advertising) `draining` in our signed record, so that
-        placement on every node sees it."""
-        status = NodeStatus.DRAINING if draining else NodeStatus.AVAILABLE
-        if status is self.status:
-            return
-        self.status = status
-        if self._publish is None or not self._is_open():
-            return
-        await self._publish(self.sign())
-        event(_log, 20, "record.updated", reason=status.value, sequence=self.sequence)
-
-    async def set_section(self, name: str, value: dict[str, Any] | None) -> None:
-        """Set (or with None remove) one observed-facts section of the record, and
-        re-sign and publish once attached, if it changed."""
-        if value is None:
-            if self._sections.pop(name, None) is None:
-                return
-        elif self._sections.get(name) == value:
-            return
-        else:
-            self._sections[name] = value
-        if self._publish is None or not self._is_open():
-            return
-        await self._publish(self.sign())
-        event(_log, 10, "record.updated", reason=name, sequence=self.sequence)
+        return OwnRecord(signed.raw, now)
 
     def _record_with(self, gpu: dict[str, Any] | None, *, sections: bool = True) -> NodeRecord:
         assert self.sequence is not None
@@ -156,3 +128,57 @@ class RecordPublisher:
             certificate=self._certificate,
             sections=dict(self._sections) if sections else {},
         )
+
+
+class RecordPublisher:
+    """Re-signs our record on each change and publishes it, until we leave.
+
+    Args:
+        signer: holds what the record says; its first record is already published
+            (the membership's metadata, and the roster's `accept_own`).
+        publish: puts a signed record in the core's member metadata
+            (`MembershipService.set_meta`).
+        is_open: whether records are still published (False once we left).
+        on_signed: handed every record signed here (raw bytes, realtime) at once.
+    """
+
+    def __init__(
+        self,
+        signer: RecordSigner,
+        *,
+        publish: Callable[[bytes], Awaitable[None]],
+        is_open: Callable[[], bool],
+        on_signed: Callable[[bytes, float], None],
+    ) -> None:
+        self._signer = signer
+        self._publish = publish
+        self._is_open = is_open
+        self._on_signed = on_signed
+
+    async def gpu_changed(self, report: Any) -> None:
+        """A new GPU report: keep it, re-sign and publish."""
+        self._signer.gpu_report = report
+        await self._republish("gpu", 20)
+
+    async def set_draining(self, draining: bool) -> None:
+        """Advertise (or stop advertising) `draining` in our signed record, so that
+        placement on every node sees it."""
+        status = NodeStatus.DRAINING if draining else NodeStatus.AVAILABLE
+        if status is self._signer.status:
+            return
+        self._signer.status = status
+        await self._republish(status.value, 20)
+
+    async def set_section(self, name: str, value: dict[str, Any] | None) -> None:
+        """Set (or with None remove) one observed-facts section of the record, and
+        re-sign and publish if it changed."""
+        if self._signer.set_section(name, value):
+            await self._republish(name, 10)
+
+    async def _republish(self, reason: str, level: int) -> None:
+        if not self._is_open():
+            return  # left: the record stays as the others last heard it
+        own = self._signer.sign()
+        self._on_signed(own.raw, own.signed_at)
+        await self._publish(own.raw)
+        event(_log, level, "record.updated", reason=reason, sequence=self._signer.sequence)

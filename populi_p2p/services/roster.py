@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -37,9 +37,11 @@ from ..trust.record_book import RecordBook
 from ..trust.revocation import RevocationList
 from ._member_events import other_member, serve_events
 from .departed import DepartedMembers
-from .membership import MembershipService
+from .publisher import OwnRecord
 
-__all__ = ["DEPARTED_RETENTION", "MEMBER_STATES", "REVALIDATE_INTERVAL", "Roster"]
+__all__ = [
+    "DEPARTED_RETENTION", "MEMBER_STATES", "REVALIDATE_INTERVAL", "MemberQueries", "Roster",
+]  # fmt: skip
 
 #: How often records are re-checked for expiry, seconds.
 REVALIDATE_INTERVAL: Final = 2.0
@@ -62,14 +64,24 @@ _LOG_KINDS: Final[dict[type, tuple[str, int]]] = {
 _log = get_logger("node")
 
 
+class MemberQueries(Protocol):
+    """The two read-only queries the roster asks of the membership service."""
+
+    def member(self, node_id: str) -> Member | None: ...
+
+    def members(self) -> list[Member]: ...
+
+
 class Roster:
     """Verified records and names of the members the core holds.
 
     Args:
         node_id: ours (not logged as a member).
-        records: the record book (the roster is its only writer, with the publisher's
-            own record through `accept_own`).
-        membership: read-only queries on the core.
+        records: the record book (the roster is its only writer, with our own records
+            through `accept_own`).
+        membership: read-only queries on the core (`MembershipService`).
+        own_record: our first signed record (the membership's metadata), or None in
+            tests; the publisher hands the later ones to `accept_own`.
         on_known, on_gone: store commands.
         on_certificate: (public key, certificate) of each member whose record verified,
             for the packet codec (`AuthCodec.learn_certificate`): a member whose record
@@ -83,11 +95,12 @@ class Roster:
         self,
         node_id: str,
         records: RecordBook,
-        membership: MembershipService | None = None,
+        membership: MemberQueries,
         *,
-        on_known: Callable[[KnownMember], None] = lambda _m: None,
-        on_gone: Callable[[str], None] = lambda _n: None,
-        on_certificate: Callable[[bytes, bytes], object] = lambda _key, _cert: None,
+        own_record: OwnRecord | None,
+        on_known: Callable[[KnownMember], None],
+        on_gone: Callable[[str], None],
+        on_certificate: Callable[[bytes, bytes], object],
         clock: Callable[[], float] = time.time,
         departed_retention: float = DEPARTED_RETENTION,
     ) -> None:
@@ -107,18 +120,8 @@ class Roster:
         self._by_name: dict[str, set[str]] = {}
         # node id -> why its record is not trusted, as last logged (`record.refused`).
         self._unverified: dict[str, str] = {}
-
-    def attach(
-        self,
-        membership: MembershipService,
-        *,
-        on_known: Callable[[KnownMember], None],
-        on_gone: Callable[[str], None],
-    ) -> None:
-        """The membership queries, and where store commands go."""
-        self._membership = membership
-        self._on_known = on_known
-        self._on_gone = on_gone
+        if own_record is not None:
+            self.accept_own(own_record.raw, own_record.signed_at)
 
     def accept_own(self, raw: bytes, now: float) -> None:
         """Our own freshly signed record (the publisher's `on_signed`).
@@ -223,7 +226,7 @@ class Roster:
 
         O(members with that name), not O(members): this runs on every join and update.
         """
-        if record is None or self._membership is None:
+        if record is None:
             return
         holders = self._note_name(record)
         member = self._membership.member
@@ -365,4 +368,4 @@ class Roster:
         }
 
     def _members(self) -> list[Member]:
-        return [] if self._membership is None else self._membership.members()
+        return self._membership.members()

@@ -19,6 +19,7 @@ import trio.testing
 from populi_p2p._log import _FIELDS_ATTR
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
+from populi_p2p.services.publisher import OwnRecord
 from populi_p2p.services.roster import REVALIDATE_INTERVAL, Roster
 from populi_p2p.store import KnownMember
 from populi_p2p.trust.authority import ClusterAuthority
@@ -128,7 +129,8 @@ class Harness:
         self.roster = Roster(
             ME.node_id,
             self.book,
-            self.membership,  # type: ignore[arg-type]
+            self.membership,
+            own_record=None,
             on_known=self.known.append,
             on_gone=self.gone.append,
             on_certificate=lambda key, c: self.certificates.append((key, c)),
@@ -371,6 +373,19 @@ def test_our_own_name_counts_for_clashes(
     assert clash["ids"] == ",".join(sorted([ME.node_id, A.node_id]))
 
 
+def test_our_first_record_handed_at_construction_is_known(h: Harness) -> None:
+    """The first record (the membership's metadata, signed before the roster exists) is
+    handed to the roster when it is built: our name is indexed and our record held."""
+    first = OwnRecord(signed_record(ME, "box"), NOW)
+    roster = Roster(
+        ME.node_id, h.book, h.membership, own_record=first, on_known=h.known.append,
+        on_gone=h.gone.append, on_certificate=lambda _k, _c: None, clock=lambda: h.now,
+    )  # fmt: skip
+    assert roster.name_of(ME.node_id) == "box"
+    record = h.book.get(ME.node_id)
+    assert record is not None and record.name == "box"
+
+
 def test_an_unverified_member_never_clashes(
     h: Harness, logged: list[tuple[str, dict[str, object]]]
 ) -> None:
@@ -444,8 +459,11 @@ async def test_an_unreadable_gpu_record_is_summarised_not_raised(
     assert row["gpu"] is None
 
 
-def test_no_membership_service_means_no_members() -> None:
-    roster = Roster(ME.node_id, RecordBook(AUTHORITY.public_key))
+def test_no_members_held_means_no_rows() -> None:
+    roster = Roster(
+        ME.node_id, RecordBook(AUTHORITY.public_key), FakeMembership(), own_record=None,
+        on_known=lambda _m: None, on_gone=lambda _n: None, on_certificate=lambda _k, _c: None,
+    )  # fmt: skip
     assert roster.member_rows() == []
     assert roster.unverified_members() == []
     assert roster.name_clashes() == []
@@ -496,8 +514,11 @@ def test_a_member_that_comes_back_is_listed_once_as_alive(h: Harness) -> None:
 
 
 def test_departed_rows_follow_the_retention_setting(h: Harness) -> None:
-    roster = Roster(ME.node_id, h.book, h.membership, clock=lambda: h.now,  # type: ignore[arg-type]
-                    departed_retention=60.0)  # fmt: skip
+    roster = Roster(
+        ME.node_id, h.book, h.membership, own_record=None, on_known=h.known.append,
+        on_gone=h.gone.append, on_certificate=lambda _k, _c: None, clock=lambda: h.now,
+        departed_retention=60.0,
+    )  # fmt: skip
     a = signed_record(A, "box-a")
     roster.on_event(MemberLeft(member(A, a, state=MemberState.LEFT)))
     h.now += 60

@@ -17,7 +17,7 @@ from overlay.base import Address
 from overlay.inbox import URGENT, Incoming
 from populi_p2p.services.codec import AuthCodec
 from populi_p2p.services.membership import MembershipService
-from populi_p2p.services.publisher import RecordPublisher
+from populi_p2p.services.publisher import RecordPublisher, RecordSigner
 from populi_p2p.trust.identity import NodeIdentity
 from populi_p2p.trust.record import NodeRecord, SignedNodeRecord
 from swim import Event, MemberJoined, SwimConfig
@@ -141,41 +141,50 @@ async def test_subscribers_get_events_in_the_cores_order_without_loss(
     assert got_slow == got_fast[: len(got_slow)]
 
 
-async def test_publisher_re_signs_on_a_gpu_change_and_publishes_once_attached(
+async def test_publisher_re_signs_on_a_gpu_change_and_publishes_until_left(
     tmp_path: Path,
 ) -> None:
+    """The signer's first record is the membership's metadata; the publisher, built
+    after the membership, re-signs each change and publishes it while we have not left."""
     identity = NodeIdentity.load_or_create(tmp_path)
     signed: list[bytes] = []
     published: list[bytes] = []
     open_ = [True]
     clock = iter(float(t) for t in range(1_000, 2_000))
-    publisher = RecordPublisher(
+    signer = RecordSigner(
         identity, b"", name="n1", labels={"zone": "a"}, started_at=1.0, max_bytes=1200,
-        on_signed=lambda raw, _now: signed.append(raw), clock=lambda: next(clock),
+        clock=lambda: next(clock),
     )  # fmt: skip
-    publisher.advertise = ("10.0.0.1", 7946)
+    signer.advertise = ("10.0.0.1", 7946)
 
     class Report:
         def to_record(self) -> dict[str, object]:
             return {}
 
-    await publisher.gpu_changed(Report())  # before attach: kept, not published
-    assert published == [] and signed == []
-    first = publisher.sign()
+    first = signer.sign()
+    assert first.signed_at == 1_000.0
 
     async def publish(raw: bytes) -> None:
         published.append(raw)
 
-    publisher.attach(publish, lambda: open_[0])
+    publisher = RecordPublisher(
+        signer, publish=publish, is_open=lambda: open_[0],
+        on_signed=lambda raw, _now: signed.append(raw),
+    )  # fmt: skip
     await publisher.gpu_changed(Report())
-    assert len(published) == 1 and published[0] != first
-    records = [SignedNodeRecord.from_bytes(raw).record for raw in signed]
+    assert len(published) == 1 and published[0] != first.raw and signed == published
+    await publisher.set_section("peer", {"port": 1})
+    await publisher.set_section("peer", {"port": 1})  # unchanged: not re-signed
+    await publisher.set_section("gone", None)  # nothing to remove: not re-signed
+    assert len(published) == 2
+    records = [SignedNodeRecord.from_bytes(raw).record for raw in [first.raw, *signed]]
     assert [r.sequence for r in records] == sorted({r.sequence for r in records})
     assert all(isinstance(r, NodeRecord) and r.name == "n1" for r in records)
-    assert records[-1].port == 7946
+    assert records[-1].port == 7946 and records[-1].sections == {"peer": {"port": 1}}
     open_[0] = False  # left: nothing more is signed or published
     await publisher.gpu_changed(Report())
-    assert len(published) == 1 and len(signed) == 2
+    await publisher.set_draining(True)
+    assert len(published) == 2 and len(signed) == 2
 
 
 class Paths:

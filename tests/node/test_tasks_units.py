@@ -43,7 +43,7 @@ from populi_p2p.leases.driver.view import (
 )
 from populi_p2p.leases.placement import place
 from populi_p2p.services.api_backend import NodeBackend
-from populi_p2p.services.app_channel import AppChannel, AppKind
+from populi_p2p.services.app_channel import AppChannel, AppKind, AppSections
 from populi_p2p.trust.identity import NodeIdentity
 from populi_p2p.trust.record import Capabilities, NodeRecord, NodeStatus
 from swim import AppMessage, Member, MemberState
@@ -60,14 +60,18 @@ def _spec(me: str, n: int) -> TaskSpec:
     return TaskSpec(TaskKind.BATCH, Requirements(), ("echo", str(n)), submitted_by=me)
 
 
-def _channel(table: LeaseTable) -> AppChannel:
-    channel = AppChannel()
+def _channel(table: LeaseTable) -> AppSections:
+    sections = AppSections()
 
     async def ignore(message: AppMessage, body: bytes) -> None:
         pass
 
+    async def refuse(key: str, payload: bytes) -> None:
+        raise ValueError("not sent in this test")
+
+    channel = AppChannel(sections, refuse)
     channel.register(AppKind.LEASES, ignore, LeaseSection(table, lambda _e: None, lambda: 0.0))
-    return channel
+    return sections
 
 
 def test_sync_section_converges_two_tables_digest_first() -> None:
@@ -91,7 +95,12 @@ def test_sync_section_converges_two_tables_digest_first() -> None:
 
 
 async def test_channel_routes_by_kind_and_counts_junk() -> None:
-    channel = AppChannel()
+    sent: list[tuple[str, bytes]] = []
+
+    async def broadcast(key: str, payload: bytes) -> None:
+        sent.append((key, payload))
+
+    channel = AppChannel(AppSections(), broadcast)
     got: list[bytes] = []
 
     async def on_ack(message: AppMessage, body: bytes) -> None:
@@ -103,10 +112,14 @@ async def test_channel_routes_by_kind_and_counts_junk() -> None:
     await channel.deliver(AppMessage("x", "k", b""))
     assert got == [b"hello"]
     assert channel.dropped == 2
-    channel.merge(b"\xc1junk")  # never raises
-    channel.merge(b"\x81\x07\xc4\x01x")  # {7: b"x"}: an unknown kind
-    assert channel.dropped == 4
-    assert channel.state_for(b"\xff\xff") is None
+    sections = channel.sections
+    sections.merge(b"\xc1junk")  # never raises
+    sections.merge(b"\x81\x07\xc4\x01x")  # {7: b"x"}: an unknown kind
+    assert sections.dropped == 2 and channel.dropped == 2
+    assert sections.state_for(b"\xff\xff") is None
+    # Sent with the kind's byte first, through the membership's broadcast.
+    assert await channel.broadcast(AppKind.LEASE_AGENT, "k1", b"hi")
+    assert sent == [("k1", bytes([AppKind.LEASE_AGENT]) + b"hi")]
 
 
 ########################################################################################
