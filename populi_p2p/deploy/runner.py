@@ -233,7 +233,8 @@ class DeploymentRunner:
                 nursery.start_soon(self._watch_fence, replica)
                 try:
                     argv = await self._prepare(replica, spec, len(gpus))
-                except (FetchError, QuotaError, EngineNotFound, LookupError, OSError) as exc:
+                except (FetchError, QuotaError, EngineNotFound, LookupError, OSError,
+                        ValueError) as exc:  # fmt: skip
                     failure = str(exc) or type(exc).__name__
                 nursery.cancel_scope.cancel()
         if argv is None:
@@ -280,11 +281,17 @@ class DeploymentRunner:
         digest = bytes.fromhex(model.sha256)
         replica.digest = digest
         progress = FetchProgress(digest, spec.deployment.name)
+        error: Exception | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._track, replica, progress)
-            await blobs.fetch(digest, blobs.holders_of(digest), name=spec.deployment.name,
-                              kind=MODEL_KIND, progress=progress)  # fmt: skip
+            try:
+                await blobs.fetch(digest, blobs.holders_of(digest), name=spec.deployment.name,
+                                  kind=MODEL_KIND, progress=progress)  # fmt: skip
+            except Exception as exc:  # raised below, not as a group from this nursery
+                error = exc
             nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
         blobs.store.pin(digest, PIN_PREFIX + replica.task_id)
         replica.pinned, replica.percent = True, 100.0
         path = blobs.store.path(digest)
