@@ -25,10 +25,13 @@ on any node.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
 
 import attrs
 import trio
@@ -59,8 +62,16 @@ READY_POLL: Final = 0.1
 _log = get_logger("deploy")
 
 
+#: The model's name in the replica's work directory (the engine's working directory).
+MODEL_FILE: Final = "model.gguf"
+
+
 class _Executor(TaskRunner, Protocol):
     """The executor as this runner uses it (`ExecutorService`)."""
+
+    def log_path(self, task_id: str, stream: Literal["stdout", "stderr"] = "stdout") -> Path:
+        """The latest epoch's stdout here; its directory holds the task's ``work/``."""
+        ...
 
 
 @attrs.define
@@ -75,6 +86,7 @@ class Replica:
     url: str | None = None
     digest: bytes = b""
     pinned: bool = False
+    link: Path | None = None  # the model's hard link in the engine's work directory
     started: bool = False  # the engine process was handed to the executor
     stop: str | None = None  # why it was stopped before its process started
     deadline: float | None = None  # the fence, time.monotonic()
@@ -215,6 +227,9 @@ class DeploymentRunner:
             engines.remove(replica.url)
         if replica.pinned and blobs is not None:
             blobs.store.unpin(replica.digest, PIN_PREFIX + replica.task_id)
+        if replica.link is not None:
+            with contextlib.suppress(OSError):
+                replica.link.unlink()
         self._changed.set()
         event(_log, 20, "deploy.replica_ended", task=replica.task_id, model=replica.name,
               why=why)  # fmt: skip
@@ -252,9 +267,29 @@ class DeploymentRunner:
         run_spec = attrs.evolve(spec, command=cast(Any, command), env={**spec.env, **env})
         self._executor.start(replica.task_id, replica.epoch, run_spec, gpus,
                              deadline=replica.deadline)  # fmt: skip
+        self._give_model(replica)  # before the executor's supervisor spawns the engine
         replica.scope = trio.CancelScope()
         with replica.scope:
             await self._await_ready(replica)
+
+    def _give_model(self, replica: Replica) -> None:
+        """A hard link to the blob in the engine's work directory, readable by the task's
+        user (the store is the daemon's alone, 0700): the engine opens ``model.gguf``
+        from its working directory. Called right after `start`, which made the
+        directory, and before the engine runs (its supervisor starts it at the next
+        checkpoint)."""
+        blobs = self._blobs()
+        blob = None if blobs is None else blobs.store.path(replica.digest)
+        try:
+            work = self._executor.log_path(replica.task_id).parent / "work"
+            if blob is None or not work.is_dir():
+                raise FileNotFoundError("no work directory or no blob")
+            os.chmod(blob, 0o644)  # the store's directory stays closed to others
+            link = work / MODEL_FILE
+            os.link(blob, link)
+            replica.link = link
+        except (OSError, ValueError) as exc:
+            event(_log, 30, "deploy.model_link_failed", task=replica.task_id, error=str(exc))
 
     async def _watch_fence(self, replica: Replica) -> None:
         """A lease that lapses while the blob is fetched stops the replica (`fenced`)."""
@@ -294,13 +329,12 @@ class DeploymentRunner:
             raise error
         blobs.store.pin(digest, PIN_PREFIX + replica.task_id)
         replica.pinned, replica.percent = True, 100.0
-        path = blobs.store.path(digest)
-        if path is None:
+        if blobs.store.path(digest) is None:
             raise LookupError(f"blob {model.sha256[:16]} vanished from the store after fetch")
         port = _free_port()
         replica.url = f"http://127.0.0.1:{port}"
         d = spec.deployment
-        return engine_command(kind, path, d.name, port, ctx=d.ctx, gpus=gpus)
+        return engine_command(kind, Path(MODEL_FILE), d.name, port, ctx=d.ctx, gpus=gpus)
 
     async def _track(self, replica: Replica, progress: FetchProgress) -> None:
         while True:

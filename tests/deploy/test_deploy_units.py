@@ -131,6 +131,9 @@ class _Executor:
     async def reap_leftovers(self) -> list[tuple[str, int]]:
         return []
 
+    def log_path(self, task_id: str, stream: str = "stdout") -> Path:
+        raise FileNotFoundError(task_id)
+
 
 class _Blobs:
     def __init__(self, fail: str | None = None) -> None:
