@@ -237,11 +237,7 @@ class Node:
         parts.roster.attach(membership, on_known=store.remember, on_gone=store.forget)
         parts.publisher.attach(membership.set_meta, lambda: not membership.has_left)
         executor = self.executor = self._executor()
-        runner = self.deploy_runner = DeploymentRunner(
-            executor, engine=config.deploy_engine, blobs=lambda: self.blobs,
-            engines=lambda: None if self.inference_host is None else self.inference_host.engines,
-            set_section=parts.publisher.set_section,
-        )  # fmt: skip
+        runner = self.deploy_runner = self._deploy_runner(executor, parts)
         leases = self._leases = LeaseService(
             self.presets.lease, creds.identity, config.state_dir / "leases.sqlite3",
             runner=runner, channel=parts.app, members=membership.members,
@@ -324,6 +320,14 @@ class Node:
         parts.publisher.advertise = advertise
         parts.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         return transport, local[1], advertise, [w for w in (outside, loopback) if w is not None]
+
+    def _deploy_runner(self, executor: ExecutorService, parts: NodeParts) -> DeploymentRunner:
+        """The node's task runner: the executor, and deployed replicas around it."""
+        return DeploymentRunner(
+            executor, engine=self.config.deploy_engine, blobs=lambda: self.blobs,
+            engines=lambda: None if self.inference_host is None else self.inference_host.engines,
+            set_section=parts.publisher.set_section,
+        )  # fmt: skip
 
     def _deploy_service(
         self, parts: NodeParts, membership: MembershipService, leases: LeaseService

@@ -315,8 +315,7 @@ def place(
             `committed_resources`); they reduce its free capacity.
         failed_on: nodes where the task already failed (see `failed_nodes`).
         exclude: nodes not to consider this time (e.g. the owner whose lease expired).
-        spread: nodes that hold another replica of the same deployment (gate
-            ``anti_affinity``: two replicas of one model never share a node).
+        spread: nodes holding another replica of this deployment (``anti_affinity``).
         rng: seeds the visit order when there are more candidates than the sample.
     """
     committed = committed or {}
@@ -349,10 +348,8 @@ def place(
                 gate = cache[c.node_class] = _gate(c, spec, (), headroom)
         if gate is None and c.node_id in failed_on:
             gate = "failed_here"
-        if gate is None and c.node_id in exclude:
-            gate = "excluded"
-        if gate is None and c.node_id in spread:
-            gate = "anti_affinity"
+        if gate is None and (c.node_id in exclude or c.node_id in spread):
+            gate = "excluded" if c.node_id in exclude else "anti_affinity"
         if gate is not None:
             removed[gate] += 1
             ex = examples.setdefault(gate, [])
