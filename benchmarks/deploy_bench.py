@@ -53,6 +53,10 @@ def _write(path: Path, size: int) -> None:
         f.write(block[: size % len(block)])
 
 
+#: Each server's flags, to restart it after its kill.
+FLAGS: dict[str, tuple[str, ...]] = {}
+
+
 class _Refused(Exception):
     """A request answered with an error before its first token."""
 
@@ -100,8 +104,8 @@ def _run(mesh: Mesh, h: Daemon, servers: list[Daemon], port: int) -> tuple[float
     h.client.post("/v1/undeploy", {"name": "bench"})
     # The killed node comes back empty-handed (its copy of the blob removed) for the next run.
     shutil.rmtree(victim.state_dir / "blobs", ignore_errors=True)
-    servers[servers.index(victim)] = mesh.start(victim.name, *victim.flags,  # type: ignore[attr-defined]
-                                                state=victim.state_dir, env=victim.env)  # type: ignore[attr-defined]  # fmt: skip
+    again = mesh.start(victim.name, *FLAGS[victim.name], state=victim.state_dir)
+    servers[servers.index(victim)] = again
     for d in servers:  # the survivor's copy goes too: every run fetches from h
         wait_until(lambda d=d: _dropped(d), 60, f"{d.name} to drop its copy")
     return deploy_s, replace_s
@@ -134,7 +138,7 @@ def main() -> None:
         servers = []
         for name in ("s1", "s2"):
             d = mesh.start(name, *flags, "--bootstrap", h.address)
-            d.flags, d.env = (*flags, "--bootstrap", h.address), {}  # type: ignore[attr-defined]
+            FLAGS[name] = (*flags, "--bootstrap", h.address)
             servers.append(d)
         model = root / "bench.gguf"
         _write(model, size)
