@@ -1,4 +1,5 @@
-"""The model commands of `populi-node`: model add, ls, rm, pull (docs/models.md).
+"""The model commands of `populi-node`: model add, ls, rm, pull, and deploy,
+deployments, undeploy (docs/models.md).
 
 Each talks to the local daemon's API; the daemon does the copying and fetching, so a
 pull goes on when the command is interrupted (running it again shows the progress).
@@ -22,6 +23,9 @@ __all__ = ["MODEL_COMMANDS", "add_model_commands"]
 PULL_POLL: Final = 0.5
 #: How long ``model add`` waits for the daemon to copy and hash the file.
 ADD_TIMEOUT: Final = 3600.0
+#: How long ``deploy`` waits for every replica's submit (each acknowledged by a
+#: majority of its replicas, at most 10 s each).
+DEPLOY_TIMEOUT: Final = 120.0
 
 
 def add_model_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -44,6 +48,28 @@ def add_model_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParse
     add_state_dir(pull)
     pull.add_argument("blob", help="name or hash")
     pull.add_argument("--no-wait", action="store_true", help="start it and return")
+    _add_deploy_commands(sub, add_state_dir)
+
+
+def _add_deploy_commands(
+    sub: Any, add_state_dir: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    deploy = sub.add_parser("deploy", help="serve a model from N replicas placed on the mesh")
+    add_state_dir(deploy)
+    deploy.add_argument("model", help="a model name or blob hash the mesh holds (model ls)")
+    deploy.add_argument("--replicas", type=int, default=1, help="how many (default 1)")
+    deploy.add_argument("--gpus", type=int, default=0, help="GPUs per replica (default 0)")
+    deploy.add_argument("--vram", help="VRAM per GPU a replica needs, e.g. 8GiB")
+    deploy.add_argument("--ctx", type=int, default=0, help="context length (default: engine's)")
+    deploy.add_argument("--as", dest="name", help="the model id clients use (default: its name)")
+    deploy.add_argument("--wait", type=float, metavar="SECONDS",
+                        help="wait until every replica serves, at most this long")  # fmt: skip
+    deps = sub.add_parser("deployments", help="each deployed replica: its node and state")
+    add_state_dir(deps)
+    deps.add_argument("--json", action="store_true", help="print JSON for scripts")
+    undeploy = sub.add_parser("undeploy", help="stop every replica of a deployment")
+    add_state_dir(undeploy)
+    undeploy.add_argument("name", help="the deployment (deployments lists them)")
 
 
 def _client(args: argparse.Namespace, timeout: float | None = None) -> ApiClient:
@@ -131,4 +157,63 @@ def _cmd_model(args: argparse.Namespace) -> int | None:
     return actions[args.model_command](args)
 
 
-MODEL_COMMANDS: Final = {"model": _cmd_model}
+def _cmd_deploy(args: argparse.Namespace) -> int:
+    from .gpu._labels import parse_size
+
+    try:
+        vram = parse_size(args.vram) if args.vram else 0
+    except ValueError as exc:
+        raise ApiError(f"--vram: {exc}") from None
+    body = {"model": args.model, "replicas": args.replicas, "gpus": args.gpus, "vram": vram,
+            "ctx": args.ctx, "name": args.name}  # fmt: skip
+    client = _client(args, DEPLOY_TIMEOUT)
+    done = client.post("/v1/deploy", body)
+    print(f"deployed {terminal_safe(done['name'])}: {len(done['tasks'])} replica(s) of blob"
+          f" {done['blob'][:16]} ({_size(done['size'])})")  # fmt: skip
+    if args.wait is None:
+        return 0
+    deadline, shown = time.monotonic() + args.wait, ""
+    while True:
+        rows = _replicas_of(client.get("/v1/deployments"), done["name"])
+        line = ", ".join(f"#{r['index']} {r['state']}" for r in rows)
+        if line != shown:
+            print(terminal_safe(line), flush=True)
+            shown = line
+        if rows and all(r["state"] == "serving" for r in rows):
+            return 0
+        if time.monotonic() >= deadline:
+            print(f"populi-node: error: not every replica serves after {args.wait:.0f} s"
+                  " (see populi-node deployments)", file=sys.stderr)  # fmt: skip
+            return 1
+        time.sleep(PULL_POLL)
+
+
+def _replicas_of(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    found = [d["replicas"] for d in data["deployments"] if d["name"] == name]
+    return found[0] if found else []
+
+
+def _cmd_deployments(args: argparse.Namespace) -> None:
+    data = _client(args).get("/v1/deployments")
+    if args.json:
+        import json
+
+        print(json.dumps(data, indent=2))
+        return
+    rows = [[d["name"], f"#{r['index']}", r["node"] or "-", r["task"][:12], r["state"]]
+            for d in data["deployments"] for r in d["replicas"]]  # fmt: skip
+    print(format_table(rows, ["MODEL", "REPLICA", "NODE", "TASK", "STATE"]) if rows
+          else "no deployments (populi-node deploy NAME --replicas N)")  # fmt: skip
+
+
+def _cmd_undeploy(args: argparse.Namespace) -> None:
+    done = _client(args, DEPLOY_TIMEOUT).post("/v1/undeploy", {"name": args.name})
+    print(f"undeployed {terminal_safe(done['name'])}: {len(done['cancelled'])} replica(s) stopped")
+
+
+MODEL_COMMANDS: Final = {
+    "model": _cmd_model,
+    "deploy": _cmd_deploy,
+    "deployments": _cmd_deployments,
+    "undeploy": _cmd_undeploy,
+}

@@ -471,6 +471,22 @@ class NodeConfig:
                     doc="bytes a second that all blob fetches together may take (a token"
                     " bucket); see models.md"),
     )  # fmt: skip
+    #: The engine that runs a deployed model's replicas here (`deploy.engine_command`).
+    deploy_engine: str = attrs.field(
+        default="auto",
+        metadata=up("choice", "engine that runs deployed models here (default {default})",
+                    choices=("auto", "llama-server", "llama-cpp-python", "standin"),
+                    doc="the engine a deployed replica runs on this node; auto: llama-server,"
+                    " else llama-cpp-python; standin: the test engine; see models.md"),
+    )  # fmt: skip
+    #: Seconds a request for a deployed model that no node serves yet waits for one.
+    load_wait: float = attrs.field(
+        default=60.0, validator=_positive_seconds,
+        metadata=up("seconds", "seconds a request for a deployed, still loading model waits"
+                    " (default {default})", metavar="SECONDS",
+                    doc="how long a request for a model that is deployed but not yet served"
+                    " waits for a replica before it fails; see models.md"),
+    )  # fmt: skip
     #: Seconds a packet's timestamp may differ from our clock, either way, before it is
     #: refused as stale (the replay defence's window; a peer past it is named in `status`).
     #: None: `overlay.auth.DEFAULT_FRESHNESS` (120 s).

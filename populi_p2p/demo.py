@@ -1,17 +1,22 @@
-"""`make demo`: a 5-node mesh on loopback as real processes: a kill -9, inference, tasks.
+"""`make demo`: a 6-node mesh on loopback as real processes: kill -9s, inference, a
+deployment, tasks.
 
-What it shows, in about 15 seconds: a fresh cluster authority enrolls five machines
-(here five state directories), five `populi-node up` daemons find each other through one
+What it shows, in about 30 seconds: a fresh cluster authority enrolls six machines
+(here six state directories), six `populi-node up` daemons find each other through one
 bootstrap peer, the members table, then a node killed with SIGKILL (no goodbye) and the
 table once the survivors agree it is dead. It prints the dashboard's address (the first
 node's page, through a loopback relay to its API socket); run in a terminal, it waits for
 Enter before the kill and again before stopping the mesh, so the page can be watched.
 
 Then inference: two stand-in engines (``populi_p2p.testing.standin``,
-processes on loopback) attached to node4 and node5 with ``--engine``, node2 accepting
+processes on loopback) attached to the last two nodes with ``--engine``, node2 accepting
 OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
 completion from node2, the serving node is killed with SIGKILL mid-stream, and the
-stream finishes on the other node with the text intact. If llama.cpp's
+stream finishes on the other node with the text intact. Then a deployment: the tiny
+model (`populi_p2p.testing.tiny_gguf`) added as a blob on one node and deployed with 2
+replicas (stand-in engines that read the fetched blob; ``--deploy-engine standin``), a
+replica's owner killed with SIGKILL, the replica placed again on another node, and
+requests through node2 answered before, during and after. If llama.cpp's
 ``llama-server`` is built (``make engine``), node1 also serves a real engine: it runs
 ``llama-server`` itself on a tiny generated model (``--gguf``,
 ``populi_p2p.testing.tiny_gguf``), and a second stream, from node2, comes from it.
@@ -24,7 +29,7 @@ Every wait polls the daemons' control API with a deadline; nothing sleeps for a 
 time. Everything lives in a temporary directory
 that is removed at the end, and every process started is stopped, even on Ctrl-C.
 
-Run it with ``python -m populi_p2p.demo`` (``--nodes N`` for another size).
+Run it with ``python -m populi_p2p.demo`` (``--nodes N`` for another size, at least 6).
 """
 
 from __future__ import annotations
@@ -303,6 +308,80 @@ class _Demo:
             raise DemoError(f"wanted {REAL_TOKENS} tokens from {host}")
 
     ####
+    # Deployments
+
+    def deploy(self) -> None:
+        """``deploy`` the tiny model with 2 replicas; kill -9 one replica's owner; it is
+        placed again elsewhere, and streams go on (stand-in engines on the blob)."""
+        import httpx
+
+        alive = self.alive()
+        api_node = list(self.procs)[1]
+        at = alive[0] if alive[0] != api_node else alive[-1]
+        model = self._tiny_model()
+        self._cli(at, "model", "add", str(model), "--name", "tiny")
+        print(f"\n-- deploy: the tiny model ({model.stat().st_size} bytes) added on {at};"
+              f" populi-node deploy tiny --replicas 2 (from {at})")  # fmt: skip
+        began = time.monotonic()
+        self._cli(at, "deploy", "tiny", "--replicas", "2")
+        rows = _wait(lambda: self._serving(api_node), "both replicas to serve")
+        print(f"   both serving {time.monotonic() - began:.1f} s after deploy; deployments:\n")
+        print(self._cli(api_node, "deployments").rstrip())
+        port = self.clients[api_node].get("/v1/inference/requests")["listening"]
+
+        def stream() -> str:
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 5}  # fmt: skip
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            auth = {"authorization": f"Bearer {self.api_key}"}
+            r = httpx.post(url, json=body, headers=auth, timeout=30)
+            if r.status_code != 200:
+                raise DemoError(f"a request for tiny failed: {r.status_code} {r.text[:200]}")
+            text = r.json()["choices"][0]["message"]["content"].strip()
+            return f"{text!r} from {self.name_of(r.headers.get('x-populi-node'))}"
+
+        print(f"\n   through {api_node}: {stream()}")
+        owners = [self.name_of(r["node_id"]) for r in rows if r["node_id"] != self.ids[api_node]]
+        victim = next((n for n in owners if n != at), owners[0])
+        print(f"   kill -9 {victim} (owner of a replica; pid {self.procs[victim].pid})")
+        killed = time.monotonic()
+        self.kill(victim)
+        print(f"   through {api_node} meanwhile: {stream()}")
+        victim_id = self.ids[victim]
+        rows = _wait(lambda: (r := self._serving(api_node)) and victim_id not in
+                     {x["node_id"] for x in r} and r, "the replica to be placed again")  # fmt: skip
+        print(f"   placed again and serving {time.monotonic() - killed:.1f} s after the"
+              f" kill; deployments:\n")  # fmt: skip
+        print(self._cli(api_node, "deployments").rstrip())
+        print(f"\n   through {api_node} after: {stream()}")
+        if at not in self.killed:  # only the node that deployed may undeploy
+            print(f"   {self._cli(at, 'undeploy', 'tiny').strip()}")
+
+    def _tiny_model(self) -> Path:
+        path = self.root / "tiny.gguf"
+        if importlib.util.find_spec("gguf") is not None:
+            from .testing.tiny_gguf import write_tiny_llama
+
+            return write_tiny_llama(path)
+        path.write_bytes(b"GGUF" + bytes(range(256)) * 2048)  # gguf missing: any bytes
+        return path
+
+    def _cli(self, name: str, *args: str) -> str:
+        state = self.clients[name].socket_path.parent
+        proc = subprocess.run(
+            [sys.executable, "-m", "populi_p2p.cli", *args, "--state-dir", str(state)],
+            capture_output=True, text=True, timeout=60, env=self.env,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise DemoError(f"populi-node {' '.join(args)}: {proc.stderr.strip()[-300:]}")
+        return proc.stdout
+
+    def _serving(self, name: str) -> list[dict[str, Any]] | None:
+        data = self.clients[name].get("/v1/deployments")["deployments"]
+        rows: list[dict[str, Any]] = next((d["replicas"] for d in data if d["name"] == "tiny"), [])
+        return rows if len(rows) == 2 and all(r["state"] == "serving" for r in rows) else None
+
+    ####
     # Tasks
 
     def client_alive(self) -> ApiClient:
@@ -396,7 +475,12 @@ class _Demo:
         states = {name: self.enroll(name, authority) for name in names}
         self.api_key = issue_api_key(authority, "demo", now=time.time()).token
         # Roles for the inference part: engines on the last two nodes, the API on node2.
-        flags: dict[str, list[str]] = {name: ["--peer-port", "0"] for name in names}
+        # The deployed stand-in engines run with this Python, which a dynamic task uid
+        # may not execute (a Python under /root): as root, tasks run as root here.
+        as_root = ["--task-user", "root"] if os.geteuid() == 0 else []
+        flags: dict[str, list[str]] = {
+            name: ["--peer-port", "0", "--deploy-engine", "standin", *as_root] for name in names
+        }
         for name in names[-2:]:
             flags[name] += ["--engine", self.engine(f"engine-{name}")]
         flags[names[1]] += ["--api-listen", "127.0.0.1:0"]
@@ -449,7 +533,7 @@ class _Demo:
         print(f"all {len(survivors)} survivors agree {victim} is dead after {took:.1f} s;")
         print(f"members as {names[0]} sees them:\n")
         print(format_members(self.clients[names[0]].get("/v1/members")))
-        for part in (self.inference, self.real_engine, self.tasks):
+        for part in (self.inference, self.real_engine, self.deploy, self.tasks):
             try:
                 part()
             except DemoError as exc:
@@ -461,15 +545,18 @@ class _Demo:
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m populi_p2p.demo", description=__doc__)
-    parser.add_argument("--nodes", type=int, default=5, help="mesh size (default 5, at least 5)")
+    parser.add_argument("--nodes", type=int, default=6, help="mesh size (default 6, at least 6)")
     parser.add_argument(
         "--long-task", type=float, default=8.0, metavar="SECONDS",
         help="how long the task whose owner is killed runs (default 8)",
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
-    if args.nodes < 5:
-        parser.error("--nodes must be at least 5 (one killed, two engines, one API node)")
+    if args.nodes < 6:
+        parser.error(
+            "--nodes must be at least 6 (a kill each for the mesh, the stream, the"
+            " deployment and the task; two engines; one API node)"
+        )
     if not 1.0 <= args.long_task <= 600.0:
         parser.error("--long-task must be 1 to 600 seconds")
     root = Path(tempfile.mkdtemp(prefix="populi-demo-"))

@@ -53,6 +53,8 @@ from ._http_serve import OPEN_FILES_LOW, HttpLimits, raise_open_file_limit
 from ._log import event, get_logger
 from .api import ApiClient
 from .config import NodeConfig
+from .deploy.runner import DeploymentRunner
+from .deploy.service import DeployService, deploys_section
 from .executor.results import RESULT_TAIL_BYTES
 from .executor.service import ExecutorConfig, ExecutorService, parse_uid_range
 from .leases.driver.service import LeaseService
@@ -166,6 +168,9 @@ class Node:
         self.task_logs: TaskLogs | None = None
         #: Model blobs: the store, the chunk routes, pulls (once the API answers).
         self.blobs: BlobService | None = None
+        #: Deployed models: the replicas run here, and deploy/deployments/undeploy.
+        self.deploy_runner: DeploymentRunner | None = None
+        self.deploy: DeployService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -231,7 +236,8 @@ class Node:
         )  # fmt: skip
         store = self._store = StoreService(member_store, membership)
         parts = self._parts = NodeParts(config, creds, core, membership, store, own_record)
-        runner = self.executor = self._executor()
+        executor = self.executor = self._executor()
+        runner = self.deploy_runner = self._deploy_runner(executor, parts)
         leases = self._leases = LeaseService(
             self.presets.lease, creds.identity, config.state_dir / "leases.sqlite3",
             runner=runner, channel=parts.app, members=membership.members,
@@ -274,7 +280,9 @@ class Node:
         lease_events = membership.subscribe()
         for run, events in subscribers:
             await nursery.start(run, events)
+        await nursery.start(executor.run)
         await nursery.start(runner.run)
+        self.deploy = self._deploy_service(parts, membership, leases)
         await nursery.start(leases.run, lease_events)
         await nursery.start(membership.run)
         await nursery.start(lifecycle.run)
@@ -312,6 +320,30 @@ class Node:
         core.signer.advertise = advertise
         core.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         return transport, local[1], advertise, [w for w in (outside, loopback) if w is not None]
+
+    def _deploy_runner(self, executor: ExecutorService, parts: NodeParts) -> DeploymentRunner:
+        """The node's task runner: the executor, and deployed replicas around it."""
+        return DeploymentRunner(
+            executor, engine=self.config.deploy_engine, blobs=lambda: self.blobs,
+            engines=lambda: None if self.inference_host is None else self.inference_host.engines,
+            set_section=parts.publisher.set_section,
+        )  # fmt: skip
+
+    def _deploy_service(
+        self, parts: NodeParts, membership: MembershipService, leases: LeaseService
+    ) -> DeployService:
+        """``deploy``, ``deployments``, ``undeploy`` (docs/models.md, "Deployments")."""
+
+        def deploys_of(node: str) -> Any:
+            record = parts.roster.records.get(node)
+            return None if record is None else deploys_section(record.sections)
+
+        return DeployService(
+            submit=leases.submit, cancel=leases.cancel, entries=lambda: leases.table,
+            why=leases.agent.why.get, blobs=lambda: self.blobs, deploys_of=deploys_of,
+            alive=lambda node: node == leases.me or membership.is_live(node),
+            name_of=parts.roster.name_of,
+        )  # fmt: skip
 
     def _executor(self) -> ExecutorService:
         """The task executor, from `--task-user` and `--task-uids` (one line if bad)."""
@@ -429,7 +461,7 @@ class Node:
         await host.start_inference(
             nursery, members=membership.members, member=membership.member, roster=parts.roster,
             revocations=parts.revocations, outcomes=self._lease_outcomes, observe=self.observe,
-            metrics=parts.metrics,
+            metrics=parts.metrics, loading=self._loading,
         )  # fmt: skip
 
     async def _start_blobs(
@@ -491,6 +523,10 @@ class Node:
             if host.peer_api is not None:
                 status["node"]["peer_port"] = getattr(host.peer_api, "port", None)
         return status
+
+    def _loading(self, model: str) -> bool:
+        """Whether `model` is deployed and may be served soon (requests then wait)."""
+        return self.deploy is not None and self.deploy.loading(model)
 
     def _lease_outcomes(self) -> list[Outcome] | None:
         """The lease table's task outcomes: reliability evidence for the router too."""

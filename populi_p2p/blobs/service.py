@@ -302,6 +302,26 @@ class BlobService:
         blob = mesh_catalogue(self._sections()).get(digest)
         return [] if blob is None else [h for h in blob.holders if h != self._me]
 
+    holders_of = _holders  # the members to fetch `digest` from (deployments, tasks)
+
+    def locate(self, name_or_hash: str) -> tuple[bytes, int, str]:
+        """(digest, size, name) of a complete blob held here or advertised by a member.
+
+        Raises:
+            LookupError: none, or ambiguous (one line).
+        """
+        try:
+            entry = self.store.find(name_or_hash)
+            if entry.complete:
+                return entry.digest, entry.size, entry.name
+        except LookupError:
+            pass
+        catalogue = mesh_catalogue(self._sections())
+        digest = resolve(name_or_hash, catalogue)
+        blob = catalogue[digest]
+        names = sorted(blob.names)
+        return digest, max(blob.sizes), names[0] if names else digest.hex()[:16]
+
     async def pull(self, body: Any) -> dict[str, Any]:
         """``model pull``: start fetching a blob the mesh advertises (or hand back its
         progress when it is being fetched already)."""

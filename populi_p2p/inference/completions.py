@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
+import trio
+
 from .._asgi import WITH_BODY, Message
 from ._asgi import BodyTooLarge, Receive, Send, read_body, send_json
 from .catalogue import ModelCatalogue
@@ -21,10 +23,15 @@ from .request_log import RequestLog
 from .route import Candidate, RouteDecision
 from .stats import InferenceStats, outcome_of
 
-__all__ = ["MAX_REQUEST_BODY", "CompletionHandler"]
+__all__ = ["LOAD_WAIT", "MAX_REQUEST_BODY", "CompletionHandler"]
 
 #: The largest request body the public API reads, bytes.
 MAX_REQUEST_BODY: Final = 4 * 1024 * 1024
+#: Default seconds a request for a deployed model that no node serves yet waits
+#: (``up --load-wait``): a replica fetching or loading its model answers once ready.
+LOAD_WAIT: Final = 60.0
+#: Seconds between looks at the view while a request waits for a loading model.
+LOAD_POLL: Final = 0.05
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
@@ -100,7 +107,12 @@ class CompletionHandler:
         relay: Relay,
         log: RequestLog,
         stats: InferenceStats | None = None,
+        *,
+        loading: Callable[[str], bool] | None = None,
+        load_wait: float = LOAD_WAIT,
     ) -> None:
+        self._loading = loading
+        self._load_wait = load_wait
         self._decide = decide
         self._relay = relay
         self._log = log
@@ -122,10 +134,18 @@ class CompletionHandler:
             return
         decision_start = time.perf_counter()
         decision, view = self._decide(model, ())
+        if not decision.order and self._loading is not None and self._loading(model):
+            decision, view = await self._wait_for(model, decision, view)
+            decision_start = time.perf_counter()
         decision_ms = (time.perf_counter() - decision_start) * 1000
         if not decision.order:
             self.stats.request("no_route")
             status, body = ModelCatalogue.no_route(model, decision, view)
+            if self._loading is not None and self._loading(model):
+                status, body = 503, openai_error(
+                    f"model {model!r} is deployed but no replica served it within"
+                    f" {self._load_wait:.0f} s (see populi-node deployments)", "model_loading"
+                )  # fmt: skip
             await send_json(send, status, body)
             return
         names = {c.node_id: c.name for c in view}
@@ -246,6 +266,19 @@ class CompletionHandler:
             if head:
                 await send(head.pop())
             await send({"type": "http.response.body", "body": result.final})
+
+    async def _wait_for(
+        self, model: str, decision: RouteDecision, view: list[Candidate]
+    ) -> tuple[RouteDecision, list[Candidate]]:
+        """A deployed model no node serves yet (its replicas fetch or load): look again
+        every `LOAD_POLL` s, up to `load_wait` s, while it stays deployed."""
+        deadline = trio.current_time() + self._load_wait
+        while not decision.order and trio.current_time() < deadline:
+            await trio.sleep(LOAD_POLL)
+            if self._loading is None or not self._loading(model):
+                break
+            decision, view = self._decide(model, ())
+        return decision, view
 
     @staticmethod
     async def _all_failed(

@@ -140,6 +140,17 @@ class EngineService:
                 return engine.url
         return None
 
+    def add(self, url: str) -> None:
+        """Poll (and advertise) an engine this node started (a deployed replica's)."""
+        if all(e.url != url for e in self._engines):
+            self._engines.append(_Engine(check_engine_url(url)))
+        self._changed.set()
+
+    def remove(self, url: str) -> None:
+        """Forget an engine this node stopped: its models leave the record now."""
+        self._engines = [e for e in self._engines if e.url != url]
+        self._changed.set()
+
     def mark_failed(self, url: str, error: str) -> None:
         """The relay could not reach `url`: unhealthy now, until the next good poll."""
         for engine in self._engines:

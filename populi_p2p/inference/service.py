@@ -35,7 +35,7 @@ from ..leases.config import LeaseConfig
 from ..leases.reliability import Outcome, earned_reliability, prior_reliability
 from ._asgi import AsgiApp, Receive, Scope, Send, header_map, lifespan, send_json, serve_tcp
 from .catalogue import ModelCatalogue
-from .completions import CompletionHandler
+from .completions import LOAD_WAIT, CompletionHandler
 from .engines import EngineService
 from .keys import ApiKey, ApiKeyChecker
 from .load import LoadBook
@@ -90,6 +90,8 @@ class InferenceService:
     on_outcome: where relay outcomes go as well (the lease table, metrics).
     state_of: one member's state (``alive``, ...), checked mid-stream every 100 ms;
         None: looked up in `view()` (fine for tests, O(members) per check).
+    loading: whether a model no node serves yet is deployed (a request then waits up
+        to `load_wait` seconds for a replica, instead of failing at once).
     """
 
     def __init__(
@@ -107,6 +109,8 @@ class InferenceService:
         on_outcome: Callable[[Outcome], None] | None = None,
         lease_config: LeaseConfig | None = None,
         state_of: Callable[[str], str | None] | None = None,
+        loading: Callable[[str], bool] | None = None,
+        load_wait: float = LOAD_WAIT,
     ) -> None:
         self.node_id = node_id
         self._view = view
@@ -134,7 +138,9 @@ class InferenceService:
         )
         self.catalogue = ModelCatalogue(view)
         self.log = RequestLog()
-        self._completions = CompletionHandler(self.decide, self.relay, self.log)
+        self._completions = CompletionHandler(
+            self.decide, self.relay, self.log, loading=loading, load_wait=load_wait
+        )
         #: Requests by outcome, time to first token, failovers (``/metrics``).
         self.stats = self._completions.stats
         self.port: int | None = None

@@ -20,6 +20,8 @@ from ._events import StaleResultRejected as StaleResultRejected
 from ._events import TableStalled as TableStalled
 from ._events import TaskChanged as TaskChanged
 from ._events import TaskCompacted as TaskCompacted
+from ._spec import BlobInput as BlobInput
+from ._spec import Deployment as Deployment
 from ._spec import Requirements as Requirements
 from ._spec import Signer as Signer
 from ._spec import TaskKind as TaskKind
@@ -33,9 +35,11 @@ from .config import LeaseConfig as LeaseConfig
 from .wire import DecodeError as DecodeError
 
 __all__ = [
+    "BlobInput",
     "Cancel",
     "ClaimRecord",
     "DecodeError",
+    "Deployment",
     "LeaseConfig",
     "LeaseError",
     "LeaseEvent",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -38,6 +39,16 @@ RETRY_LIMIT_MAX = 8
 #: Members of a task's replica set (the granters of its epochs) at most.
 REPLICAS_MAX = 7
 SIZE_MAX = 1 << 50  # bytes; anything larger is a typo, not a machine
+#: Blob inputs of one task at most (model files, `submit --input` files).
+INPUTS_MAX = 64
+#: An input's name: what the task sees it as (a file name, no path).
+INPUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: Replicas of one deployment at most.
+DEPLOY_REPLICAS_MAX = 64
+#: Characters of a deployment's name (the model id clients ask for) at most.
+DEPLOY_NAME_CHARS_MAX = 128
+#: Largest context length a deployment may ask of its engine.
+DEPLOY_CTX_MAX = 1 << 24
 
 SPEC_CONTEXT = b"populi-lease-spec\x00"
 
@@ -101,6 +112,63 @@ class Requirements:
 
 
 @attrs.frozen
+class BlobInput:
+    """A blob the task needs before it starts, named in the signed spec by its hash:
+    the owner fetches it from any holder and checks the hash (docs/models.md)."""
+
+    name: str  # what the task sees it as (`INPUT_NAME`)
+    sha256: str  # 64 lower-case hex characters
+    size: int  # bytes
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not INPUT_NAME.fullmatch(self.name):
+            raise ValueError(f"input name {self.name!r}: 1..64 of [A-Za-z0-9._-], no path")
+        if not isinstance(self.sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise ValueError(f"input {self.name}: sha256 must be 64 lower-case hex characters")
+        if type(self.size) is not int or not 0 <= self.size <= SIZE_MAX:
+            raise ValueError(f"input {self.name}: size must be 0..{SIZE_MAX} bytes")
+
+    def to_wire(self) -> list[Any]:
+        return [self.name, self.sha256, self.size]
+
+
+@attrs.frozen
+class Deployment:
+    """What makes a task a replica of a deployed model (`populi-node deploy`): the
+    owner runs the engine on the input named ``model`` and advertises it as `name`."""
+
+    name: str  # the model id clients ask for
+    index: int  # this replica, 0..replicas-1
+    replicas: int  # how many the deployment has
+    ctx: int = 0  # context length asked of the engine (0: its default)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not 0 < len(self.name) <= DEPLOY_NAME_CHARS_MAX:
+            raise ValueError(f"deployment name: 1..{DEPLOY_NAME_CHARS_MAX} characters")
+        if any(ch.isspace() or not ch.isprintable() for ch in self.name):
+            raise ValueError("deployment name: no spaces or control characters")
+        if type(self.replicas) is not int or not 0 < self.replicas <= DEPLOY_REPLICAS_MAX:
+            raise ValueError(f"replicas must be 1..{DEPLOY_REPLICAS_MAX}")
+        if type(self.index) is not int or not 0 <= self.index < self.replicas:
+            raise ValueError(f"replica index must be 0..{self.replicas - 1}")
+        if type(self.ctx) is not int or not 0 <= self.ctx <= DEPLOY_CTX_MAX:
+            raise ValueError(f"ctx must be 0..{DEPLOY_CTX_MAX} tokens")
+
+    def to_wire(self) -> list[Any]:
+        return [self.name, self.index, self.replicas, self.ctx]
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> Deployment:
+        if not isinstance(raw, list) or len(raw) != 4:
+            raise ValueError("bad deployment layout")
+        return cls(*raw)
+
+
+def _inputs(value: Iterable[BlobInput]) -> tuple[BlobInput, ...]:
+    return tuple(sorted(value, key=lambda i: i.name))
+
+
+@attrs.frozen
 class TaskSpec:
     """An immutable task: kind, requirements, command and limits, and who accepted it.
 
@@ -123,8 +191,24 @@ class TaskSpec:
     #: node. Encoded as an eleventh element only when set (after `no_network`, then
     #: always present), so specs without it keep their ids.
     replicas: tuple[str, ...] = attrs.field(default=(), converter=_node_ids)
+    #: Blobs fetched before the start (sorted by name). With `deployment`, encoded as
+    #: the twelfth and thirteenth elements only when either is set (`_tail`).
+    inputs: tuple[BlobInput, ...] = attrs.field(default=(), converter=_inputs)
+    #: Set on the replicas of a deployed model (`populi-node deploy`).
+    deployment: Deployment | None = None
+
+    def input(self, name: str) -> BlobInput | None:
+        return next((i for i in self.inputs if i.name == name), None)
 
     def __attrs_post_init__(self) -> None:
+        if len(self.inputs) > INPUTS_MAX:
+            raise ValueError(f"at most {INPUTS_MAX} inputs, got {len(self.inputs)}")
+        if not all(isinstance(i, BlobInput) for i in self.inputs):
+            raise ValueError("inputs must be BlobInput values")
+        if len({i.name for i in self.inputs}) != len(self.inputs):
+            raise ValueError("two inputs have the same name")
+        if self.deployment is not None and self.input("model") is None:
+            raise ValueError("a deployment needs an input named model")
         if len(self.replicas) > REPLICAS_MAX or len(set(self.replicas)) != len(self.replicas):
             raise ValueError(f"replicas: at most {REPLICAS_MAX} distinct node ids")
         if not all(isinstance(r, str) and 0 < len(r) <= NODE_ID_CHARS_MAX for r in self.replicas):
@@ -178,6 +262,10 @@ class TaskSpec:
         ]
 
     def _tail(self) -> list[Any]:
+        if self.inputs or self.deployment is not None:
+            deployment = None if self.deployment is None else self.deployment.to_wire()
+            blobs = [i.to_wire() for i in self.inputs]
+            return [self.no_network, list(self.replicas), blobs, deployment]
         if self.replicas:
             return [self.no_network, list(self.replicas)]
         return [True] if self.no_network else []
@@ -185,15 +273,18 @@ class TaskSpec:
     @classmethod
     def from_wire(cls, raw: Any) -> TaskSpec:
         """Rebuild from `to_wire`'s layout; any mismatch raises `ValueError`/`TypeError`."""
-        if not isinstance(raw, list) or len(raw) not in (9, 10, 11) or raw[0] != SPEC_VERSION:
+        if not isinstance(raw, list) or len(raw) not in (9, 10, 11, 13) or raw[0] != SPEC_VERSION:
             raise ValueError("not a version-1 task spec")
         if len(raw) == 10 and raw[9] is not True:
             raise ValueError("no_network is encoded only when true")  # one spec, one encoding
         replicas: list[Any] = []
-        if len(raw) == 11:
+        if len(raw) >= 11:
             replicas = raw[10]
-            if not isinstance(raw[9], bool) or not isinstance(replicas, list) or not replicas:
+            if not isinstance(raw[9], bool) or not isinstance(replicas, list):
                 raise ValueError("bad replicas layout")
+            if len(raw) == 11 and not replicas:
+                raise ValueError("bad replicas layout")
+        inputs, deployment = _inputs_from_wire(raw)
         _, kind, req, command, env, timeout, retry, by, at = raw[:9]
         if not isinstance(req, list) or len(req) != 7:
             raise ValueError("bad requirements layout")
@@ -222,6 +313,8 @@ class TaskSpec:
             submitted_at=float(at),
             no_network=raw[9] is True if len(raw) > 9 else False,
             replicas=tuple(replicas),
+            inputs=inputs,
+            deployment=deployment,
         )
 
     def canonical(self) -> bytes:
@@ -239,6 +332,24 @@ class TaskSpec:
     def verify(self, signature: bytes, verify: Verifier) -> bool:
         """True when `signature` is `submitted_by`'s over this spec."""
         return verify(self.submitted_by, SPEC_CONTEXT + self.canonical(), signature)
+
+
+def _inputs_from_wire(raw: list[Any]) -> tuple[list[BlobInput], Deployment | None]:
+    """The twelfth and thirteenth elements: present only when one of them is set."""
+    if len(raw) != 13:
+        return [], None
+    blobs, deployment = raw[11], raw[12]
+    if not isinstance(blobs, list) or len(blobs) > INPUTS_MAX:
+        raise ValueError("bad inputs layout")
+    if not all(isinstance(b, list) and len(b) == 3 for b in blobs):
+        raise ValueError("bad input layout")
+    if not blobs and deployment is None:
+        raise ValueError("inputs and deployment are encoded only when set")
+    names = [b[0] for b in blobs]
+    if names != sorted(names):
+        raise ValueError("inputs are encoded sorted by name")  # one spec, one encoding
+    inputs = [BlobInput(*b) for b in blobs]
+    return inputs, None if deployment is None else Deployment.from_wire(deployment)
 
 
 def check_new_requirements(req: Requirements) -> None:

@@ -74,6 +74,7 @@ from .agent_wire import (
 from .config import LeaseConfig
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
+from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, replicas_for
 from .reliability import earned_reliability
 from .renewals import RenewalRounds, lease_digest, renewable
@@ -677,15 +678,16 @@ class LeaseAgent:
         candidates = self._candidates(spec, rel)
         committed = committed_resources([e for e in self.table if e.task_id != tid])
         failed = (failed_nodes(entry) if entry is not None else frozenset()) | failed_on
+        held = [(t, r.spec, r.owner) for t, r in self.grants.items() if r.ended is Ended.NO]
+        held += [(t, k[0], p.owner) for t, p in self._proposals.items() if (k := self.spec_of(t))]
+        spread = deployment_nodes(tid, spec, self.table, held)  # a deployment's other replicas
         tries = [(failed, avoid), (frozenset(), avoid), (frozenset(), set())]
-        for failed_here, exclude in tries:
-            p = place(spec, candidates, config=self.config, rng=self._rng,
-                      committed=committed, failed_on=failed_here, exclude=exclude)  # fmt: skip
+        for failed_here, exclude in [*tries, tries[0]]:
+            p = place(spec, candidates, config=self.config, rng=self._rng, committed=committed,
+                      failed_on=failed_here, exclude=exclude, spread=spread)  # fmt: skip
             if p.chosen is not None:
                 return p
-        first = tries[0]
-        return place(spec, candidates, config=self.config, rng=self._rng,
-                     committed=committed, failed_on=first[0], exclude=first[1])  # fmt: skip
+        return p
 
     def _propose(
         self, tid: str, epoch: int, exclude: set[str], now: float,

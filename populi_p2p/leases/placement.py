@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -47,6 +47,7 @@ GATES = (
     "capacity",
     "failed_here",
     "excluded",
+    "anti_affinity",
 )
 
 
@@ -168,6 +169,34 @@ def committed_resources(entries: Collection[TaskEntry]) -> dict[str, list[Requir
     return out
 
 
+def replica_nodes(
+    task_id: str,
+    spec: TaskSpec,
+    entries: Iterable[TaskEntry],
+    held: Iterable[tuple[str, TaskSpec, str]] = (),
+) -> frozenset[str]:
+    """Nodes holding another live replica of `spec`'s deployment (the ``spread`` of
+    `place`): owners of a claimed or running sibling in the table, and `held`, the
+    (task, spec, owner) of epochs granted or proposed but perhaps not yet claimed."""
+    mine = spec.deployment
+    if mine is None:
+        return frozenset()
+    out: set[str] = set()
+    for e in entries:
+        other, cur = e.spec, e.current
+        if e.task_id == task_id or other is None or other.deployment is None:
+            continue
+        if other.deployment.name != mine.name or e.cancel is not None or cur is None:
+            continue
+        if cur.phase in (Phase.CLAIMED, Phase.RUNNING):
+            out.add(cur.owner)
+    for tid, other, owner in held:
+        sibling = other.deployment is not None and other.deployment.name == mine.name
+        if tid != task_id and sibling and owner:
+            out.add(owner)
+    return frozenset(out)
+
+
 def failed_nodes(entry: TaskEntry) -> frozenset[str]:
     """Nodes where this task already failed (not tried there again)."""
     return frozenset(c.owner for c in entry.claims if c.phase is Phase.FAILED)
@@ -276,6 +305,7 @@ def place(
     committed: Mapping[str, Sequence[Requirements]] | None = None,
     failed_on: Collection[str] = (),
     exclude: Collection[str] = (),
+    spread: Collection[str] = (),
     weights: Weights = Weights(),
 ) -> Placement:
     """Rank `candidates` for `spec`.
@@ -285,6 +315,7 @@ def place(
             `committed_resources`); they reduce its free capacity.
         failed_on: nodes where the task already failed (see `failed_nodes`).
         exclude: nodes not to consider this time (e.g. the owner whose lease expired).
+        spread: nodes holding another replica of this deployment (``anti_affinity``).
         rng: seeds the visit order when there are more candidates than the sample.
     """
     committed = committed or {}
@@ -317,8 +348,8 @@ def place(
                 gate = cache[c.node_class] = _gate(c, spec, (), headroom)
         if gate is None and c.node_id in failed_on:
             gate = "failed_here"
-        if gate is None and c.node_id in exclude:
-            gate = "excluded"
+        if gate is None and (c.node_id in exclude or c.node_id in spread):
+            gate = "excluded" if c.node_id in exclude else "anti_affinity"
         if gate is not None:
             removed[gate] += 1
             ex = examples.setdefault(gate, [])

@@ -15,6 +15,7 @@ from ..trust.operator import proof_from_json
 
 if TYPE_CHECKING:
     from ..blobs.service import BlobService
+    from ..deploy.service import DeployService
 
 __all__ = ["NodeBackend", "NodeView"]
 
@@ -59,6 +60,8 @@ class NodeView(Protocol):
     def inference_host(self) -> _InferenceHost | None: ...
     @property
     def blobs(self) -> BlobService | None: ...
+    @property
+    def deploy(self) -> DeployService | None: ...
 
 
 class NodeBackend:
@@ -122,7 +125,8 @@ class NodeBackend:
         return {"/v1/inference/requests": ("GET", self._inference_requests)}
 
     def request_routes(self) -> dict[str, tuple[str, Any]]:
-        """The blob routes (``populi-node model ...``, docs/models.md)."""
+        """The blob routes (``populi-node model ...``) and the deployments
+        (``deploy``, ``deployments``, ``undeploy``), docs/models.md."""
         return {
             "/v1/blobs": ("GET", lambda _q: self._blobs().rows()),
             "/v1/blobs/add": ("POST", lambda body: self._blobs().add(body)),
@@ -131,7 +135,15 @@ class NodeBackend:
             "/v1/blobs/unpin": ("POST", lambda body: self._blobs().pin(body, pinned=False)),
             "/v1/blobs/pull": ("POST", lambda body: self._blobs().pull(body)),
             "/v1/blobs/progress": ("GET", lambda q: self._blobs().progress(q)),
+            "/v1/deployments": ("GET", lambda q: self._deploy().rows(q)),
+            "/v1/deploy": ("POST", lambda body: self._deploy().deploy(body)),
+            "/v1/undeploy": ("POST", lambda body: self._deploy().undeploy(body)),
         }
+
+    def _deploy(self) -> DeployService:
+        if self._node.deploy is None:  # for a moment after the API first answers
+            raise LookupError("the node is still starting; try again in a second")
+        return self._node.deploy
 
     def _blobs(self) -> BlobService:
         if self._node.blobs is None:  # for a moment after the API first answers

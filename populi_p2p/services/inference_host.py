@@ -110,10 +110,10 @@ class InferenceHost:
             NodeStartError: the peer port cannot be bound.
         """
         await self._start_peer_api(nursery, bind, port)
+        # Always: a deployed replica's engine joins it when it answers (populi_p2p.deploy).
         urls = [*self._config.engine, *await self._start_llama_servers(nursery)]
-        if urls:
-            self.engines = EngineService(urls, self._publisher.set_section)
-            await nursery.start(self.engines.run)
+        self.engines = EngineService(urls, self._publisher.set_section)
+        await nursery.start(self.engines.run)
 
     async def _start_llama_servers(self, nursery: trio.Nursery) -> list[str]:
         """``llama-server`` on each ``--gguf`` file; their URLs once their ports open
@@ -188,6 +188,7 @@ class InferenceHost:
         outcomes: Callable[[], list[Outcome] | None],
         observe: ObserveView | None,
         metrics: MetricsService | None = None,
+        loading: Callable[[str], bool] | None = None,
     ) -> None:
         """The inference service: peer routes always (so members can use our engines),
         the public API when ``--api-listen`` is given, with the observe routes on it.
@@ -237,6 +238,7 @@ class InferenceHost:
             node_id, view=view, address_of=address_of, peer_client=self.peer_client,
             engines=self.engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
             state_of=state_of, outcomes=outcomes, lease_config=self._lease_config,
+            loading=loading, load_wait=config.load_wait,
         )  # fmt: skip
         service.register_peer_routes(self._peer_routes)
         if metrics is not None:

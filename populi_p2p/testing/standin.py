@@ -15,6 +15,12 @@ Faults: ``--delay`` seconds per token, ``--error`` (every completion is a 500),
 ``--crash-at K`` (the process exits after token K, mid-stream), ``--stall-at K``
 (stops sending after token K but keeps the connection). Each also reads an env var
 ``POPULI_STANDIN_<FLAG>`` so a test can set it for a process it does not start.
+
+As a deployed replica's engine (`populi_p2p.deploy.engine_command`): ``--model-file``
+is read whole before it listens, as a real engine loads its model (a file it cannot
+read ends it with one line), after ``--load-delay`` seconds; ``--history DIR`` writes
+the probe's lines (``tests/history/probe.py``: a lock held while it lives, ``start``,
+and ``end`` at SIGTERM) for the task it runs as, so the history checker sees each run.
 """
 
 from __future__ import annotations
@@ -178,6 +184,62 @@ def _refusal(body: dict[str, Any], context_length: int) -> str | None:
     return None
 
 
+def _load(path: str, delay: float) -> None:
+    """Read the model file whole (a real engine's load), after `delay` seconds."""
+    time.sleep(delay)
+    try:
+        with open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+    except OSError as exc:
+        sys.exit(f"standin: cannot read the model file {path}: {exc.strerror}")
+
+
+def _daemon_pid() -> int:
+    """The daemon's pid: our parent, or its parent when our parent is the task wrapper."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            if b"executor/_wrapper.py" not in f.read():
+                return parent
+        with open(f"/proc/{parent}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return parent
+
+
+def _history(logdir: str) -> None:
+    """The probe's lines for this run (`tests/history/probe.py`'s format): the lock
+    is taken and kept for the process's life; ``end`` is written at SIGTERM."""
+    import fcntl
+    import signal
+
+    task = os.environ.get("POPULI_TASK_ID", "unknown")
+    epoch = int(os.environ.get("POPULI_TASK_EPOCH", "0"))
+    lock = os.open(os.path.join(logdir, f"{task}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    log = os.open(os.path.join(logdir, f"{task}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+    def line(event: str, locked: bool) -> None:
+        record = {"task": task, "epoch": epoch, "event": event, "time": time.time(),
+                  "pid": os.getpid(), "ppid": _daemon_pid(), "node": None,
+                  "seconds": 1e9, "locked": locked}  # fmt: skip
+        os.write(log, (json.dumps(record, sort_keys=True) + "\n").encode())
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        locked = True
+    except BlockingIOError:
+        locked = False
+        line("overlap", locked)
+    line("start", locked)
+
+    def on_term(_signum: int, _frame: object) -> None:
+        line("end", locked)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def _env(name: str) -> str | None:
     return os.environ.get(f"POPULI_STANDIN_{name.upper()}")
 
@@ -200,7 +262,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="requests served at once (default: no limit)",
     )
     p.add_argument("--port-file", help="write the bound port here once listening")
+    p.add_argument("--model-file", help="a file to read whole before listening (the model)")
+    p.add_argument("--load-delay", type=float, default=float(_env("load_delay") or 0.0))
+    p.add_argument("--history", default=_env("history"), help="write probe lines here")
     a = p.parse_args(argv)
+    if a.history:
+        _history(a.history)
+    if a.model_file:
+        _load(a.model_file, a.load_delay)
     engine = StandinEngine(StandinConfig(
         model=a.model, tokens=a.tokens, delay=a.delay, error=a.error,
         crash_at=a.crash_at, stall_at=a.stall_at, slots=a.slots,

@@ -2,7 +2,8 @@
 
 One run checks every part: the mesh and its kill -9, the streamed chat completion that
 survives its serving node's kill -9 (through the official `openai` client), a stream
-from llama.cpp's llama-server when it is built (`make engine`), and tasks
+from llama.cpp's llama-server when it is built (`make engine`), a deployment of 2 replicas
+whose replica is placed again after its owner's kill -9, and tasks
 that run on their owners, one of them again at the next epoch after its owner's kill -9.
 """
 
@@ -50,9 +51,9 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     # Inference: the stream came from an engine node, that node was killed mid-stream,
     # and the text arrived whole, once, in order (w0..w29), finished by the other node.
     served = re.search(r"stream from (node\d) \(x-populi-node\)", out)
-    assert served and served.group(1) in ("node4", "node5"), out
+    assert served and served.group(1) in ("node5", "node6"), out
     assert f"kill -9 {served.group(1)} mid-stream" in out
-    other = "node5" if served.group(1) == "node4" else "node4"
+    other = "node6" if served.group(1) == "node5" else "node5"
     words = re.findall(r"\bw(\d+)\b", out.split("(x-populi-node)")[1].split("stream finished")[0])
     assert [int(w) for w in words] == list(range(30)), words
     assert "30 pieces, text intact, no repeat" in out
@@ -65,10 +66,22 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     else:
         assert "real engine: llama-server is not built" in out, out
 
+    # A deployment: 2 replicas of the tiny model serve on two nodes; one replica's owner
+    # is killed; the replica serves again on a third node; requests answered throughout.
+    part = out.split("-- deploy:")[1].split("-- tasks:")[0]
+    first = re.findall(r"tiny\s+#(\d)\s+(node\d)\s+\w+\s+serving", part.split("kill -9")[0])
+    assert sorted(i for i, _ in first) == ["0", "1"] and len({n for _, n in first}) == 2, part
+    victim = re.search(r"kill -9 (node\d) \(owner of a replica", part)
+    assert victim and victim.group(1) in {n for _, n in first}, part
+    after = re.findall(r"tiny\s+#(\d)\s+(node\d)\s+\w+\s+serving", part.split("placed again")[1])
+    nodes_after = {n for _, n in after}
+    assert len(after) == 2 and victim.group(1) not in nodes_after and len(nodes_after) == 2, part
+    assert part.count("'w0 w1 w2 w3 w4' from node") == 3, part
+
     # Tasks: the short ones succeeded (the CLI's table), the long one ran, its owner was
     # killed, and it ran again at a later epoch on another node and succeeded.
     table = out.split("populi-node tasks:")[1].split("long task")[0]
-    rows = [line for line in table.splitlines() if line.strip() and not line.startswith("ID")]
+    rows = [line for line in table.splitlines() if " batch " in line]  # not the replicas
     assert len(rows) == 3 and all(" succeeded " in r for r in rows), table
     killed = re.search(r"running at epoch (\d+) on (node\d); kill -9 (node\d)", out)
     assert killed and killed.group(2) == killed.group(3), out

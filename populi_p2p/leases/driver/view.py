@@ -10,10 +10,14 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final, cast
 
+import attrs
+
 from swim import Member
 
 from ...trust.record import NodeRecord, NodeStatus
 from .. import (
+    BlobInput,
+    Deployment,
     LeaseEvent,
     LeaseTable,
     Requirements,
@@ -195,6 +199,8 @@ def spec_view(spec: TaskSpec) -> dict[str, Any]:
         "submitted_by": spec.submitted_by,
         "submitted_at": spec.submitted_at,
         "replicas": list(spec.replicas),
+        "inputs": [{"name": i.name, "sha256": i.sha256, "size": i.size} for i in spec.inputs],
+        "deployment": None if spec.deployment is None else attrs.asdict(spec.deployment),
         "requirements": {
             "gpus": r.gpu_count,
             "vram_per_gpu": r.vram_per_gpu,
@@ -301,6 +307,25 @@ def spec_from(fields: dict[str, Any], me: str, now_real: float) -> TaskSpec:
             submitted_by=me,
             submitted_at=now_real,
             no_network=no_network,
+            inputs=_inputs_from(fields.get("inputs", [])),
+            deployment=_deployment_from(fields.get("deployment")),
         )
     except (TypeError, IndexError) as exc:
         raise ValueError(f"bad task spec: {exc}") from None
+
+
+def _inputs_from(raw: Any) -> list[BlobInput]:
+    """``[{"name", "sha256", "size"}, ...]`` (hostile input): `ValueError` on anything off."""
+    if not isinstance(raw, list) or not all(isinstance(i, dict) for i in raw):
+        raise ValueError('inputs must be a list of {"name", "sha256", "size"}')
+    items = cast(list[dict[str, Any]], raw)  # values checked by BlobInput
+    return [BlobInput(*(cast(Any, i.get(k)) for k in ("name", "sha256", "size"))) for i in items]
+
+
+def _deployment_from(raw: Any) -> Deployment | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError('deployment must be {"name", "index", "replicas", "ctx"}')
+    get = cast(Callable[[str, Any], Any], raw.get)  # values checked by Deployment
+    return Deployment(get("name", None), get("index", None), get("replicas", None), get("ctx", 0))
