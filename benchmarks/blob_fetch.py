@@ -5,7 +5,8 @@ Starts 4 daemons on loopback; three `model add` the same file (default 2 GiB,
 at once). The baseline is `curl` downloading the same file from one holder over plain
 HTTP (Python's `http.server` serving the holder's blob file). Prints both speeds, the
 ratio, the fetching daemon's peak RSS over its idle RSS while it fetched (sampled every
-20 ms), and the load average. Goal (issue 21): at least half curl's speed, at most
+20 ms), the CPU seconds the fetcher and the holders spent (steadier than speeds on a
+loaded machine), and the load average. Goal (issue 21): at least half curl's speed, at most
 64 MiB extra memory.
 
     python benchmarks/blob_fetch.py [--size 2GiB] [--dir /tmp]
@@ -99,6 +100,7 @@ def main() -> None:
         (root / "curl.out").unlink()
         idle = fetcher.rss_mib()
         peak = idle
+        cpu_before = [d.cpu_seconds() for d in mesh.daemons]
         start = time.monotonic()
         fetcher.client.post("/v1/blobs/pull", {"blob": digest})
         while True:
@@ -108,6 +110,7 @@ def main() -> None:
                 break
             time.sleep(0.02)
         fetch_s = time.monotonic() - start
+        cpu = [d.cpu_seconds() - b for d, b in zip(mesh.daemons, cpu_before, strict=True)]
         if row["state"] != "done":
             raise SystemExit(f"the fetch failed: {row['error']}")
         served = {h[:8]: s["served"] for h, s in row["holders"].items()}
@@ -119,6 +122,8 @@ def main() -> None:
         print(f"ratio populi/curl: {curl_s / fetch_s:.2f} (goal >= 0.5)")
         print(f"fetcher RSS: idle {idle:.1f} MiB, peak {peak:.1f} MiB, extra {peak - idle:.1f}"
               " MiB (goal <= 64)")  # fmt: skip
+        print(f"CPU seconds in the fetch: fetcher {cpu[3]:.2f}, holders {sum(cpu[:3]):.2f}"
+              f" ({(cpu[3] + sum(cpu[:3])) / (size / 2**30):.2f} s per GiB in all)")  # fmt: skip
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
               f" on {os.cpu_count()} CPUs")  # fmt: skip
     finally:

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -47,6 +47,12 @@ MAX_NAME: Final = 64
 #: The most pins one blob keeps (each a deployment or task id).
 MAX_PINS: Final = 1024
 _CATALOGUE: Final = "catalogue.json"
+
+
+class Hash(Protocol):
+    """What `Partial.hash_span` feeds (a hashlib hash)."""
+
+    def update(self, data: bytes, /) -> None: ...
 
 
 class QuotaError(Exception):
@@ -138,17 +144,15 @@ class Partial:
         self.done[index] = 1
         os.pwrite(self._done_fd, b"\1", index)
 
-    def verify_whole(self) -> bool:
-        """Whether the part file's sha256 is the blob's (blocking: a worker thread)."""
-        h = hashlib.sha256()
-        offset = 0
-        while offset < self.manifest.size:
-            piece = os.pread(self.fd, min(READ_BYTES, self.manifest.size - offset), offset)
+    def hash_span(self, whole: Hash, start: int, end: int) -> None:
+        """Feed bytes `start` to `end` of the part file to `whole` (the in-order whole
+        hash; blocking: a worker thread). Raises OSError if the file is shorter."""
+        while start < end:
+            piece = os.pread(self.fd, min(READ_BYTES, end - start), start)
             if not piece:
-                return False
-            h.update(piece)
-            offset += len(piece)
-        return h.digest() == self.manifest.digest
+                raise OSError(f"{self.part} ends at {start}, before its done chunks do")
+            whole.update(piece)
+            start += len(piece)
 
     def close(self) -> None:
         for fd in (self.fd, self._done_fd):
