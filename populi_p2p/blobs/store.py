@@ -105,6 +105,8 @@ class Partial:
         self._done_fd = os.open(done_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         raw = os.pread(self._done_fd, manifest.chunks, 0)
         self.done = bytearray(raw.ljust(manifest.chunks, b"\0"))
+        #: Whether the done map was checked (`recheck`): only then are chunks served.
+        self.checked = False
         if len(raw) < manifest.chunks:
             os.pwrite(self._done_fd, bytes(self.done), 0)
 
@@ -120,6 +122,7 @@ class Partial:
                 self.done[index] = 0
                 os.pwrite(self._done_fd, b"\0", index)
                 cleared += 1
+        self.checked = True
         return cleared
 
     def _chunk_matches(self, index: int) -> bool:
@@ -452,6 +455,15 @@ class BlobStore:
             if discard and entry is not None and not entry.complete:
                 self._delete(entry)
                 self._save()
+            else:
+                self.on_change()  # no longer fetched here: no longer advertised as such
+
+    def fetching(self, digest: bytes) -> Partial | None:
+        """The running fetch of `digest`, if any (its verified chunks may be served)."""
+        return self._partials.get(digest)
+
+    def fetching_digests(self) -> set[bytes]:
+        return set(self._partials)
 
     def partial_manifest(self, digest: bytes) -> Manifest | None:
         """The manifest a stopped fetch followed (a resumption needs no holder's)."""
