@@ -365,7 +365,7 @@ class BlobService:
         client = self._peer_client()
         if client is None:
             raise FetchError("the peer API is not running yet")
-        source = PeerChunkSource(client, self._address_of)
+        source = PeerChunkSource(client.bulk(), self._address_of)
         await fetch_blob(
             self.store, source, digest, holders, name=name, kind=kind,
             bucket=TokenBucket(self._bandwidth), progress=progress,

@@ -19,7 +19,7 @@ from populi_p2p.blobs.planner import ChunkFailure
 from populi_p2p.blobs.service import BlobService, PeerChunkSource
 from populi_p2p.inference.peer_api import PeerApi, PeerRoutes
 from populi_p2p.inference.peer_auth import PeerCallSigner, PeerCallVerifier
-from populi_p2p.inference.peer_client import PeerClient
+from populi_p2p.inference.peer_client import BULK_READ_BYTES, PeerClient
 from tests.inference.conftest import ALICE, BOB, CERTS, keys
 
 from .test_fetcher import Holders
@@ -31,7 +31,7 @@ async def _noop(_name: str, _value: object) -> None:
 
 
 async def test_a_fetching_node_serves_its_verified_chunks_and_409_for_the_rest(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = _file(tmp_path, "m.gguf", 3 * CHUNK_BYTES + 17, seed=3)
     data, manifest = src.read_bytes(), hash_file(src)
@@ -50,6 +50,14 @@ async def test_a_fetching_node_serves_its_verified_chunks_and_409_for_the_rest(
     api = PeerApi(PeerCallVerifier(keys(BOB), BOB.node_id, clock=time.time), routes,
                   host="127.0.0.1", port=0)  # fmt: skip
     alice = PeerClient(PeerCallSigner(ALICE, CERTS[ALICE.node_id], clock=time.time))
+    asked: list[int] = []  # how much each socket read asked for
+    receive_some = trio.SocketStream.receive_some
+
+    async def recording(self: trio.SocketStream, max_bytes: int | None = None) -> Any:
+        asked.append(max_bytes or 0)
+        return await receive_some(self, max_bytes)
+
+    monkeypatch.setattr(trio.SocketStream, "receive_some", recording)
 
     async def chunk(source: PeerChunkSource, index: int) -> bytes:
         out = b""
@@ -60,7 +68,7 @@ async def test_a_fetching_node_serves_its_verified_chunks_and_409_for_the_rest(
 
     async with trio.open_nursery() as nursery:
         port = await nursery.start(api.run)
-        source = PeerChunkSource(alice, lambda _n: ("127.0.0.1", port))
+        source = PeerChunkSource(alice.bulk(), lambda _n: ("127.0.0.1", port))
         try:
             raw = await source.manifest(BOB.node_id, manifest.digest)
             assert Manifest.decode(raw, manifest.digest) == manifest
@@ -69,6 +77,7 @@ async def test_a_fetching_node_serves_its_verified_chunks_and_409_for_the_rest(
             assert unchecked.value.failure is ChunkFailure.LACKS
             assert partial.recheck() == 0
             assert await chunk(source, 0) == data[:CHUNK_BYTES]
+            assert BULK_READ_BYTES in asked  # the bulk client reads large pieces
             with pytest.raises(SourceError) as lacking:
                 await chunk(source, 1)
             assert lacking.value.failure is ChunkFailure.LACKS
