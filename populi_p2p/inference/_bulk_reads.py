@@ -2,11 +2,12 @@
 
 httpcore reads a response 64 KiB at a time, and each read passes through a dozen
 Python layers (httpcore, h11, httpx) before its bytes reach the caller. For a blob
-that is a third of the fetching daemon's CPU: measured with `benchmarks/blob_fetch.py`
-(1 GiB from 3 holders, same run), reading up to 1 MiB at a time took the fetcher from
-2.4-2.7 to 2.0 CPU seconds and the fetch from about 370 to about 530 MiB/s. Small
-answers are unaffected (a read returns what is there), but each read allocates the
-full size first, so this transport is only for bulk transfers.
+that was a large part of the fetching daemon's CPU: measured with
+`benchmarks/blob_fetch.py` (1 GiB from 3 holders, interleaved runs on one machine),
+reads of up to 512 KiB took the fetcher from 2.4-2.7 to 2.0-2.1 CPU seconds and the
+fetch from about 340 to about 510 MiB/s (1 MiB reads: the same speed, 40 MiB of extra
+memory instead of 25). Small answers are unaffected (a read returns what is there), but
+each read allocates its full size first, so this transport is for bulk transfers only.
 
 httpx does not take a network backend, so the transport's connection pool is built
 again with one (`_pool`, the only private name used; `bulk_transport` checks it is

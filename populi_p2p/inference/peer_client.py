@@ -15,7 +15,7 @@ from .peer_auth import PeerCallSigner
 __all__ = ["BULK_READ_BYTES", "PeerClient", "peer_base_url"]
 
 #: Bytes a bulk client's connection reads at a time (`PeerClient.bulk`).
-BULK_READ_BYTES: Final = 1024 * 1024
+BULK_READ_BYTES: Final = 512 * 1024
 
 
 def peer_base_url(host: str, port: int) -> str:
