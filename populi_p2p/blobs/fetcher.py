@@ -37,6 +37,8 @@ __all__ = ["ChunkSource", "FetchError", "FetchProgress", "SourceError", "TokenBu
 
 #: How many holders are asked for the manifest.
 MANIFEST_QUORUM: Final = 3
+#: Most bytes the whole hash reads in one worker-thread call (a stop waits for one).
+HASH_SPAN: Final = 64 * 1024 * 1024
 #: The largest manifest read (512 GiB of 4 MiB chunks: 4 MiB of hashes, plus framing).
 MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024 + 1024
 
@@ -215,7 +217,7 @@ class _PrefixHash:
         """Hash the verified prefix as it grows, until the whole blob is hashed."""
         size = self._partial.manifest.size
         while self._hashed < size:
-            end = self._prefix_end()
+            end = min(self._prefix_end(), self._hashed + HASH_SPAN)
             if end > self._hashed:
                 await trio.to_thread.run_sync(
                     self._partial.hash_span, self._whole, self._hashed, end

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from populi_p2p.blobs import CHUNK_BYTES, BlobStore, FetchError, FetchProgress, fetch_blob
+from populi_p2p.blobs import CHUNK_BYTES, BlobStore, FetchError, FetchProgress, fetch_blob, fetcher
 from populi_p2p.blobs.fetcher import SourceError, TokenBucket
 from populi_p2p.blobs.manifest import Manifest, hash_file
 from populi_p2p.blobs.planner import ChunkFailure
@@ -155,6 +155,7 @@ async def test_whole_hash_follows_the_verified_prefix_during_the_fetch(
         hash_span(self, whole, start, end)
 
     monkeypatch.setattr(Partial, "hash_span", recording)
+    monkeypatch.setattr(fetcher, "HASH_SPAN", CHUNK_BYTES // 2)  # a stop waits for one span
     original_chunk = holders.chunk
 
     @contextlib.asynccontextmanager
@@ -183,6 +184,7 @@ async def test_whole_hash_follows_the_verified_prefix_during_the_fetch(
     assert store.path(entry.digest).read_bytes() == data  # type: ignore[union-attr]
     assert spans[0][0] == 0 and spans[-1][1] == manifest.size
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # in order, each byte once
+    assert max(end - start for start, end in spans) <= CHUNK_BYTES // 2
 
 
 async def test_chunks_that_match_a_false_manifest_are_refused_whole(tmp_path: Path) -> None:
