@@ -52,7 +52,7 @@ _CATALOGUE: Final = "catalogue.json"
 class Hash(Protocol):
     """What `Partial.hash_span` feeds (a hashlib hash)."""
 
-    def update(self, data: bytes, /) -> None: ...
+    def update(self, data: bytes | memoryview, /) -> None: ...
 
 
 class QuotaError(Exception):
@@ -149,13 +149,17 @@ class Partial:
 
     def hash_span(self, whole: Hash, start: int, end: int) -> None:
         """Feed bytes `start` to `end` of the part file to `whole` (the in-order whole
-        hash; blocking: a worker thread). Raises OSError if the file is shorter."""
+        hash; blocking: a worker thread). Raises OSError if the file is shorter.
+
+        Read into one buffer, reused: a fresh 1 MiB object per read costs an allocation
+        and its page faults each time."""
+        buffer = memoryview(bytearray(min(READ_BYTES, max(end - start, 0))))
         while start < end:
-            piece = os.pread(self.fd, min(READ_BYTES, end - start), start)
-            if not piece:
+            n = os.preadv(self.fd, [buffer[: min(len(buffer), end - start)]], start)
+            if not n:
                 raise OSError(f"{self.part} ends at {start}, before its done chunks do")
-            whole.update(piece)
-            start += len(piece)
+            whole.update(buffer[:n])
+            start += n
 
     def close(self) -> None:
         for fd in (self.fd, self._done_fd):
