@@ -5,8 +5,9 @@ Starts 4 daemons on loopback; three `model add` the same file (default 2 GiB,
 at once). The baseline is `curl` downloading the same file from one holder over plain
 HTTP (Python's `http.server` serving the holder's blob file). Prints both speeds, the
 ratio, the fetching daemon's peak RSS over its idle RSS while it fetched (sampled every
-20 ms), and the load average. Goal (issue 21): at least half curl's speed, at most
-64 MiB extra memory.
+20 ms), the CPU seconds the fetcher and the holders spent, and curl and its server
+(steadier than speeds on a loaded machine), and the load average. Goal (issue 21): at
+least half curl's speed, at most 64 MiB extra memory.
 
     python benchmarks/blob_fetch.py [--size 2GiB] [--dir /tmp]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -49,8 +51,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _curl(path: Path, out: Path) -> float:
-    """Seconds `curl` takes to download `path` from a local plain HTTP server."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _curl(path: Path, out: Path) -> tuple[float, float]:
+    """Seconds `curl` takes to download `path` from a local plain HTTP server, and the
+    CPU seconds curl and the server spent (the server's start included)."""
+    cpu_before = _children_cpu()
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
@@ -63,10 +72,11 @@ def _curl(path: Path, out: Path) -> float:
                  == 0, "http.server", 30, 0.1)  # fmt: skip
         start = time.monotonic()
         subprocess.run(["curl", "-sf", "-o", str(out), url], check=True)
-        return time.monotonic() - start
+        seconds = time.monotonic() - start
     finally:
         server.kill()
         server.wait()
+    return seconds, _children_cpu() - cpu_before
 
 
 def main() -> None:
@@ -95,19 +105,25 @@ def main() -> None:
             return any(r["hash"] == digest and len(r["holders"]) == 3 for r in rows)
 
         wait_for(seen, "the fetcher to see 3 holders", 60, 0.1)
-        curl_s = _curl(holders[0].state / "blobs" / digest, root / "curl.out")
+        curl_s, curl_cpu = _curl(holders[0].state / "blobs" / digest, root / "curl.out")
         (root / "curl.out").unlink()
         idle = fetcher.rss_mib()
         peak = idle
+        cpu_before = [d.cpu_seconds() for d in mesh.daemons]
         start = time.monotonic()
         fetcher.client.post("/v1/blobs/pull", {"blob": digest})
+        verifying = None  # when the last chunk was in (the whole hash's tail began)
         while True:
             row = fetcher.client.get(f"/v1/blobs/progress?blob={digest}")
             peak = max(peak, fetcher.rss_mib())
+            if row["state"] in ("verifying", "done") and verifying is None:
+                verifying = time.monotonic()
             if row["state"] in ("done", "failed"):
                 break
             time.sleep(0.02)
         fetch_s = time.monotonic() - start
+        tail_s = fetch_s - ((verifying or start) - start)
+        cpu = [d.cpu_seconds() - b for d, b in zip(mesh.daemons, cpu_before, strict=True)]
         if row["state"] != "done":
             raise SystemExit(f"the fetch failed: {row['error']}")
         served = {h[:8]: s["served"] for h, s in row["holders"].items()}
@@ -115,10 +131,14 @@ def main() -> None:
         print(f"blob: {mib:.0f} MiB, {row['chunks']} chunks; chunks served per holder {served}")
         print(f"curl, 1 holder, plain HTTP:        {mib / curl_s:8.1f} MiB/s ({curl_s:.2f} s)")
         print(f"populi, 3 holders, signed+checked: {mib / fetch_s:8.1f} MiB/s ({fetch_s:.2f} s,"
-              " whole-hash check included)")  # fmt: skip
+              f" whole hash included, {tail_s:.2f} s of it after the last chunk)")  # fmt: skip
         print(f"ratio populi/curl: {curl_s / fetch_s:.2f} (goal >= 0.5)")
         print(f"fetcher RSS: idle {idle:.1f} MiB, peak {peak:.1f} MiB, extra {peak - idle:.1f}"
               " MiB (goal <= 64)")  # fmt: skip
+        gib = size / 2**30
+        print(f"CPU seconds in the fetch: fetcher {cpu[3]:.2f}, holders {sum(cpu[:3]):.2f}"
+              f" ({(cpu[3] + sum(cpu[:3])) / gib:.2f} s per GiB in all); curl and"
+              f" http.server {curl_cpu:.2f} ({curl_cpu / gib:.2f} s per GiB)")  # fmt: skip
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
               f" on {os.cpu_count()} CPUs")  # fmt: skip
     finally:

@@ -6,8 +6,11 @@ of them agree on wins and the dissenters are skipped), opens or resumes the part
 `FetchPlan`: each chunk is streamed from its holder straight to its offset in the part
 file, hashed as it comes and marked done only if its sha256 is the manifest's. A
 corrupt chunk, a holder that lies about holding the blob, an unreachable or busy holder
-are the plan's to handle. At the end the whole file's sha256 is checked before the blob
-is moved into place; a mismatch means the manifest lied, and the partial is discarded.
+are the plan's to handle. The whole file's sha256 is computed in order as the prefix of
+verified chunks grows (`_PrefixHash`, a worker thread beside the transfers, reading the
+part file), so when the last chunk lands only the chunks after the first gap are left
+to hash; the blob is moved into place only if it is the blob's digest. A mismatch means
+the manifest lied, and the partial is discarded.
 
 Memory is bounded: a chunk is never held whole, only the transport's pieces (64 KiB),
 with at most the plan's `total` chunks in flight. The bandwidth cap is a token bucket
@@ -34,6 +37,8 @@ __all__ = ["ChunkSource", "FetchError", "FetchProgress", "SourceError", "TokenBu
 
 #: How many holders are asked for the manifest.
 MANIFEST_QUORUM: Final = 3
+#: Most bytes the whole hash reads in one worker-thread call (a stop waits for one).
+HASH_SPAN: Final = 64 * 1024 * 1024
 #: The largest manifest read (512 GiB of 4 MiB chunks: 4 MiB of hashes, plus framing).
 MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024 + 1024
 
@@ -187,6 +192,47 @@ async def fetch_blob(
     return entry
 
 
+class _PrefixHash:
+    """The blob's sha256, fed in order from the part file as the prefix of verified
+    chunks grows (a worker thread, beside the transfers), so the whole-hash check at
+    the end costs the last chunks, not a second pass over the blob."""
+
+    def __init__(self, partial: Partial) -> None:
+        self._partial = partial
+        self._whole = hashlib.sha256()
+        self._hashed = 0
+        self._grew = trio.Event()
+
+    def grew(self) -> None:
+        """A chunk was marked done (the verified prefix may be longer)."""
+        self._grew.set()
+
+    def _prefix_end(self) -> int:
+        first_missing = self._partial.done.find(0)
+        if first_missing < 0:
+            return self._partial.manifest.size
+        return self._partial.manifest.chunk_span(first_missing)[0]
+
+    async def run(self) -> None:
+        """Hash the verified prefix as it grows, until the whole blob is hashed."""
+        size = self._partial.manifest.size
+        while self._hashed < size:
+            end = min(self._prefix_end(), self._hashed + HASH_SPAN)
+            if end > self._hashed:
+                await trio.to_thread.run_sync(
+                    self._partial.hash_span, self._whole, self._hashed, end
+                )
+                self._hashed = end
+            else:
+                await self._grew.wait()
+                self._grew = trio.Event()
+
+    def digest(self) -> bytes:
+        if self._hashed != self._partial.manifest.size:
+            raise AssertionError("the whole hash is not finished")
+        return self._whole.digest()
+
+
 async def _fetch_chunks(
     store: BlobStore,
     source: ChunkSource,
@@ -206,6 +252,7 @@ async def _fetch_chunks(
         plan.skip(holder, why)
     progress.size, progress.chunks, progress.state = manifest.size, manifest.chunks, "fetching"
     wake = trio.Event()
+    whole = _PrefixHash(partial)
 
     def report() -> None:
         progress.done = plan.done_count
@@ -220,11 +267,13 @@ async def _fetch_chunks(
         else:
             partial.mark_done(chunk)
             plan.succeeded(chunk, holder)
+            whole.grew()
         report()
         wake.set()
 
     report()
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(whole.run)
         while not plan.finished:
             stuck = plan.stuck()
             if stuck is not None and not plan.inflight():
@@ -235,8 +284,8 @@ async def _fetch_chunks(
             with trio.move_on_at(deadline if deadline is not None else float("inf")):
                 await wake.wait()
             wake = trio.Event()
-    progress.state = "verifying"
-    if not await trio.to_thread.run_sync(partial.verify_whole):
+        progress.state = "verifying"  # the nursery waits for the last of the whole hash
+    if whole.digest() != manifest.digest:
         store.drop_partial(partial, discard=True)
         givers = ", ".join(h[:12] for h, s in plan.holders.items() if s.skipped is None)
         raise FetchError(

@@ -8,7 +8,10 @@ their holders.
 
 Section ``blobs``::
 
-    {"m": [[digest (32 bytes), size, name], ...]}     at most MAX_ADVERTISED entries
+    {"m": [[digest (32 bytes), size, name], ...],    complete blobs
+     "p": [[digest (32 bytes), size, name], ...]}    blobs being fetched here, whose
+                                                      verified chunks are served
+                                                      (at most MAX_ADVERTISED in all)
 
 A section is a member's claim, and anything received is hostile: `parse_advert` takes
 at most `MAX_ADVERTISED` well-formed entries and ignores the rest, so one member makes
@@ -18,7 +21,7 @@ that lies is skipped by the fetch and counted).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -45,24 +48,42 @@ MODEL_KIND: Final = "model"
 
 @attrs.frozen
 class Advert:
-    """One blob a node says it holds."""
+    """One blob a node says it holds (`partial`: it is fetching it, and serves the
+    chunks it has verified)."""
 
     digest: bytes
     size: int
     name: str
+    partial: bool = False
 
 
-def advert_section(entries: Iterable[BlobEntry]) -> dict[str, Any] | None:
-    """The section for our complete model blobs (None: nothing to advertise)."""
-    models = [e for e in entries if e.complete and e.kind == MODEL_KIND]
+def advert_section(
+    entries: Iterable[BlobEntry], fetching: Collection[bytes] = ()
+) -> dict[str, Any] | None:
+    """The section for our complete model blobs, then those being fetched here (None:
+    nothing to advertise)."""
+    models = [e for e in entries if e.kind == MODEL_KIND]
     models.sort(key=lambda e: (-e.used, e.hex))
-    rows = [[e.digest, e.size, e.name] for e in models[:MAX_ADVERTISED]]
-    return {"m": rows} if rows else None
+    complete = [e for e in models if e.complete][:MAX_ADVERTISED]
+    partial = [e for e in models if not e.complete and e.digest in fetching]
+    partial = partial[: MAX_ADVERTISED - len(complete)]
+    section = {
+        key: [[e.digest, e.size, e.name] for e in rows]
+        for key, rows in (("m", complete), ("p", partial))
+        if rows
+    }
+    return section or None
 
 
 def parse_advert(section: Any) -> list[Advert]:
     """The well-formed entries of a member's section (hostile input: never raises)."""
-    rows = section.get("m") if isinstance(section, dict) else None
+    if not isinstance(section, dict):
+        return []
+    out = _parse_rows(section.get("m"), partial=False)
+    return out + _parse_rows(section.get("p"), partial=True)[: MAX_ADVERTISED - len(out)]
+
+
+def _parse_rows(rows: Any, *, partial: bool) -> list[Advert]:
     out: list[Advert] = []
     for row in rows[:MAX_ADVERTISED] if isinstance(rows, list) else []:
         if not (isinstance(row, list) and len(row) == 3):
@@ -74,18 +95,24 @@ def parse_advert(section: Any) -> list[Advert]:
             continue
         if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.isprintable()):
             continue
-        out.append(Advert(digest, size, name))
+        out.append(Advert(digest, size, name, partial))
     return out
 
 
 @attrs.define
 class MeshBlob:
-    """A blob some members advertise: its size and names as claimed, and who."""
+    """A blob some members advertise: its size and names as claimed, and who holds it
+    whole (`holders`) or is fetching it (`partial`)."""
 
     digest: bytes
     sizes: set[int] = attrs.field(factory=set)
     names: set[str] = attrs.field(factory=set)
     holders: list[str] = attrs.field(factory=list)
+    partial: list[str] = attrs.field(factory=list)
+
+    def sources(self) -> list[str]:
+        """Whom a fetch asks, in order: the complete holders first."""
+        return self.holders + [n for n in self.partial if n not in self.holders]
 
 
 def mesh_catalogue(sections: Mapping[str, Any]) -> dict[bytes, MeshBlob]:
@@ -96,8 +123,9 @@ def mesh_catalogue(sections: Mapping[str, Any]) -> dict[bytes, MeshBlob]:
             blob = out.setdefault(advert.digest, MeshBlob(advert.digest))
             blob.sizes.add(advert.size)
             blob.names.add(advert.name)
-            if node not in blob.holders:
-                blob.holders.append(node)
+            listed = blob.partial if advert.partial else blob.holders
+            if node not in listed:
+                listed.append(node)
     return out
 
 

@@ -11,6 +11,10 @@ The fetcher (`fetcher.py`) asks `assign(now)` for work, reports each chunk's out
   rest of the fetch and counted; its chunk goes back to the queue for another holder.
 - A holder that is **unreachable** or **busy** backs off (`backoff_min` doubling to
   `backoff_max`) and is skipped after `max_failures` failures in a row.
+- A holder that **lacks** a chunk (it is fetching the blob itself and serves only the
+  chunks it has verified) is not asked for that chunk again for `lack_retry` seconds;
+  it goes on serving the others. Assignment looks at the `SCAN` lowest chunks left for
+  one that some holder can serve.
 - The fetch is **stuck** (`stuck()` says why) when chunks remain and no holder is left
   that is not skipped.
 """
@@ -28,6 +32,8 @@ __all__ = ["Assignment", "ChunkFailure", "FetchPlan", "HolderStats"]
 #: Default bounds (the fetcher's defaults).
 PER_HOLDER: Final = 4
 TOTAL: Final = 12
+#: How many of the lowest chunks left one assignment looks through.
+SCAN: Final = 64
 
 
 class ChunkFailure(enum.Enum):
@@ -37,6 +43,7 @@ class ChunkFailure(enum.Enum):
     MISSING = "missing"  # the holder says it does not hold the blob: it lied, skip it
     UNREACHABLE = "unreachable"  # connection or protocol error: back off, then skip
     BUSY = "busy"  # the holder is at its transfer cap: back off
+    LACKS = "lacks"  # a holder still fetching it lacks this chunk: ask again later
 
 
 @attrs.frozen
@@ -54,6 +61,7 @@ class HolderStats:
     missing: int = 0
     unreachable: int = 0
     busy: int = 0
+    lacks: int = 0
     skipped: str | None = None  # why it is no longer asked
     inflight: int = 0
     failures_in_row: int = 0
@@ -82,6 +90,7 @@ class FetchPlan:
         backoff_min: float = 0.2,
         backoff_max: float = 5.0,
         max_failures: int = 5,
+        lack_retry: float = 1.0,
     ) -> None:
         if chunks < 1 or per_holder < 1 or total < 1:
             raise ValueError("chunks, per_holder and total are at least 1")
@@ -94,6 +103,8 @@ class FetchPlan:
         self._total = total
         self._backoff = (backoff_min, backoff_max)
         self._max_failures = max_failures
+        self._lack_retry = lack_retry
+        self._lacking: dict[tuple[str, int], float] = {}  # (holder, chunk) -> ask again at
 
     ####################################################################################
     # Queries
@@ -125,6 +136,11 @@ class FetchPlan:
             for s in self.holders.values()
             if s.skipped is None and s.retry_at > now and s.inflight < self._per_holder
         ]
+        for key, at in list(self._lacking.items()):
+            if at > now:
+                times.append(at)
+            else:
+                del self._lacking[key]
         return min(times) if times and self._pending else None
 
     ####################################################################################
@@ -137,22 +153,32 @@ class FetchPlan:
         """The chunks to request now, each from one holder (within the bounds)."""
         out: list[Assignment] = []
         while self._pending and len(self._inflight) < self._total:
-            holder = self._pick(now)
-            if holder is None:
+            found = self._next(now)
+            if found is None:
                 break
-            chunk = self._pending.pop()
+            at, holder = found
+            chunk = self._pending.pop(at)
             self._inflight[chunk] = holder
             self.holders[holder].inflight += 1
             out.append(Assignment(chunk, holder))
         return out
 
-    def _pick(self, now: float) -> str | None:
+    def _next(self, now: float) -> tuple[int, str] | None:
+        """(index in `_pending`, holder) of the lowest chunk some holder can serve."""
+        last = len(self._pending) - 1
+        for at in range(last, max(-1, last - SCAN), -1):
+            holder = self._pick(now, self._pending[at])
+            if holder is not None:
+                return at, holder
+        return None
+
+    def _pick(self, now: float, chunk: int) -> str | None:
         best: str | None = None
         best_load = self._per_holder
         for holder, stats in self.holders.items():
             if stats.skipped is not None or stats.retry_at > now:
                 continue
-            if stats.inflight < best_load:
+            if stats.inflight < best_load and self._lacking.get((holder, chunk), 0.0) <= now:
                 best, best_load = holder, stats.inflight
         return best
 
@@ -171,13 +197,18 @@ class FetchPlan:
         stats.failures_in_row = 0
         stats.retry_at = 0.0
         self._done.add(chunk)
+        for other in self.holders:
+            self._lacking.pop((other, chunk), None)
 
     def failed(self, chunk: int, holder: str, why: ChunkFailure, now: float) -> None:
         """The chunk did not arrive from `holder`; it goes back to the queue."""
         stats = self._settle(chunk, holder)
         self._pending.append(chunk)
         self._pending.sort(reverse=True)
-        if why is ChunkFailure.CORRUPT:
+        if why is ChunkFailure.LACKS:
+            stats.lacks += 1
+            self._lacking[(holder, chunk)] = now + self._lack_retry
+        elif why is ChunkFailure.CORRUPT:
             stats.corrupt += 1
             stats.skipped = stats.skipped or "sent a corrupt chunk"
         elif why is ChunkFailure.MISSING:

@@ -7,6 +7,11 @@ and nonce are checked from the headers before anything else):
 - ``GET CHUNK_PATH?h=HEX&i=N``: chunk N's bytes, streamed from the file in
   `SERVE_PIECE` pieces.
 
+A blob being fetched here is served too, as far as it goes: its manifest, and each
+chunk its fetch has verified (after the done map was checked again on resumption);
+a chunk not fetched yet is 409, which the fetcher takes as "ask again later", not as
+a lie. The record advertises such blobs apart (``p``), after the complete ones.
+
 Both first check that the caller is a current member (alive or suspect in our
 membership): a certificate alone reads nothing. Only then is the store looked at. At
 most `max_transfers` chunks are served at once; beyond it the answer is 503 at once
@@ -105,6 +110,8 @@ def _check_status(status: int) -> None:
         raise SourceError(ChunkFailure.MISSING, "the holder does not hold it")
     if status == 503:
         raise SourceError(ChunkFailure.BUSY, "the holder is at its transfer cap")
+    if status == 409:
+        raise SourceError(ChunkFailure.LACKS, "the holder is fetching it and lacks this chunk")
     raise SourceError(ChunkFailure.UNREACHABLE, f"answered {status}")
 
 
@@ -151,7 +158,7 @@ class BlobService:
         self._pulls: dict[bytes, FetchProgress] = {}
         self.stats = {
             "served_chunks": 0, "served_bytes": 0, "refused_not_member": 0, "refused_busy": 0,
-            "not_held": 0, "fetched_blobs": 0, "fetch_failures": 0,
+            "not_held": 0, "lacked": 0, "fetched_blobs": 0, "fetch_failures": 0,
         }  # fmt: skip
         store.on_change = self._store_changed
 
@@ -170,12 +177,15 @@ class BlobService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await self._set_section(SECTION, advert_section(self.store.entries()))
+            await self._set_section(SECTION, self._advert())
             task_status.started()
             while True:
                 await self._changed.wait()
                 self._changed = trio.Event()
-                await self._set_section(SECTION, advert_section(self.store.entries()))
+                await self._set_section(SECTION, self._advert())
+
+    def _advert(self) -> dict[str, Any] | None:
+        return advert_section(self.store.entries(), self.store.fetching_digests())
 
     def register_peer_routes(self, routes: PeerRoutes) -> None:
         routes.add("GET", MANIFEST_PATH, self._serve_manifest)
@@ -206,6 +216,9 @@ class BlobService:
             return _json(400, {"error": str(exc)})
         manifest = self.store.manifest(digest)
         if manifest is None:
+            partial = self.store.fetching(digest)
+            manifest = None if partial is None else partial.manifest
+        if manifest is None:
             self.stats["not_held"] += 1
             return _json(404, {"error": "not held here"})
         return PeerResponse(200, manifest.encode(), content_type="application/msgpack")
@@ -224,21 +237,30 @@ class BlobService:
             return _json(503, {"error": "at the transfer cap; ask another holder"})
         manifest = self.store.manifest(digest)
         path = self.store.path(digest)
+        partial = None if manifest is not None else self.store.fetching(digest)
+        if partial is not None:
+            manifest, path = partial.manifest, partial.part
         if manifest is None or path is None:
             self.stats["not_held"] += 1
             return _json(404, {"error": "not held here"})
         if not 0 <= index < manifest.chunks:
             return _json(400, {"error": f"chunk index is 0 to {manifest.chunks - 1}"})
+        if partial is not None and not (partial.checked and partial.done[index]):
+            return self._lacks()
         offset, length = manifest.chunk_span(index)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return _json(404, {"error": "not held here"})
+        except OSError:  # a partial may just have been moved into place: ask again
+            return self._lacks() if partial is not None else _json(404, {"error": "not held here"})
         self._transfers += 1
         return PeerResponse(
             200, _ChunkStream(self, fd, offset, length), content_type="application/octet-stream",
             headers={"content-length": str(length)}, coalesce=False,
         )  # fmt: skip
+
+    def _lacks(self) -> PeerResponse:
+        self.stats["lacked"] += 1
+        return _json(409, {"error": "this chunk is not fetched here yet; ask again later"})
 
     ####################################################################################
     # The API (``populi-node model ...``)
@@ -272,11 +294,12 @@ class BlobService:
             row = entry.row()
             blob = catalogue.get(entry.digest)
             row["holders"] = [] if blob is None else [h for h in blob.holders if h != self._me]
+            row["fetching"] = [] if blob is None else [h for h in blob.partial if h != self._me]
             local.append(row)
         held = {e.digest for e in self.store.entries()}
         mesh = [
             {"hash": d.hex(), "names": sorted(b.names), "size": max(b.sizes),
-             "holders": b.holders}
+             "holders": b.holders, "fetching": b.partial}
             for d, b in sorted(catalogue.items()) if d not in held
         ]  # fmt: skip
         return {"local": local, "mesh": mesh, "used": self.store.used(), "quota": self.store.quota}
@@ -300,7 +323,7 @@ class BlobService:
 
     def _holders(self, digest: bytes) -> list[str]:
         blob = mesh_catalogue(self._sections()).get(digest)
-        return [] if blob is None else [h for h in blob.holders if h != self._me]
+        return [] if blob is None else [h for h in blob.sources() if h != self._me]
 
     holders_of = _holders  # the members to fetch `digest` from (deployments, tasks)
 
@@ -362,7 +385,7 @@ class BlobService:
         client = self._peer_client()
         if client is None:
             raise FetchError("the peer API is not running yet")
-        source = PeerChunkSource(client, self._address_of)
+        source = PeerChunkSource(client.bulk(), self._address_of)
         await fetch_blob(
             self.store, source, digest, holders, name=name, kind=kind,
             bucket=TokenBucket(self._bandwidth), progress=progress,

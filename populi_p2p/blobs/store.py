@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -47,6 +47,12 @@ MAX_NAME: Final = 64
 #: The most pins one blob keeps (each a deployment or task id).
 MAX_PINS: Final = 1024
 _CATALOGUE: Final = "catalogue.json"
+
+
+class Hash(Protocol):
+    """What `Partial.hash_span` feeds (a hashlib hash)."""
+
+    def update(self, data: bytes | memoryview, /) -> None: ...
 
 
 class QuotaError(Exception):
@@ -99,6 +105,8 @@ class Partial:
         self._done_fd = os.open(done_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         raw = os.pread(self._done_fd, manifest.chunks, 0)
         self.done = bytearray(raw.ljust(manifest.chunks, b"\0"))
+        #: Whether the done map was checked (`recheck`): only then are chunks served.
+        self.checked = False
         if len(raw) < manifest.chunks:
             os.pwrite(self._done_fd, bytes(self.done), 0)
 
@@ -114,6 +122,7 @@ class Partial:
                 self.done[index] = 0
                 os.pwrite(self._done_fd, b"\0", index)
                 cleared += 1
+        self.checked = True
         return cleared
 
     def _chunk_matches(self, index: int) -> bool:
@@ -138,17 +147,19 @@ class Partial:
         self.done[index] = 1
         os.pwrite(self._done_fd, b"\1", index)
 
-    def verify_whole(self) -> bool:
-        """Whether the part file's sha256 is the blob's (blocking: a worker thread)."""
-        h = hashlib.sha256()
-        offset = 0
-        while offset < self.manifest.size:
-            piece = os.pread(self.fd, min(READ_BYTES, self.manifest.size - offset), offset)
-            if not piece:
-                return False
-            h.update(piece)
-            offset += len(piece)
-        return h.digest() == self.manifest.digest
+    def hash_span(self, whole: Hash, start: int, end: int) -> None:
+        """Feed bytes `start` to `end` of the part file to `whole` (the in-order whole
+        hash; blocking: a worker thread). Raises OSError if the file is shorter.
+
+        Read into one buffer, reused: a fresh 1 MiB object per read costs an allocation
+        and its page faults each time."""
+        buffer = memoryview(bytearray(min(READ_BYTES, max(end - start, 0))))
+        while start < end:
+            n = os.preadv(self.fd, [buffer[: min(len(buffer), end - start)]], start)
+            if not n:
+                raise OSError(f"{self.part} ends at {start}, before its done chunks do")
+            whole.update(buffer[:n])
+            start += n
 
     def close(self) -> None:
         for fd in (self.fd, self._done_fd):
@@ -448,6 +459,15 @@ class BlobStore:
             if discard and entry is not None and not entry.complete:
                 self._delete(entry)
                 self._save()
+            else:
+                self.on_change()  # no longer fetched here: no longer advertised as such
+
+    def fetching(self, digest: bytes) -> Partial | None:
+        """The running fetch of `digest`, if any (its verified chunks may be served)."""
+        return self._partials.get(digest)
+
+    def fetching_digests(self) -> set[bytes]:
+        return set(self._partials)
 
     def partial_manifest(self, digest: bytes) -> Manifest | None:
         """The manifest a stopped fetch followed (a resumption needs no holder's)."""

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Final
 
 import httpx
 
+from ._bulk_reads import bulk_transport
 from ._tls import tls_context, url
-from ._transport import coalescing_transport
+from ._transport import CoalescingBackend, coalescing_transport
 from .peer_auth import PeerCallSigner
 
-__all__ = ["PeerClient", "peer_base_url"]
+__all__ = ["BULK_READ_BYTES", "PeerClient", "peer_base_url"]
+
+#: Bytes a bulk client's connection reads at a time (`PeerClient.bulk`).
+BULK_READ_BYTES: Final = 512 * 1024
 
 
 def peer_base_url(host: str, port: int) -> str:
@@ -26,6 +31,8 @@ class PeerClient:
         signer: signs each request for its callee.
         connect_timeout: seconds to open a connection (a dead peer is seen this fast).
         read_timeout: seconds between bytes of an answer (None: the caller watches).
+        read_bytes: read answers up to this many bytes at a time (bulk transfers; None:
+            httpx's 64 KiB).
     """
 
     def __init__(
@@ -34,20 +41,41 @@ class PeerClient:
         *,
         connect_timeout: float = 2.0,
         read_timeout: float | None = 30.0,
+        read_bytes: int | None = None,
     ) -> None:
         self._signer = signer
-        # Each request in one write (`_transport`): the relay's hop to the serving node.
-        transport, self.backend = coalescing_transport(
-            httpx.Limits(max_connections=256, max_keepalive_connections=64), tls_context()
-        )
+        self._timeouts = (connect_timeout, read_timeout)
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        transport: httpx.AsyncHTTPTransport
+        #: The coalescing backend of a relay client (its send count), None for bulk.
+        self.backend: CoalescingBackend | None = None
+        if read_bytes is None:
+            # Each request in one write (`_transport`): the relay's hop to the serving node.
+            transport, self.backend = coalescing_transport(limits, tls_context())
+        else:
+            transport = bulk_transport(read_bytes, limits=limits, ssl_context=tls_context())
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
             transport=transport,
             trust_env=False,
         )
+        self._bulk: PeerClient | None = None
+
+    def bulk(self) -> PeerClient:
+        """A client with the same signer for bulk transfers (blob chunks): its
+        connections read `BULK_READ_BYTES` at a time. Closed with this one."""
+        if self._bulk is None:
+            connect, read = self._timeouts
+            self._bulk = PeerClient(
+                self._signer, connect_timeout=connect, read_timeout=read,
+                read_bytes=BULK_READ_BYTES,
+            )  # fmt: skip
+        return self._bulk
 
     async def aclose(self) -> None:
         await self._client.aclose()
+        if self._bulk is not None:
+            await self._bulk.aclose()
 
     def _build(
         self, callee: str, base_url: str, method: str, path: str, body: bytes

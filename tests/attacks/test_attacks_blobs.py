@@ -32,6 +32,10 @@ class SpyStore(BlobStore):
         SpyStore.reads += 1
         return super().path(digest)
 
+    def fetching(self, digest: bytes) -> Any:
+        SpyStore.reads += 1
+        return super().fetching(digest)
+
 
 async def _noop(_name: str, _value: object) -> None:
     return None

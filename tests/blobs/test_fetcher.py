@@ -5,16 +5,19 @@ resumed without fetching its done chunks again, the bandwidth cap."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from populi_p2p.blobs import CHUNK_BYTES, BlobStore, FetchError, FetchProgress, fetch_blob
+from populi_p2p.blobs import CHUNK_BYTES, BlobStore, FetchError, FetchProgress, fetch_blob, fetcher
 from populi_p2p.blobs.fetcher import SourceError, TokenBucket
 from populi_p2p.blobs.manifest import Manifest, hash_file
 from populi_p2p.blobs.planner import ChunkFailure
+from populi_p2p.blobs.store import Partial
 
 from .test_store import _file
 
@@ -133,3 +136,67 @@ async def test_bandwidth_cap(autojump_clock: object) -> None:
     for _ in range(32):
         await bucket.take(64 * 1024)  # 2 MiB at 1 MiB/s
     assert trio.current_time() - start >= 1.9
+
+
+async def test_whole_hash_follows_the_verified_prefix_during_the_fetch(
+    tmp_path: Path, blob: tuple[bytes, Manifest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole sha256 is computed in order while chunks still arrive (not a second
+    pass over the blob after the last one), each byte once."""
+    data, manifest = blob
+    holders = Holders(data, manifest, {"a": "honest", "b": "honest"})
+    last = manifest.chunks - 1
+    release_last = trio.Event()
+    spans: list[tuple[int, int]] = []
+    hash_span = Partial.hash_span
+
+    def recording(self: Partial, whole: Any, start: int, end: int) -> None:
+        spans.append((start, end))
+        hash_span(self, whole, start, end)
+
+    monkeypatch.setattr(Partial, "hash_span", recording)
+    monkeypatch.setattr(fetcher, "HASH_SPAN", CHUNK_BYTES // 2)  # a stop waits for one span
+    original_chunk = holders.chunk
+
+    @contextlib.asynccontextmanager
+    async def held_chunk(
+        holder: str, digest: bytes, index: int
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        if index == last:
+            await release_last.wait()
+        async with original_chunk(holder, digest, index) as pieces:
+            yield pieces
+
+    holders.chunk = held_chunk  # type: ignore[method-assign]
+    store = BlobStore(tmp_path / "blobs", 0)
+    last_offset = manifest.chunk_span(last)[0]
+
+    async def release_once_the_prefix_is_hashed() -> None:
+        with trio.fail_after(30):
+            while sum(end - start for start, end in spans) < last_offset:
+                await trio.sleep(0.005)
+        release_last.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(release_once_the_prefix_is_hashed)
+        entry = await fetch_blob(store, holders, manifest.digest, ["a", "b"], name="m",
+                                 kind="model")  # fmt: skip
+    assert store.path(entry.digest).read_bytes() == data  # type: ignore[union-attr]
+    assert spans[0][0] == 0 and spans[-1][1] == manifest.size
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # in order, each byte once
+    assert max(end - start for start, end in spans) <= CHUNK_BYTES // 2
+
+
+async def test_chunks_that_match_a_false_manifest_are_refused_whole(tmp_path: Path) -> None:
+    """A manifest whose chunk hashes describe other bytes than its digest: every chunk
+    verifies, the whole hash does not; the fetch fails and keeps nothing."""
+    src = _file(tmp_path, "src", 2 * CHUNK_BYTES + 5)
+    other = hash_file(src)
+    claimed = bytes(31) + b"\1"
+    false = Manifest(claimed, other.size, CHUNK_BYTES, other.chunk_hashes)
+    holders = Holders(src.read_bytes(), false, {"a": "honest", "b": "honest"})
+    store = BlobStore(tmp_path / "blobs", 0)
+    with pytest.raises(FetchError, match="the manifest was false"):
+        await fetch_blob(store, holders, claimed, ["a", "b"], name="m", kind="model")
+    assert store.get(claimed) is None and store.used() == 0
+    assert not list((tmp_path / "blobs" / "partial").iterdir())

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populi_p2p.blobs.planner import ChunkFailure, FetchPlan
+from populi_p2p.blobs.planner import Assignment, ChunkFailure, FetchPlan
 
 
 def test_spreads_over_holders_lowest_chunks_first() -> None:
@@ -46,6 +46,22 @@ def test_unreachable_backs_off_then_is_skipped_and_the_plan_is_stuck() -> None:
     assert plan.holders["a"].skipped is not None
     assert plan.stuck() is not None and "unreachable" in (plan.stuck() or "")
     assert FetchPlan(1, [], []).stuck() == "no member holds this blob"
+
+
+def test_a_holder_lacking_a_chunk_serves_the_others_and_is_asked_again_later() -> None:
+    plan = FetchPlan(3, [], ["full", "part"], per_holder=1, total=2, lack_retry=1.0)
+    out = {a.holder: a.chunk for a in plan.assign(0.0)}
+    assert out == {"full": 0, "part": 1}
+    plan.failed(1, "part", ChunkFailure.LACKS, 0.0)
+    assert plan.holders["part"].skipped is None and plan.holders["part"].lacks == 1
+    assert plan.assign(0.0) == [Assignment(2, "part")]  # not chunk 1 again, yet
+    plan.succeeded(2, "part")
+    assert plan.assign(0.0) == []  # only "part" is free, and it lacks chunk 1
+    assert plan.next_deadline(0.0) == 1.0
+    assert plan.assign(1.0) == [Assignment(1, "part")]
+    plan.succeeded(0, "full")
+    plan.succeeded(1, "part")
+    assert plan.finished and plan.stuck() is None
 
 
 def test_resumption_fetches_only_what_is_missing() -> None:
