@@ -205,6 +205,7 @@ async def test_a_failover_chooses_again_from_the_view_as_it_is_then() -> None:
         entry = mesh.front.recent_routes()[-1]  # type: ignore[union-attr]
         assert entry["order"] == ["alice"]  # the decision at the start
         assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
+        nursery.cancel_scope.cancel()
 
 
 async def test_route_header_says_when_a_continuation_cannot_be_exact() -> None:
