@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,sim]'
 	touch $(STAMP)
 
-# A real inference engine for tests/inference/test_real_engine.py: llama.cpp through
+# A real inference engine for tests/mesh/test_real_engine.py: llama.cpp through
 # llama-cpp-python's OpenAI-compatible server. PyPI has only its sdist, so pip compiles
 # llama.cpp (cmake + gcc, CPU only): the cheapest build we found is below (no native
 # tuning, so the cached wheel runs on any AVX2 CPU; no multimodal library, BLAS, OpenMP);

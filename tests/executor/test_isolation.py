@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import trio
-from attacks.programs import ATTACKER, SECRET, VICTIM, holding, refusals, state
 
 from populi_p2p.executor.service import ExecutorService
+from tests.attacks.programs import ATTACKER, SECRET, VICTIM, holding, refusals, state
 
 from .helpers import executor, next_exit, run_one, spec
 

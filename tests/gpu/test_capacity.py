@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from gpu_helpers import hardware_facts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +24,8 @@ from populi_p2p.gpu import (
     build_report,
     compute_capacity,
 )
+
+from .gpu_helpers import hardware_facts
 
 HEALTHY = DeviceHealth(HealthState.HEALTHY)
 GPU = GpuDevice(

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from gpu_helpers import child_env, fixture_path, real_nvml_present, result_from_json
 
 from populi_p2p.gpu import (
     MIB,
@@ -21,6 +20,8 @@ from populi_p2p.gpu import (
     build_report,
 )
 from populi_p2p.gpu._facts import CpuInfo
+
+from .gpu_helpers import child_env, fixture_path, real_nvml_present, result_from_json
 
 
 def report_of(result):  # one probe result -> a full report
@@ -173,7 +174,7 @@ def test_driver_not_loaded(nvml_child):
 def test_library_missing(tmp_path):
     if real_nvml_present():
         pytest.skip("a real libnvidia-ml is installed here; cannot simulate its absence")
-    from gpu_helpers import run_nvml_child
+    from .gpu_helpers import run_nvml_child
 
     (result,) = run_nvml_child(tmp_path, None)  # empty dir on LD_LIBRARY_PATH
     assert result.devices == ()

@@ -17,9 +17,10 @@ import sys
 import textwrap
 
 import pytest
-from gpu_helpers import child_env
 
 from populi_p2p.gpu import NvidiaSmiProbe, NvmlProbe, Source
+
+from .gpu_helpers import child_env
 
 MIB = 1 << 20
 

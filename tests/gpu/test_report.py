@@ -8,7 +8,6 @@ import json
 import attrs
 import msgpack
 import pytest
-from gpu_helpers import hardware_facts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +34,8 @@ from populi_p2p.gpu import (
     report_to_dict,
     report_to_json,
 )
+
+from .gpu_helpers import hardware_facts
 
 
 def h100(i: int, **changes) -> GpuDevice:

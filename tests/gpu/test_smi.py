@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from gpu_helpers import fixture_path, real_nvml_present
 
 from populi_p2p.gpu import (
     GIB,
@@ -25,6 +24,8 @@ from populi_p2p.gpu import (
     parse_system_profiler_json,
 )
 from populi_p2p.gpu._smi import FIELDS_OLD
+
+from .gpu_helpers import fixture_path, real_nvml_present
 
 FAKE_SMI = str(fixture_path("fake_nvidia_smi.sh"))
 

@@ -159,7 +159,7 @@ def test_float_noise_between_views_cannot_split_the_choice() -> None:
     """Two nodes whose reliability differs by float noise, in opposite directions on two
     views (each replica decays evidence on its own clock), must be ranked the same on
     both views, or each view would pick the other node and neither would claim. The
-    simulator found this (tests/simulations/test_sim_leases.py, leases-steady)."""
+    simulator found this (tests/simulations/test_leases.py, leases-steady)."""
     eps = 1e-9
     for base in (0.3, 0.45, 0.6123456):
         view_a = [gpu_node("a", reliability=base + eps), gpu_node("b", reliability=base)]

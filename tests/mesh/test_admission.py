@@ -15,8 +15,7 @@ from populi_p2p.trust.envelope_keys import packet_authenticator
 from populi_p2p.trust.identity import NodeIdentity
 from populi_p2p.trust.record import RECORD_CONTEXT, Capabilities, NodeRecord, NodeStatus
 from swim import wire
-
-from .harness import Daemon, Mesh, wait_until
+from tests.node.harness import Daemon, Mesh, wait_until
 
 
 def drops(daemon: Daemon, kind: str, reason: str) -> int:

@@ -15,8 +15,7 @@ import pytest
 
 from populi_p2p.observe.relay import UnixRelay
 from tests.node.harness import REPO, Mesh, wait_until
-
-from .cdp import Browser, find_chromium
+from tests.observe.cdp import Browser, find_chromium
 
 CHROMIUM = find_chromium()
 #: The task writes nothing, but reads a gate under the test's tmp dir: as root, keep root.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import REPO
+from tests.node.harness import REPO
 
 
 @pytest.mark.slow

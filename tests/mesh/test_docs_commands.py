@@ -34,8 +34,7 @@ import pytest
 
 from populi_p2p.api import ApiClient
 from populi_p2p.cli import main
-
-from .harness import REPO, wait_until
+from tests.node.harness import REPO, wait_until
 
 #: The documents and, for each, the section to take commands from (None: all of it).
 DOCUMENTS = [(REPO / "README.md", "## Quick start"), (REPO / "docs" / "operations.md", None)]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .harness import REPO, Daemon, Mesh, wait_until
+from tests.node.harness import REPO, Daemon, Mesh, wait_until
 
 FIXTURES = REPO / "tests" / "gpu" / "fixtures"
 GIB = 1 << 30

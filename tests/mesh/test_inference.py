@@ -14,9 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.inference.harness import words
 from tests.node.harness import REPO, Mesh, wait_until
-
-from .harness import words
 
 pytestmark = pytest.mark.slow
 

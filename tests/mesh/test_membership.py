@@ -12,8 +12,7 @@ import pytest
 from populi_p2p.node import LEAVE_TIMEOUT
 from swim import SwimConfig
 from swim._math import suspicion_timeout_max, suspicion_timeout_min
-
-from .harness import Daemon, Mesh, wait_until
+from tests.node.harness import Daemon, Mesh, wait_until
 
 N = 10
 

@@ -12,8 +12,7 @@ from populi_p2p.trust.certificate import write_certificate
 from populi_p2p.trust.envelope_keys import packet_authenticator
 from populi_p2p.trust.identity import NodeIdentity
 from swim import wire
-
-from .harness import Mesh, wait_until
+from tests.node.harness import Mesh, wait_until
 
 #: Long enough for a daemon to start on a loaded machine (it refuses an expired one).
 CERT_LIFETIME = 12.0

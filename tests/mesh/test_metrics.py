@@ -14,8 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.node.harness import Daemon, Mesh, wait_until
-
-from .promcheck import PROMTOOL, naming_problems, promtool_problems
+from tests.observe.promcheck import PROMTOOL, naming_problems, promtool_problems
 
 
 def get(daemon: Daemon, path: str) -> httpx.Response:

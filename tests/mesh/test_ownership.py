@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .scenario import Lab, poll
+from tests.history.scenario import Lab, poll
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from .harness import Mesh, wait_until
-from .test_gpu_mesh import GIB, gpu_of
+from tests.node.harness import Mesh, wait_until
+
+from .test_gpus import GIB, gpu_of
 
 
 def _smi(query: str) -> list[str]:

@@ -16,9 +16,8 @@ import threading
 import time
 from pathlib import Path
 
-from node.harness import Mesh, wait_until
-
 from populi_p2p.trust.identity import NodeIdentity
+from tests.node.harness import Mesh, wait_until
 
 FLOOD_SECONDS = float(os.environ.get("POPULI_FLOOD_SECONDS", "4"))
 RATE = 800  # datagrams per second, as in the measurement

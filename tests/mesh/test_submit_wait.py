@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import REPO, Daemon, Mesh, wait_until
+from tests.node.harness import REPO, Daemon, Mesh, wait_until
 
 #: The tasks read a gate under the test's tmp dir: as root, keep root.
 AS_ROOT = ("--task-user", "root") if os.geteuid() == 0 else ()

@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 from populi_p2p.api import ApiClient
-
-from .harness import REPO, Daemon, Mesh, wait_until
+from tests.node.harness import REPO, Daemon, Mesh, wait_until
 
 #: Labels per node: n3 and n4 are the only "zone=y" nodes.
 LABELS = {"n0": "zone=x", "n1": "zone=x", "n2": "zone=x", "n3": "zone=y", "n4": "zone=y"}

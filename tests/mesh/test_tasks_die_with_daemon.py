@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Daemon, Mesh, wait_until
+from tests.node.harness import Daemon, Mesh, wait_until
 
 #: The shell prints its pid and its background child's (as its PID namespace numbers
 #: them, when it has one), then waits on the child.

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from .harness import Mesh, wait_until
-from .test_gpu_mesh import GIB, NO_NVML, gpu_of, nvml_env
+from tests.node.harness import Mesh, wait_until
+
+from .test_gpus import GIB, NO_NVML, gpu_of, nvml_env
 
 pytestmark = [
     pytest.mark.slow,

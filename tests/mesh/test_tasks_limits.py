@@ -12,8 +12,7 @@ import pytest
 
 from populi_p2p.api import ApiError
 from populi_p2p.cli import main
-
-from .harness import Daemon, Mesh, wait_until
+from tests.node.harness import Daemon, Mesh, wait_until
 
 MIB = 1 << 20
 

@@ -18,8 +18,7 @@ import pytest
 
 from populi_p2p.api import ApiError
 from populi_p2p.cli import main
-
-from .harness import REPO, Daemon, Mesh, wait_until
+from tests.node.harness import REPO, Daemon, Mesh, wait_until
 
 #: The tasks read a gate under the test's private tmp dir: as root, keep root.
 AS_ROOT = ("--task-user", "root") if os.geteuid() == 0 else ()

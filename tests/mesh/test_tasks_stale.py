@@ -19,8 +19,7 @@ from populi_p2p.leases import LeaseConfig, LeaseTable, TaskResult
 from populi_p2p.leases.driver.service import LEASE_CONTEXT
 from populi_p2p.leases.store import LeaseStore
 from populi_p2p.trust.identity import NodeIdentity
-
-from .harness import Daemon, Mesh, wait_until
+from tests.node.harness import Daemon, Mesh, wait_until
 
 
 def _task(d: Daemon, tid: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ Used by the overlay tests and meant for the daemon's end-to-end tests too::
     if reason: pytest.skip(reason)
     with NetnsLab(3) as lab:
         a, b, c = lab.nodes
-        child = lab.spawn_python(a, "tests/overlay/ns_agent.py", "node", "--host", a.overlay_v4)
+        child = lab.spawn_python(a, "tests/netns/ns_agent.py", "node", "--host", a.overlay_v4)
         child.expect(lambda m: m.get("event") == "ready", timeout=10)
         lab.cut(c)    # iptables DROP on c's underlay veth
         lab.heal(c)

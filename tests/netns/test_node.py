@@ -1,45 +1,31 @@
 """Daemons in network namespaces: over a real WireGuard overlay, and found by mDNS.
 
 Needs root, `ip`, `iptables` and (for the overlay) `wireguard-go` and `wg`; skipped with
-the reason otherwise. Uses the lab in tests/overlay/netns.py (namespaces on a bridge,
+the reason otherwise. Uses the lab in tests/netns/lab.py (namespaces on a bridge,
 wireguard-go in each). The daemons' control sockets are files, so the test reads them
 from the root namespace like any operator would.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from .harness import REPO, Daemon, Mesh, wait_until
+from tests.node.harness import Daemon, Mesh, wait_until
+
+from . import lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-def _netns() -> ModuleType:
-    name = "populi_netns_lab"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "overlay" / "netns.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _skip_unless_lab(wireguard: bool) -> ModuleType:
-    if not (REPO / "tests" / "overlay" / "netns.py").exists():
-        pytest.skip("tests/overlay/netns.py (the namespace lab) is not there")
-    netns = _netns()
-    reason = netns.missing_requirements(wireguard=wireguard)
+    reason = lab.missing_requirements(wireguard=wireguard)
     if reason:
         pytest.skip(reason)
-    return netns
+    return lab
 
 
 def udp_refused(d: Daemon) -> int:

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import (
+
+from .lab import (
     OVERLAY_V4_CIDR,
     OVERLAY_V6_CIDR,
     ChildProcess,

@@ -1,7 +1,7 @@
 """One owner per task across a partition, on real daemons in network namespaces (issue 17).
 
 Five `populi-node up` daemons (`--preset local`), each in a network namespace of its own
-on one bridge (tests/overlay/netns.py, without WireGuard), run probe tasks
+on one bridge (tests/netns/lab.py, without WireGuard), run probe tasks
 (`probe.py`) submitted through the control API (`scenario.Lab`). The owner of a running
 task and one other node are cut off from the other three: every packet between the
 sides is dropped where it arrives, in both directions (an iptables rule in each
@@ -39,13 +39,12 @@ from typing import Any
 
 import attrs
 import pytest
-from node.harness import REPO, Daemon
 
 from populi_p2p.leases.config import LeaseConfig
-
-from .checker import ProbeEvent, check_overlaps, runs_from
-from .partition import NetnsLab, drop_between, load_netns, netns_missing, process_alive
-from .scenario import poll
+from tests.history.checker import ProbeEvent, check_overlaps, runs_from
+from tests.history.partition import NetnsLab, drop_between, load_netns, netns_missing, process_alive
+from tests.history.scenario import poll
+from tests.node.harness import REPO, Daemon
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -57,7 +56,7 @@ SLACK_S = 4.0
 #: How often the dying run is looked for in /proc (its death time is known to this).
 POLL_S = 0.05
 CONFIG = LeaseConfig.local()
-NO_FENCE = Path(__file__).resolve().parent / "no_fence"
+NO_FENCE = Path(__file__).resolve().parents[1] / "history" / "no_fence"
 
 
 def _skip_unless_lab() -> ModuleType:

@@ -238,7 +238,7 @@ def test_a_reply_to_a_non_member_is_addressed_to_it_and_cannot_be_replayed() -> 
 def test_an_authenticated_frame_is_tcp_evidence_for_the_senders_member_address() -> None:
     """A peer answers over the connection it pooled (inbound to us, from an ephemeral port):
     the codec names the member's address once the frame authenticates, so "UDP blocked, TCP
-    works" can be said on either side (tests/node/test_netns.py)."""
+    works" can be said on either side (tests/netns/test_node.py)."""
     clock = Clock()
     alice, bob = codec(ALICE, clock), codec(BOB, clock)
     answered: list[tuple[str, int]] = []

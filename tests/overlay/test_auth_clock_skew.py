@@ -9,7 +9,7 @@ import pytest
 import populi_p2p.trust.identity
 from overlay.auth import DEFAULT_FRESHNESS, AuthError, PacketAuthenticator
 
-from .conftest import ALICE, CAROL, NOW, make_authenticator
+from .auth_cluster import ALICE, CAROL, NOW, make_authenticator
 from .test_auth_gate import forged
 
 

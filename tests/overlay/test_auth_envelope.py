@@ -15,7 +15,7 @@ from populi_p2p.trust.envelope_keys import packet_authenticator
 from populi_p2p.trust.identity import NodeIdentity
 from populi_p2p.trust.revocation import RevocationList
 
-from .conftest import ALICE, AUTHORITY, BOB, CAROL, CERTS, NOW, make_authenticator
+from .auth_cluster import ALICE, AUTHORITY, BOB, CAROL, CERTS, NOW, make_authenticator
 
 
 def envelope(

@@ -15,7 +15,7 @@ from overlay.admission import AdmissionGate, SourceRateLimiter
 from overlay.auth import AuthError, PacketAuthenticator
 from populi_p2p.trust.identity import NodeIdentity
 
-from .conftest import ALICE, BOB, CERTS, NOW, make_authenticator
+from .auth_cluster import ALICE, BOB, CERTS, NOW, make_authenticator
 
 VICTIM_IP = "192.0.2.7"
 

@@ -19,7 +19,7 @@ from overlay.auth import AuthError, Opened, PacketAuthenticator
 from populi_p2p.trust.authority import ClusterAuthority
 from populi_p2p.trust.identity import NodeIdentity
 
-from .conftest import ALICE, AUTHORITY, BOB, CERTS, NOW, make_authenticator
+from .auth_cluster import ALICE, AUTHORITY, BOB, CERTS, NOW, make_authenticator
 
 ALICE_AT = "10.0.0.1"
 MALLORY_AT = "10.0.0.66"

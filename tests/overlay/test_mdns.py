@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netns import ChildProcess, NetnsLab, NetnsNode, missing_requirements
 from zeroconf import ServiceInfo
 
 import overlay.mdns
@@ -21,8 +20,9 @@ from overlay.mdns import (
     peer_from_info,
 )
 from populi_p2p.trust.authority import cluster_fingerprint
+from tests.netns.lab import ChildProcess, NetnsLab, NetnsNode, missing_requirements
 
-AGENT = Path(__file__).parent / "ns_agent.py"
+AGENT = Path(__file__).parents[1] / "netns" / "ns_agent.py"
 FP = cluster_fingerprint(b"\x01" * 32)
 OTHER_FP = cluster_fingerprint(b"\x02" * 32)
 

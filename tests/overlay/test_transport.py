@@ -10,7 +10,6 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ovtest_support import LOOPBACK, needs_ipv6
 
 from overlay.base import DEFAULT_PORT, TransportError, normalize_source
 from overlay.inbox import BULK, URGENT
@@ -18,6 +17,8 @@ from overlay.netfilter import AcceptPolicy
 from overlay.peerpaths import PathHealth
 from overlay.tcp import TcpConfig, encode_frame
 from overlay.transport import Transport, TransportConfig
+
+from .ovtest_support import LOOPBACK, needs_ipv6
 
 HOSTS = ["127.0.0.1", pytest.param("::1", marks=needs_ipv6)]
 

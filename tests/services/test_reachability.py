@@ -22,8 +22,7 @@ from populi_p2p.services.discovery import ALONE_WARNING_AFTER, Discovery
 from populi_p2p.services.membership import MembershipService
 from populi_p2p.services.reachability import PeerReachability
 from swim import Member
-
-from .harness import Mesh, wait_until
+from tests.node.harness import Mesh, wait_until
 
 ME: Address = ("127.0.0.1", 7000)
 SEED: Address = ("127.0.0.1", 7001)

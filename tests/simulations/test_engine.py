@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_fakes import ACK, PING, PingCore
 
 from simulations import Network, NetworkConfig, NodeStatus, Simulator, child_rng
 from swim import Address
+
+from .sim_fakes import ACK, PING, PingCore
 
 
 def make_sim(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from helpers import TEST_CONFIG, Cluster, Network
 
 from swim import Membership, MemberState, Send
 from swim.wire import Alive, Suspect, Sync, decode_packet, encode
+
+from .helpers import TEST_CONFIG, Cluster, Network
 
 META = b"r" * 600  # about a signed NodeRecord
 

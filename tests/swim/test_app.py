@@ -12,12 +12,13 @@ import random
 import attrs
 import msgpack
 import pytest
-from helpers import TEST_CONFIG, Cluster, Network
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swim import AppMessage, Event, Membership, Send
 from swim.wire import PACKET_OVERHEAD, Alive, App, decode_packet, encode
+
+from .helpers import TEST_CONFIG, Cluster, Network
 
 APP_CONFIG = attrs.evolve(TEST_CONFIG, app_channel_enabled=True)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from broadcast_reference import ReferenceQueue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swim import TransmitLimitedQueue
+
+from .broadcast_reference import ReferenceQueue
 
 
 def payload(tag: str, size: int = 10) -> bytes:

@@ -6,7 +6,6 @@ import random
 
 import attrs
 import pytest
-from helpers import TEST_CONFIG, Cluster, Network
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +39,8 @@ from swim.wire import (
     decode_packet,
     encode,
 )
+
+from .helpers import TEST_CONFIG, Cluster, Network
 
 ALIVE, SUSPECT, DEAD, LEFT = (
     MemberState.ALIVE,
@@ -244,7 +245,7 @@ def test_graceful_leave_is_not_a_failure() -> None:
 
 def test_a_member_that_missed_a_leave_is_reminded_when_it_suspects_the_leaver() -> None:
     """Every copy of a left rumor can miss one member; its suspicion of the leaver is then
-    answered with the left, so it records `left`, not `dead` (tests/node/test_mesh.py)."""
+    answered with the left, so it records `left`, not `dead` (tests/mesh/test_membership.py)."""
     cluster = joined(3)
     blocked = cluster.network.datagram_blocked
     blocked.update({("node-2", "node-1"), ("node-3", "node-1")})  # node-1 hears nothing

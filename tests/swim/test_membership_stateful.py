@@ -9,7 +9,6 @@ suspected, let alone declared dead.
 from __future__ import annotations
 
 import attrs
-from helpers import TEST_CONFIG, Cluster, Network
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -21,6 +20,8 @@ from hypothesis.stateful import (
 )
 
 from swim import MemberFailed, MemberSuspected
+
+from .helpers import TEST_CONFIG, Cluster, Network
 
 # Dead members are remembered longer than any run's faults last: a member forgotten by
 # every other side can only come back through its driver re-joining (as Serf's reconnect

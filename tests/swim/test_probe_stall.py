@@ -13,7 +13,6 @@ import random
 
 import attrs
 import pytest
-from helpers import TEST_CONFIG
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,8 @@ from swim._math import suspicion_timeout_min
 from swim.probe import ProbeRound
 from swim.suspicion import Suspicion
 from swim.wire import Ack, Alive, IndirectPing, Ping, Suspect, decode_packet, encode
+
+from .helpers import TEST_CONFIG
 
 GUARDED = TEST_CONFIG
 UNGUARDED = attrs.evolve(TEST_CONFIG, stall_guard_enabled=False)

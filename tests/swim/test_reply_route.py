@@ -33,7 +33,7 @@ from swim.wire import (
     meta_digest,
 )
 from tests.swim.helpers import TEST_CONFIG, address_of
-from tests.swim.test_swim_pull_route import REQUESTER, VICTIM, core, sends
+from tests.swim.test_pull_route import REQUESTER, VICTIM, core, sends
 
 STRANGER = ("10.0.0.77", 4000)
 TARGET = address_of(10)  # "b0" in `core`

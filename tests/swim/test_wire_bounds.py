@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import msgpack
 import pytest
-from helpers import TEST_CONFIG, Cluster, Network
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +40,8 @@ from swim.wire import (
     decode_packet,
     encode,
 )
+
+from .helpers import TEST_CONFIG, Cluster, Network
 
 ME = ("10.0.0.1", 7946)
 accepted = st.integers(min_value=0, max_value=INCARNATION_MAX)

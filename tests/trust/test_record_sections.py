@@ -14,8 +14,7 @@ from populi_p2p.trust.record import (
     RecordError,
     SignedNodeRecord,
 )
-
-from .conftest import ALICE, CERTS
+from tests.inference.conftest import ALICE, CERTS
 
 
 def _record(**sections: dict[str, object]) -> NodeRecord:

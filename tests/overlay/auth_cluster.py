@@ -1,11 +1,10 @@
-"""A small cluster for envelope tests: one authority, three enrolled nodes, a fixed clock."""
+"""A small cluster for the envelope tests (`test_auth_*`): one authority, three enrolled
+nodes, a fixed clock. `conftest.py` makes `alice` and `bob` fixtures of it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from overlay.auth import PacketAuthenticator
 from populi_p2p.trust.authority import ClusterAuthority
@@ -29,13 +28,3 @@ Factory = Callable[..., PacketAuthenticator]
 
 def make_authenticator(identity: NodeIdentity, **kwargs: Any) -> PacketAuthenticator:
     return packet_authenticator(identity, CERTS[identity.node_id], AUTHORITY.public_key, **kwargs)
-
-
-@pytest.fixture
-def alice() -> PacketAuthenticator:
-    return make_authenticator(ALICE)
-
-
-@pytest.fixture
-def bob() -> PacketAuthenticator:
-    return make_authenticator(BOB)
