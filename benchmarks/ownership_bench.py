@@ -54,17 +54,15 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.append(str(REPO / "tests"))  # last: tests/swim must not shadow the real swim
 
-from history.partition import (  # noqa: E402
+from populi_p2p.api import ApiError  # noqa: E402
+from tests.history.partition import (  # noqa: E402
     NetnsLab,
     drop_between,
     load_netns,
     netns_missing,
 )
-from history.scenario import Lab, percentile, poll  # noqa: E402
-
-from populi_p2p.api import ApiError  # noqa: E402
+from tests.history.scenario import Lab, percentile, poll  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -1,7 +1,7 @@
 """Failover on llama.cpp's ``llama-server`` at temperature 0 (issue 21: "at least 38 of
 40 killed streams equal the uninterrupted text").
 
-`tests/inference/real_failover.py`'s lab: daemons ``a`` and ``c`` serve the tiny model,
+`tests/mesh/real_failover.py`'s lab: daemons ``a`` and ``c`` serve the tiny model,
 each through its own ``llama-server`` (paced to 20 tokens/s), ``b`` accepts. Each run
 sends a streamed chat completion (64 tokens, temperature 0, a prompt of its own) to
 ``b``, kills the serving daemon with kill -9 after 8 tokens, compares the text with the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.inference.real_failover import KILL_AT, MAX_TOKENS, FailoverLab, restart_would_match
+from tests.mesh.real_failover import KILL_AT, MAX_TOKENS, FailoverLab, restart_would_match
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 # The dashboard test drives Debian's Chromium headless over its DevTools protocol.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
-# `promtool check metrics` checks a scrape (tests/observe/test_work_metrics.py); it is
+# `promtool check metrics` checks a scrape (tests/observe/test_work_collector.py); it is
 # installed on its own below, so a distribution without it costs nothing else.
 extra=()
 command -v promtool >/dev/null 2>&1 || extra+=(prometheus)

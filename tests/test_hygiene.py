@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import pathlib
+import sys
 import types
 
 import pytest
@@ -219,3 +220,169 @@ def test_the_docs_draw_the_import_graph_as_it_is() -> None:
     assert import_graph.docs_with_drawing(text, import_graph.drawing(GRAPH)) == text, (
         "docs/architecture.md's import graph is stale: run python scripts/import_graph.py"
     )
+
+
+####################################################################################
+# Tests laid out like the source (docs/testing.md, "Layout")
+####################################################################################
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+#: Test folder -> the source package it mirrors: `tests/<folder>/test_<module>.py`, or
+#: `test_<module>_<aspect>.py` for one side of a module, tests a module of that package.
+MIRRORS = {
+    "swim": "swim",
+    "overlay": "overlay",
+    "simulations": "simulations",
+    "node": "populi_p2p",
+    "services": "populi_p2p/services",
+    "trust": "populi_p2p/trust",
+    "leases": "populi_p2p/leases",
+    "leases/driver": "populi_p2p/leases/driver",
+    "executor": "populi_p2p/executor",
+    "blobs": "populi_p2p/blobs",
+    "deploy": "populi_p2p/deploy",
+    "gpu": "populi_p2p/gpu",
+    "inference": "populi_p2p/inference",
+    "observe": "populi_p2p/observe",
+}
+#: Folders of tests by what they need, not by module.
+KINDS = {
+    "mesh": "real `populi-node up` processes on loopback",
+    "netns": "root and network namespaces (skipped with the reason elsewhere)",
+    "attacks": "one test per attack, named in docs/security.md's coverage table",
+    "history": "the history checker (tests/history/checker.py) and its lab",
+}
+#: Test files in a mirror folder that are about the package, not one module.
+ABOUT_THE_PACKAGE = {
+    "gpu/test_exports.py": "populi_p2p.gpu's re-exports",
+    "node/test_exports.py": "populi_p2p's public names and entry points",
+    "node/test_lazy_imports.py": "what the daemon imports before it answers",
+    "overlay/test_imports.py": "overlay/ never imports populi_p2p/",
+}
+#: Modules with logic (a function or method) that have no test file named after them
+#: yet: they are tested, if at all, through others. This list only shrinks: a new
+#: module comes with `tests/<folder>/test_<module>.py`.
+NO_TEST_FILE_YET = {
+    "swim": "_core _faults _invariants _probing _records _rumors _stats _timers",
+    "overlay": "udp verifier",
+    "simulations": "_invariants _lease_history _metrics _plot _rng _tasks churn demo"
+    " lease_sweep lifeguard_grid",
+    "node": "_asgi _log _terminal _version cli_models cli_tasks demo presets",
+    "services": "_lazy _member_events api_backend api_server app_channel clock codec"
+    " credentials errors gpus inference_host lifecycle links memory node_parts preflight"
+    " publisher revocations status",
+    "trust": "_codec authority envelope_keys operator record_book",
+    "leases": "_cancel",
+    "leases/driver": "view",
+    "executor": "_cgroup _config _leftovers _proc _record _supervisor _types _wrapper"
+    " results runner",
+    "gpu": "_facts _present _proc",
+    "inference": "_asgi _tls catalogue openai_errors peer_client request_log"
+    " stats",
+    "observe": "client metrics relay sections",
+}  # fmt: skip
+
+
+def _modules(folder: str) -> dict[str, pathlib.Path]:
+    """A mirrored package's modules by the name a test file uses (no leading `_`)."""
+    root = REPO / MIRRORS[folder]
+    return {
+        p.stem.lstrip("_"): p for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")
+    }
+
+
+def _tested_module(stem: str, modules: dict[str, pathlib.Path]) -> str | None:
+    """The module `test_<stem>.py` is about (the longest name that fits), or None."""
+    fits = [m for m in modules if stem == m or stem.startswith(m + "_")]
+    return max(fits, key=len) if fits else None
+
+
+TEST_FILES = sorted(TESTS.rglob("test_*.py"))
+
+
+def test_every_test_folder_mirrors_a_package_or_is_a_kind() -> None:
+    folders = {p.parent.relative_to(TESTS).as_posix() for p in TEST_FILES} - {"."}
+    unknown = folders - set(MIRRORS) - set(KINDS)
+    assert not unknown, (
+        f"tests/{sorted(unknown)[0]}/ mirrors no package: put its tests in"
+        " tests/<package>/ (MIRRORS in tests/test_hygiene.py) or declare it in KINDS"
+    )
+    for folder, package in MIRRORS.items():
+        assert (REPO / package / "__init__.py").exists(), (folder, package)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in TEST_FILES if p.parent.relative_to(TESTS).as_posix() in MIRRORS],
+    ids=lambda p: p.relative_to(TESTS).as_posix(),
+)
+def test_every_test_file_names_a_module_of_its_package(path: pathlib.Path) -> None:
+    folder = path.parent.relative_to(TESTS).as_posix()
+    name = f"{folder}/{path.name}"
+    if name in ABOUT_THE_PACKAGE:
+        return
+    stem = path.stem.removeprefix("test_")
+    assert _tested_module(stem, _modules(folder)) is not None, (
+        f"tests/{name} names no module of {MIRRORS[folder]}/: call it"
+        f" test_<module>[_<aspect>].py, or list it in ABOUT_THE_PACKAGE with why"
+    )
+
+
+def _has_logic(path: pathlib.Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in ast.walk(tree))
+
+
+@pytest.mark.parametrize("folder", sorted(MIRRORS))
+def test_modules_without_a_test_file_are_the_listed_ones(folder: str) -> None:
+    modules = _modules(folder)
+    tested = {
+        _tested_module(p.stem.removeprefix("test_"), modules)
+        for p in (TESTS / folder).glob("test_*.py")
+    }
+    missing = {
+        path.stem for name, path in modules.items() if name not in tested and _has_logic(path)
+    }
+    listed = set(NO_TEST_FILE_YET.get(folder, "").split())
+    for module in sorted(missing - listed):
+        pytest.fail(
+            f"{MIRRORS[folder]}/{module}.py has no tests/{folder}/test_{module.lstrip('_')}.py"
+        )
+    for module in sorted(listed - missing):
+        pytest.fail(
+            f"{MIRRORS[folder]}/{module}.py has its test file now (or is gone):"
+            f" drop it from NO_TEST_FILE_YET[{folder!r}] in tests/test_hygiene.py"
+        )
+
+
+#: Names a test could import by its bare file name (a helper, a test folder) and that
+#: are not the project's packages: each must be imported as `tests.<...>` or relatively.
+_TEST_NAMES = {p.stem for p in TESTS.rglob("*.py") if p.stem not in ("__init__", "conftest")} | {
+    p.name for p in TESTS.iterdir() if p.is_dir()
+}
+_BARE = (
+    _TEST_NAMES - {"swim", "overlay", "simulations", "populi_p2p"} - set(sys.stdlib_module_names)
+)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in TESTS.rglob("*.py") if "no_fence" not in p.parts),
+    ids=lambda p: p.relative_to(TESTS).as_posix(),
+)
+def test_test_helpers_are_imported_by_their_package_name(path: pathlib.Path) -> None:
+    """`from tests.node.harness import Mesh`, not `from node.harness import Mesh`: every
+    test folder is a package of `tests`, nothing puts a test folder on sys.path."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        for name in names:
+            last = name.split(".")[-1]
+            assert name.split(".")[0] not in _BARE, (
+                f"tests/{path.relative_to(TESTS)}:{node.lineno}: import {name} as"
+                f" tests.<folder>.{last} or relatively (from .{last} import ...)"
+            )

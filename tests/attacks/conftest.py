@@ -23,7 +23,8 @@ from typing import Any
 
 import attrs
 import pytest
-from node.harness import Daemon, Mesh, WaitTimeout, wait_until
+
+from tests.node.harness import Daemon, Mesh, WaitTimeout, wait_until
 
 from .attacker import TALLY, Address, split_address
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.harness import Daemon, wait_until
+from tests.node.harness import Daemon, wait_until
 
 
 def auth_drops(daemon: Daemon) -> dict[str, int]:

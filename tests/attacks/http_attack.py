@@ -17,7 +17,8 @@ import time
 
 import attrs
 import pytest
-from node.harness import Daemon
+
+from tests.node.harness import Daemon
 
 from .attacker import Address
 

@@ -1,7 +1,7 @@
 """The programs of the task-against-task attack (issue 18, row 3), and reading them.
 
 Used by `test_attacks_tasks.py` against a real daemon and by
-`tests/executor/test_executor_isolation.py` against each isolation level.
+`tests/executor/test_isolation.py` against each isolation level.
 """
 
 from __future__ import annotations

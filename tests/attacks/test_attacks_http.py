@@ -25,9 +25,9 @@ from typing import Any
 
 import attrs
 import pytest
-from node.harness import Daemon, Mesh, wait_until
 
 from populi_p2p.inference.peer_auth import PeerCallSigner
+from tests.node.harness import Daemon, Mesh, wait_until
 
 from .attacker import TALLY, Address, Attacker
 from .http_attack import (

@@ -10,9 +10,8 @@ import subprocess
 import sys
 import time
 
-from node.harness import wait_until
-
 from swim import SwimConfig, wire
+from tests.node.harness import wait_until
 
 from .attacker import TALLY, Attacker
 from .conftest import AttackMesh

@@ -27,7 +27,6 @@ from typing import Any
 
 import attrs
 import pytest
-from node.harness import Daemon, WaitTimeout, wait_until
 
 from populi_p2p.api import ApiClient, ApiError
 from populi_p2p.leases._cancel import OPERATOR_CANCEL_CONTEXT, OperatorProof, operator_cancel_bytes
@@ -43,6 +42,7 @@ from populi_p2p.leases.grants import EPOCH_MAX, Ended, Refusal
 from populi_p2p.leases.wire import encode_entries
 from populi_p2p.trust.authority import ClusterAuthority
 from populi_p2p.trust.operator import OperatorKey, proof_to_json
+from tests.node.harness import Daemon, WaitTimeout, wait_until
 
 from .attacker import TALLY, Insider
 from .conftest import AttackMesh, start_mesh

@@ -14,9 +14,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from node.harness import wait_until
 
 from swim import wire
+from tests.node.harness import wait_until
 
 from .attacker import TALLY, Attacker
 from .conftest import AttackMesh, start_mesh

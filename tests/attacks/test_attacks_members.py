@@ -28,9 +28,9 @@ from collections.abc import Iterator
 
 import attrs
 import pytest
-from node.harness import Daemon, wait_until
 
 from swim import wire
+from tests.node.harness import Daemon, wait_until
 
 from .attacker import TALLY, Address, Attacker, Insider
 from .conftest import AttackMesh, start_mesh

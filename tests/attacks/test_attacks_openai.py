@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 import pytest
-from node.harness import REPO, Daemon, Mesh, wait_until
 
 from populi_p2p.leases.config import LeaseConfig
 from populi_p2p.leases.reliability import Outcome, earned_reliability
+from tests.node.harness import REPO, Daemon, Mesh, wait_until
 
 from .attacker import TALLY
 

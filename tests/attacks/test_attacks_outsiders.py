@@ -12,10 +12,9 @@ import socket
 import threading
 import time
 
-from node.harness import wait_until
-
 from populi_p2p.trust.authority import ClusterAuthority
 from swim import wire
+from tests.node.harness import wait_until
 
 from .attacker import TALLY, Attacker, frame
 from .conftest import AttackMesh

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node.harness import Daemon, Mesh, wait_until
+
+from tests.node.harness import Daemon, Mesh, wait_until
 
 from .programs import ATTACKER, SECRET, VICTIM, holding, refusals, state
 

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_helpers import run_nvml_child
 
 from populi_p2p.gpu import ProbeResult
+
+from .gpu_helpers import run_nvml_child
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Daemons in network namespaces, and a partition between two groups of them.
 
 Shared by `test_partition_netns.py` and `benchmarks/ownership_bench.py --partition`.
-Each daemon `dNN` of a `NetnsLab` lives in namespace NN of tests/overlay/netns.py (one
+Each daemon `dNN` of a `NetnsLab` lives in namespace NN of tests/netns/lab.py (one
 bridge, no WireGuard), bound to its underlay address. A cut drops every packet between
 the sides where it arrives, in both directions (an iptables rule in each namespace's
 INPUT chain naming the other side's addresses), so senders see no error, as in a real
@@ -12,38 +12,27 @@ Needs root, `ip` and `iptables` (`netns_missing` says what is missing).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import attrs
-from node.harness import REPO, Daemon
+
+from tests.node.harness import Daemon
 
 from .scenario import Lab
 
-NETNS_LAB = REPO / "tests" / "overlay" / "netns.py"
-
 
 def load_netns() -> ModuleType:
-    """tests/overlay/netns.py, loaded by path (tests/overlay is no package, and the name
-    `overlay` is the project's), under the name test_netns.py gives it."""
-    name = "populi_netns_lab"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, NETNS_LAB)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """The namespace lab, tests/netns/lab.py."""
+    from tests.netns import lab
+
+    return lab
 
 
 def netns_missing() -> str | None:
     """Why namespaces cannot be made here (None: they can)."""
-    if not NETNS_LAB.exists():
-        return "tests/overlay/netns.py (the namespace lab) is not there"
     reason: str | None = load_netns().missing_requirements(wireguard=False)
     return reason or None
 
@@ -51,7 +40,7 @@ def netns_missing() -> str | None:
 @attrs.define
 class NetnsLab(Lab):
     """A `Lab` whose daemon `dNN` lives in namespace NN, bound to its underlay address;
-    `env` goes to every daemon's environment; `net` is tests/overlay/netns.py's lab."""
+    `env` goes to every daemon's environment; `net` is tests/netns/lab.py's lab."""
 
     nodes: Sequence[Any] = attrs.field(kw_only=True)
     env: Mapping[str, str] = attrs.field(kw_only=True, factory=dict)

@@ -23,7 +23,7 @@ names the daemon that started it by its parent pid, which needs the host's view 
 processes and files. So when the daemons run as root their tasks run as root without
 namespaces (`TASK_FLAGS`: ``--task-user root``, isolation level ``none``); each task's
 own uid, PID namespace and private ``/tmp`` are tested in tests/attacks/
-test_attacks_tasks.py and tests/executor/test_executor_isolation.py. The lab lives in a
+test_attacks_tasks.py and tests/executor/test_isolation.py. The lab lives in a
 directory of its own under the system temp dir, traversable by all, with a sticky,
 world-writable log directory and a readable copy of the probe.
 """
@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-from node.harness import REPO, Daemon, Mesh
 
 from populi_p2p.api import ApiClient, ApiError
+from tests.node.harness import REPO, Daemon, Mesh
 
 from . import probe
 from .checker import Ack, Killed, NodeTable, ProbeEvent, Report, Submit, check, load_events

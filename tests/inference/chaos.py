@@ -1,4 +1,4 @@
-"""One seeded chaos run over the relay, shared by `test_chaos.py` (a few seeds in CI)
+"""One seeded chaos run over the relay, shared by `test_relay_chaos.py` (a few seeds in CI)
 and `benchmarks/inference_chaos.py` (1,000 seeds).
 
 Three serving nodes, each with a random fault (engine errors, a stall, none), and
@@ -6,7 +6,7 @@ random kills at random tokens. Whatever happens, the client's stream is whole wo
 ``w0 w1 ...`` in order (no repeat, no gap); it ends with exactly one [DONE] when some
 node could finish, or else with an error event and no [DONE], or is refused (503)
 before it starts. In-process nodes over loopback: real sockets, real signed peer
-calls, real stand-in engines (the kill -9 of a real process is `test_mesh_inference`).
+calls, real stand-in engines (the kill -9 of a real process is `tests/mesh/test_inference.py`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Fixtures for the overlay tests.
-
-This directory deliberately has no `__init__.py`: the tests root has none either, so a
-package here would be imported as `overlay` and shadow the real package. Its modules
-are imported by their file names (`netns`, `ns_agent`).
-"""
+"""Fixtures for the overlay tests: transports on loopback, and the envelope tests'
+authenticators (`auth_cluster.py`)."""
 
 from __future__ import annotations
 
@@ -12,9 +8,12 @@ from typing import Any
 
 import pytest
 import trio
-from ovtest_support import LOOPBACK
 
+from overlay.auth import PacketAuthenticator
 from overlay.transport import Transport
+
+from .auth_cluster import ALICE, BOB, make_authenticator
+from .ovtest_support import LOOPBACK
 
 StartTransport = Callable[..., Any]
 
@@ -30,3 +29,13 @@ async def start_transport(nursery: trio.Nursery) -> AsyncIterator[StartTransport
         return transport
 
     yield start
+
+
+@pytest.fixture
+def alice() -> PacketAuthenticator:
+    return make_authenticator(ALICE)
+
+
+@pytest.fixture
+def bob() -> PacketAuthenticator:
+    return make_authenticator(BOB)

@@ -1,4 +1,4 @@
-"""Shared bits of the overlay tests (imported by file name; see conftest.py)."""
+"""Shared bits of the overlay tests."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The `TransmitLimitedQueue` as it was before the speed work of issue 8, kept as a model.
 
-`test_swim_broadcast` drives it and the real queue with the same operations and
+`test_broadcast` drives it and the real queue with the same operations and
 requires the same packets: the faster queue must pick exactly what this one picked.
 
 Original module docstring: the dissemination component of SWIM (section 4.1).

@@ -8,7 +8,7 @@ and for every malformed one (a field of the wrong type, one past a bound, a fiel
 missing, bytes garbled) both raise the same `DecodeError`, with the same message.
 
 (`DecodeCache`, the packet-level fast path, is checked against the plain path in
-test_swim_wire.py.)
+test_wire.py.)
 """
 
 from __future__ import annotations

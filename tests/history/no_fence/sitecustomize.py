@@ -1,4 +1,4 @@
-"""The partition test's control (tests/history/test_partition_netns.py): a daemon whose
+"""The partition test's control (tests/netns/test_partition.py): a daemon whose
 PYTHONPATH starts with this directory never fences its tasks. Python imports this
 module at start-up (`site`); the task wrapper runs with ``-I -S`` and an empty
 environment, so it never does.
