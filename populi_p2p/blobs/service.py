@@ -154,6 +154,11 @@ class BlobService:
         self._max_transfers = max_transfers
         self._transfers = 0
         self._changed = trio.Event()
+        #: For `add`'s worker thread to say "changed" without waiting for the loop (it
+        #: holds the store's lock then, which the loop may be waiting for).
+        self._token: trio.lowlevel.TrioToken | None = None
+        with contextlib.suppress(RuntimeError):  # built outside trio (some tests)
+            self._token = trio.lowlevel.current_trio_token()
         self._nursery: trio.Nursery | None = None
         self._pulls: dict[bytes, FetchProgress] = {}
         self.stats = {
@@ -170,7 +175,10 @@ class BlobService:
         try:
             trio.lowlevel.current_task()
         except RuntimeError:
-            trio.from_thread.run_sync(lambda: self._changed.set())
+            # Never wait for the loop here: this thread holds the store's lock, and the
+            # loop may be waiting for that lock (a deadlock seen under load in CI-like runs).
+            if self._token is not None:
+                self._token.run_sync_soon(self._changed.set)
             return
         self._changed.set()
 
