@@ -577,7 +577,27 @@ async def detect_overlay(
             raise OverlayNotFoundError(f"--overlay tailscale: {why}")
         return ts
 
-    # auto: Tailscale (it also names peers), then WireGuard, then none.
+    return await _detect_auto(
+        links,
+        runner=runner,
+        fetch_status=fetch_status,
+        tailscale_socket=tailscale_socket,
+        interface=interface,
+        timeout=timeout,
+    )
+
+
+async def _detect_auto(
+    links: list[Interface],
+    *,
+    runner: Runner,
+    fetch_status: StatusFetcher,
+    tailscale_socket: str,
+    interface: str | None,
+    timeout: float,
+) -> OverlayInfo:
+    """`--overlay auto`: Tailscale (it also names peers), then WireGuard, then none
+    (never fails)."""
     ts, ts_why = await detect_tailscale(
         runner=runner,
         fetch_status=fetch_status,

@@ -51,12 +51,15 @@ import logging
 import resource
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
 from ._asgi import WITH_BODY, AsgiApp, Message, Receive, Scope, Send, send_json
+
+if TYPE_CHECKING:
+    import hypercorn.config
 
 __all__ = [
     "ConnectionGate",
@@ -424,6 +427,27 @@ def guard_app(
     return guarded
 
 
+def _hypercorn_config(
+    bind: str, umask: int | None, logger_name: str, idle_timeout: float
+) -> hypercorn.config.Config:
+    """hypercorn's settings for one server: no access log, warnings to `logger_name`,
+    no server header, 1 s of grace at shutdown, idle connections kept `idle_timeout`."""
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [bind]
+    if umask is not None:
+        config.umask = umask
+    config.accesslog = None
+    server_log = logging.getLogger(logger_name)
+    server_log.setLevel(logging.WARNING)
+    config.errorlog = server_log
+    config.graceful_timeout = 1.0
+    config.include_server_header = False
+    config.keep_alive_timeout = idle_timeout
+    return config
+
+
 async def serve_http(
     app: AsgiApp,
     bind: str,
@@ -438,22 +462,11 @@ async def serve_http(
     under `gate` until cancelled or `shutdown_trigger` returns; started with the bound
     socket names. At shutdown, answers in flight get 1 s."""
     from hypercorn.app_wrappers import ASGIWrapper
-    from hypercorn.config import Config
     from hypercorn.trio.tcp_server import TCPServer
     from hypercorn.trio.worker_context import WorkerContext
     from hypercorn.typing import ConnectionState
 
-    config = Config()
-    config.bind = [bind]
-    if umask is not None:
-        config.umask = umask
-    config.accesslog = None
-    server_log = logging.getLogger(logger_name)
-    server_log.setLevel(logging.WARNING)
-    config.errorlog = server_log
-    config.graceful_timeout = 1.0
-    config.include_server_header = False
-    config.keep_alive_timeout = gate.limits.idle_timeout
+    config = _hypercorn_config(bind, umask, logger_name, gate.limits.idle_timeout)
     sockets = config.create_sockets().insecure_sockets
     listeners = []
     for sock in sockets:

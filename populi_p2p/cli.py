@@ -110,6 +110,16 @@ def _build_parser() -> _Parser:
     sub.required = True
 
     _add_up(sub.add_parser("up", help="run the daemon in the foreground"))
+    _add_queries(sub)
+    _add_cluster(sub)
+    add_task_commands(sub, _add_state_dir)
+    add_model_commands(sub, _add_state_dir)
+    return parser
+
+
+def _add_queries(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """The commands that ask the running daemon: status, members, gpus, version,
+    requests, events, leave; and key, which reads the state dir."""
     for name, text in (
         ("status", "this node, overlay, cluster summary"),
         ("members", "the member table"),
@@ -157,6 +167,9 @@ def _build_parser() -> _Parser:
     _add_state_dir(key)
     key.add_argument("--json", action="store_true", help="print node id and key as JSON")
 
+
+def _add_cluster(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`cluster init|enroll|revoke|apikey create|operator`: the authority's commands."""
     cluster = sub.add_parser("cluster", help="manage the cluster authority")
     csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", parser_class=_Parser)
     csub.required = True
@@ -192,9 +205,6 @@ def _build_parser() -> _Parser:
             default=None,
             help=f"where the authority key lives (default {_default_authority_dir()})",
         )
-    add_task_commands(sub, _add_state_dir)
-    add_model_commands(sub, _add_state_dir)
-    return parser
 
 
 ########################################################################################

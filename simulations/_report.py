@@ -18,21 +18,37 @@ def _s(value: float | None, unit: str = "s") -> str:
 def format_report(result: RunResult) -> str:
     """A few lines on one run: detections, false positives, traffic, convergence."""
     m = result.measures
-    period = result.probe_interval
-    lines = [
-        f"{result.scenario}: {result.members} members, Lifeguard "
-        f"{'on' if result.lifeguard else 'off'}, loss {result.loss:g}, seed {result.seed}",
-    ]
+    lines = _header_lines(result)
+    lines.extend(_detection_lines(result))
+    lines.extend(_false_positive_lines(m))
+    lines.extend(_dissemination_lines(m, result.probe_interval))
+    lines.extend(_traffic_lines(m))
+    if "leases" in m:
+        lines.extend(_lease_lines(m["leases"]))
+    lines.append("  OK" if result.ok else f"  FAILED: {result.failure}")
+    return "\n".join(lines)
+
+
+def _header_lines(result: RunResult) -> list[str]:
+    """What ran (scenario, size, Lifeguard, loss, seed), when it formed, the digest."""
     formed = (
         "did not form"
         if result.formation_seconds is None
         else f"formed at t={result.formation_seconds:.1f} s"
     )
-    lines.append(
+    return [
+        f"{result.scenario}: {result.members} members, Lifeguard "
+        f"{'on' if result.lifeguard else 'off'}, loss {result.loss:g}, seed {result.seed}",
         f"  {formed}; timeline {result.duration:g} s of virtual time in "
-        f"{result.wall_seconds:.1f} s wall; digest {result.digest[:16]}"
-    )
-    for d in m["detections"]:
+        f"{result.wall_seconds:.1f} s wall; digest {result.digest[:16]}",
+    ]
+
+
+def _detection_lines(result: RunResult) -> list[str]:
+    """One line per crash, sleep or leave: how long until the others knew."""
+    period = result.probe_interval
+    lines = []
+    for d in result.measures["detections"]:
         who = name_for(d["node"])
         if d["kind"] == "crash":
             lines.append(
@@ -60,12 +76,17 @@ def format_report(result: RunResult) -> str:
                 f"  {who} left at t={d['at'] - _t0(result):.1f} s: everybody knew after "
                 f"{_s(d['all_detected_after'])}"
             )
+    return lines
+
+
+def _false_positive_lines(m: dict[str, Any]) -> list[str]:
+    """False positives, members the partition made dead, crashes left out of the means."""
     fp = m["false_positives"]
-    lines.append(
+    lines = [
         f"  false positives: {fp['episodes_healthy']} healthy and {fp['episodes_slow']} slow "
         f"members declared dead ({fp['per_member_hour']:.3f} per member-hour), "
         f"{fp['suspicions']} false suspicions, {m['refutes']} refutes"
-    )
+    ]
     if m["partitioned_declared_dead"]:
         lines.append(
             f"  {m['partitioned_declared_dead']} members declared dead by the other side of "
@@ -80,26 +101,37 @@ def format_report(result: RunResult) -> str:
     for count, why in unmeasured:
         if count:
             lines.append(f"  {count} of {det['crashes']} crashes left out of the means: {why}")
+    return lines
+
+
+def _dissemination_lines(m: dict[str, Any], period: float) -> list[str]:
+    """How long an update took to reach every member, and the updates not measured."""
     dis = m["dissemination"]
-    if dis["updates"]:
-        measured = dis.get("measured", dis["updates"])
-        lines.append(
-            f"  dissemination of an update to every member: mean {_s(dis['all_seen_mean'])} "
-            f"({_periods(dis['all_seen_mean'], period)}), max {_s(dis['all_seen_max'])} "
-            f"over {measured} of {dis['updates']} updates"
-        )
-        for count, why in (
-            (dis.get("publisher_down", 0), "publisher crashed, left or slept before all saw it"),
-            (dis.get("still_open", 0), "still spreading when the run ended"),
-        ):
-            if count:
-                lines.append(f"  {count} updates not measured: {why}")
+    if not dis["updates"]:
+        return []
+    measured = dis.get("measured", dis["updates"])
+    lines = [
+        f"  dissemination of an update to every member: mean {_s(dis['all_seen_mean'])} "
+        f"({_periods(dis['all_seen_mean'], period)}), max {_s(dis['all_seen_max'])} "
+        f"over {measured} of {dis['updates']} updates"
+    ]
+    for count, why in (
+        (dis.get("publisher_down", 0), "publisher crashed, left or slept before all saw it"),
+        (dis.get("still_open", 0), "still spreading when the run ended"),
+    ):
+        if count:
+            lines.append(f"  {count} updates not measured: {why}")
+    return lines
+
+
+def _traffic_lines(m: dict[str, Any]) -> list[str]:
+    """Messages and bytes per member per second, then each convergence measured."""
     sealed = m.get("sealed_bytes_per_member_second")
-    lines.append(
+    lines = [
         f"  traffic: {m['messages_per_member_second']:.2f} messages and "
         f"{m['bytes_per_member_second']:.0f} bytes sent per member per second"
         + ("" if sealed is None else f" ({sealed:.0f} with the daemon's envelope)")
-    )
+    ]
     for c in m["convergence"]:
         if c["label"] == "formation":
             continue
@@ -108,10 +140,7 @@ def format_report(result: RunResult) -> str:
             f"  convergence after {c['label']}: "
             + ("not reached" if after is None else f"{after:.2f} s")
         )
-    if "leases" in m:
-        lines.extend(_lease_lines(m["leases"]))
-    lines.append("  OK" if result.ok else f"  FAILED: {result.failure}")
-    return "\n".join(lines)
+    return lines
 
 
 def _lease_lines(m: dict[str, Any]) -> list[str]:

@@ -209,15 +209,59 @@ class _Run:
     def run(self) -> RunResult:
         wall = time.perf_counter()
         scenario = self.scenario
+        formation, liveness, failure = self._phases(wall)
+        if failure is not None:
+            failure += f"; reproduce with --seed {scenario.seed}"
+        sim = self.sim
+        measures = self.metrics.summary(sim.now, self.config.probe_interval)
+        if self.leases is not None:
+            leases = measures["leases"] = self.leases.summary()
+            if failure is None and leases["violations"]:
+                counts = ", ".join(f"{k} {v}" for k, v in leases["invariants"].items() if v)
+                failure = (
+                    f"leases: {leases['violations']} invariant violations ({counts}): "
+                    f"{leases['violation_examples'][0]}; reproduce with --seed {scenario.seed}"
+                )
+        engine = attrs.asdict(sim.statistics())
+        engine["network"] = attrs.asdict(sim.network.statistics())
+        return RunResult(
+            scenario=scenario.name,
+            seed=scenario.seed,
+            members=scenario.members,
+            lifeguard=scenario.lifeguard,
+            loss=scenario.network.loss,
+            duration=scenario.duration,
+            probe_interval=self.config.probe_interval,
+            ok=failure is None,
+            failure=failure,
+            digest=sim.digest(),
+            wall_seconds=time.perf_counter() - wall,
+            formation_wall_seconds=self.setup_seconds,
+            virtual_seconds=sim.now,
+            formation_seconds=formation,
+            liveness_seconds=liveness,
+            measures=measures,
+            engine=engine,
+            config=attrs.asdict(self.config),
+            samples=tuple(self.metrics.samples),
+        )
+
+    def _phases(self, wall: float) -> tuple[float | None, float | None, str | None]:
+        """Formation, the timeline, healing until convergence (when the scenario
+        checks liveness) and the leases' drain: (formation time, liveness time, what
+        failed).
+
+        Formation builds n^2 member records, all of which live for the whole run, and
+        almost no cyclic garbage (347 objects at 1,000 members): each time the heap
+        grew by a quarter, a full collection walked all of it again (5 s of the
+        1,000-member demo), and one more after formation took 1.8 s to find those
+        few. So the collector is off while the cluster forms, and what it built is
+        frozen uncollected. Both undone in `finally`.
+        """
+        scenario = self.scenario
         failure: str | None = None
         formation: float | None = None
         liveness: float | None = None
-        # Formation builds n^2 member records, all of which live for the whole run, and
-        # almost no cyclic garbage (347 objects at 1,000 members): each time the heap
-        # grew by a quarter, a full collection walked all of it again (5 s of the
-        # 1,000-member demo), and one more after formation took 1.8 s to find those
-        # few. So the collector is off while the cluster forms, and what it built is
-        # frozen uncollected. Both undone in `finally`.
         collecting = gc.isenabled()
         thresholds = gc.get_threshold()
         gc.disable()
@@ -257,41 +301,7 @@ class _Run:
             gc.set_threshold(*thresholds)
             if collecting:
                 gc.enable()
-        if failure is not None:
-            failure += f"; reproduce with --seed {scenario.seed}"
-        sim = self.sim
-        measures = self.metrics.summary(sim.now, self.config.probe_interval)
-        if self.leases is not None:
-            leases = measures["leases"] = self.leases.summary()
-            if failure is None and leases["violations"]:
-                counts = ", ".join(f"{k} {v}" for k, v in leases["invariants"].items() if v)
-                failure = (
-                    f"leases: {leases['violations']} invariant violations ({counts}): "
-                    f"{leases['violation_examples'][0]}; reproduce with --seed {scenario.seed}"
-                )
-        engine = attrs.asdict(sim.statistics())
-        engine["network"] = attrs.asdict(sim.network.statistics())
-        return RunResult(
-            scenario=scenario.name,
-            seed=scenario.seed,
-            members=scenario.members,
-            lifeguard=scenario.lifeguard,
-            loss=scenario.network.loss,
-            duration=scenario.duration,
-            probe_interval=self.config.probe_interval,
-            ok=failure is None,
-            failure=failure,
-            digest=sim.digest(),
-            wall_seconds=time.perf_counter() - wall,
-            formation_wall_seconds=self.setup_seconds,
-            virtual_seconds=sim.now,
-            formation_seconds=formation,
-            liveness_seconds=liveness,
-            measures=measures,
-            engine=engine,
-            config=attrs.asdict(self.config),
-            samples=tuple(self.metrics.samples),
-        )
+        return formation, liveness, failure
 
     def _form(self) -> float | None:
         """Start every member and wait until they all see each other; returns the time."""

@@ -1,4 +1,4 @@
-"""The code's shape: pure cores without I/O, their exports, and no import cycles.
+"""The code's shape: pure cores without I/O, their exports, no import cycles, sizes.
 
 `swim/` and `populi_p2p/leases/` are sans-IO: time and an RNG are passed in, so the same
 code runs under the daemon and the simulator and one seed reproduces a run. One scan
@@ -10,6 +10,10 @@ out by name, and the pure modules may not import it.
 The import graph of `populi_p2p/` (every import, at module level or in a function) has
 no cycle between modules nor between packages, and docs/architecture.md draws it as it
 is (`python scripts/import_graph.py`).
+
+No file of `swim/`, `overlay/`, `populi_p2p/` or `simulations/` is over 1,000 lines, and
+no function over 80 but those in `LONG_FUNCTIONS` (each with its reason, also in
+docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import ast
 import importlib.util
 import pathlib
 import sys
+import textwrap
 import types
 
 import pytest
@@ -386,3 +391,91 @@ def test_test_helpers_are_imported_by_their_package_name(path: pathlib.Path) -> 
                 f"tests/{path.relative_to(TESTS)}:{node.lineno}: import {name} as"
                 f" tests.<folder>.{last} or relatively (from .{last} import ...)"
             )
+
+
+####################################################################################
+# Size limits (docs/architecture.md, "Size limits")
+####################################################################################
+
+#: The packages whose files and functions the size limits hold for.
+SIZED = ("swim", "overlay", "populi_p2p", "simulations")
+MAX_FILE_LINES = 1000
+MAX_FUNCTION_LINES = 80
+#: "path:Qualified.name" -> why it is kept over `MAX_FUNCTION_LINES`. Each one is also
+#: listed, with its reason, in docs/architecture.md. Empty: split a long function
+#: into named pieces rather than add it here.
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def _long_functions(path: pathlib.Path, limit: int) -> dict[str, int]:
+    """Each def in `path` (nested ones and methods too) over `limit` lines, as
+    "path:Qualified.name" -> its lines (decorators left out, docstring counted)."""
+    found: dict[str, int] = {}
+    name = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                qualified = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                    if lines > limit:
+                        found[f"{name}:{qualified}"] = lines
+                walk(child, qualified + ".")
+            else:
+                walk(child, prefix)
+
+    walk(ast.parse(path.read_text(), filename=str(path)), "")
+    return found
+
+
+SIZED_SOURCES = sorted(p for package in SIZED for p in (REPO / package).rglob("*.py"))
+
+
+def test_the_size_scans_find_the_sources() -> None:
+    names = {p.relative_to(REPO).as_posix() for p in SIZED_SOURCES}
+    assert {"swim/_membership.py", "populi_p2p/node.py", "simulations/_runner.py"} <= names
+    assert "overlay/detect.py" in names
+
+
+def test_no_source_file_over_the_limit() -> None:
+    over = {
+        p.relative_to(REPO).as_posix(): n
+        for p in SIZED_SOURCES
+        if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
+    }
+    assert not over, f"files over {MAX_FILE_LINES} lines (split them by mechanism): {over}"
+
+
+def test_no_function_over_the_limit_but_the_listed_ones() -> None:
+    found: dict[str, int] = {}
+    for path in SIZED_SOURCES:
+        found.update(_long_functions(path, MAX_FUNCTION_LINES))
+    unlisted = {k: v for k, v in found.items() if k not in LONG_FUNCTIONS}
+    assert not unlisted, (
+        f"functions over {MAX_FUNCTION_LINES} lines: {unlisted}; split each into named"
+        " pieces (or, with a reason, add it to LONG_FUNCTIONS in tests/test_hygiene.py"
+        " and to docs/architecture.md's list)"
+    )
+    stale = sorted(set(LONG_FUNCTIONS) - set(found))
+    assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines (or gone): drop {stale}"
+
+
+def test_every_kept_long_function_is_documented() -> None:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    for key in LONG_FUNCTIONS:
+        path, qualified = key.split(":")
+        assert f"`{path}` `{qualified}`" in text, f"{key} is not in docs/architecture.md"
+
+
+def test_the_function_scan_catches_a_long_one(tmp_path: pathlib.Path) -> None:
+    """Nested functions and methods count on their own, each by its whole span."""
+    body = "".join(f"x{i} = {i}\n" for i in range(80))  # with its def: 81 lines
+    source = tmp_path / "long.py"
+    source.write_text(
+        "def short():\n    pass\n\n"
+        "class C:\n    async def m(self):\n" + textwrap.indent(body, " " * 8)
+        + "\ndef outer():\n    def inner():\n" + textwrap.indent(body, " " * 8)
+    )  # fmt: skip
+    found = _long_functions(source, MAX_FUNCTION_LINES)
+    assert found == {"long.py:C.m": 81, "long.py:outer": 82, "long.py:outer.inner": 81}

@@ -112,66 +112,77 @@ def _table(rows: list[list[str]]) -> list[str]:
     return format_table(rows[1:], rows[0]).split("\n")
 
 
+_HEADER = (
+    "GPU",
+    "NAME",
+    "MEMORY used/total",
+    "OFFERED [B]",
+    "TEMP",
+    "POWER",
+    "UTIL",
+    "CC",
+    "SOURCE [A]",
+    "HEALTH",
+)
+
+
 def format_gpu_table(report: GpuReport) -> str:
     """The human form of ``populi-node gpus``: one row per device with its health
     reasons, MIG partitions under their GPU, then probes, CPU and Layer C."""
     facts = report.facts
     lines: list[str] = []
     if facts.devices:
-        rows = [
-            [
-                "GPU",
-                "NAME",
-                "MEMORY used/total",
-                "OFFERED [B]",
-                "TEMP",
-                "POWER",
-                "UTIL",
-                "CC",
-                "SOURCE [A]",
-                "HEALTH",
-            ]
-        ]
+        rows = [list(_HEADER)]
         for d, h, c in zip(facts.devices, report.health, report.capacity.devices, strict=True):
-            memory = f"{format_size(d.memory_used)}/{format_size(d.memory_total)}"
-            if d.unified_memory:
-                memory = f"{format_size(d.memory_total)} unified"
-            power = "-"
-            if d.power_draw_w is not None:
-                power = f"{d.power_draw_w:.0f}W"
-                if d.power_limit_w is not None:
-                    power += f"/{d.power_limit_w:.0f}W"
-            rows.append(
-                [
-                    str(d.index),
-                    d.name,
-                    memory,
-                    _offered(c),
-                    f"{d.temperature_c}C" if d.temperature_c is not None else "-",
-                    power,
-                    f"{d.utilization_gpu}%" if d.utilization_gpu is not None else "-",
-                    f"{d.compute_capability[0]}.{d.compute_capability[1]}"
-                    if d.compute_capability
-                    else "-",
-                    str(d.source),
-                    describe_health(d, h),
-                ]
-            )
-            for m, p in zip(
-                d.mig_devices, c.partitions or [None] * len(d.mig_devices), strict=True
-            ):
-                rows.append(
-                    [
-                        f" {d.index}/{m.index}",
-                        f"MIG {m.uuid}",
-                        f"{format_size(m.memory_total)}",
-                        format_size(p.vram) if p is not None else "0MiB",
-                        "", "", "", "", str(d.source), "",
-                    ]
-                )  # fmt: skip
+            rows.extend(_device_rows(d, h, c))
         lines.extend(_table(rows))
     else:
         lines.append("No GPUs found.")
+    lines.extend(_footer_lines(report))
+    return "\n".join(lines)
+
+
+def _device_rows(d: GpuDevice, h: DeviceHealth, c: DeviceCapacity) -> list[list[str]]:
+    """A device's row in the table, then one row per MIG partition."""
+    memory = f"{format_size(d.memory_used)}/{format_size(d.memory_total)}"
+    if d.unified_memory:
+        memory = f"{format_size(d.memory_total)} unified"
+    power = "-"
+    if d.power_draw_w is not None:
+        power = f"{d.power_draw_w:.0f}W"
+        if d.power_limit_w is not None:
+            power += f"/{d.power_limit_w:.0f}W"
+    rows = [
+        [
+            str(d.index),
+            d.name,
+            memory,
+            _offered(c),
+            f"{d.temperature_c}C" if d.temperature_c is not None else "-",
+            power,
+            f"{d.utilization_gpu}%" if d.utilization_gpu is not None else "-",
+            f"{d.compute_capability[0]}.{d.compute_capability[1]}" if d.compute_capability else "-",
+            str(d.source),
+            describe_health(d, h),
+        ]
+    ]
+    for m, p in zip(d.mig_devices, c.partitions or [None] * len(d.mig_devices), strict=True):
+        rows.append(
+            [
+                f" {d.index}/{m.index}",
+                f"MIG {m.uuid}",
+                f"{format_size(m.memory_total)}",
+                format_size(p.vram) if p is not None else "0MiB",
+                "", "", "", "", str(d.source), "",
+            ]
+        )  # fmt: skip
+    return rows
+
+
+def _footer_lines(report: GpuReport) -> list[str]:
+    """The lines under the table: versions, probes, CPU, what is offered, Layer C."""
+    facts = report.facts
+    lines: list[str] = []
     versions = []
     if facts.driver_version:
         versions.append(f"driver {facts.driver_version}")
@@ -196,88 +207,22 @@ def format_gpu_table(report: GpuReport) -> str:
             f"Declared GPU [C, {SOURCE_DECLARED}, not verified, never offered]: "
             f"{g.count}{TIMES}{g.model}{vram}"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def report_to_dict(report: GpuReport) -> dict[str, Any]:
     """The JSON form of ``populi-node gpus --json``: long keys, bytes as integers, and a
     ``provenance`` object on every section."""
-    gpus = []
-    for d, h, c in zip(report.facts.devices, report.health, report.capacity.devices, strict=True):
-        gpus.append(
-            {
-                "index": d.index,
-                "uuid": d.uuid,
-                "name": d.name,
-                "vendor": str(d.vendor),
-                "pci_bus_id": d.pci_bus_id,
-                "compute_capability": list(d.compute_capability) if d.compute_capability else None,
-                "memory_total": d.memory_total,
-                "memory_used": d.memory_used,
-                "memory_free": d.memory_free,
-                "memory_reserved": d.memory_reserved,
-                "unified_memory": d.unified_memory,
-                "utilization_gpu": d.utilization_gpu,
-                "utilization_memory": d.utilization_memory,
-                "temperature_c": d.temperature_c,
-                "power_draw_w": d.power_draw_w,
-                "power_limit_w": d.power_limit_w,
-                "throttle_thermal": d.throttle_thermal,
-                "throttle_power": d.throttle_power,
-                "ecc_corrected": d.ecc_corrected,
-                "ecc_uncorrected": d.ecc_uncorrected,
-                "mig_enabled": d.mig_enabled,
-                "mig_devices": [
-                    {
-                        "index": m.index,
-                        "uuid": m.uuid,
-                        "memory_total": m.memory_total,
-                        "memory_free": m.memory_free,
-                        "gpu_instance_id": m.gpu_instance_id,
-                        "compute_instance_id": m.compute_instance_id,
-                    }
-                    for m in d.mig_devices
-                ],
-                "xids": list(d.xids),
-                "error": d.error,
-                "lost": d.lost,
-                "health": {
-                    "state": str(h.state),
-                    "reasons": [str(r) for r in h.reasons],
-                    "eligible": h.eligible,
-                    "summary": describe_health(d, h),
-                },
-                "provenance": {"layer": "A", "source": str(d.source)},
-                "capacity": {
-                    "vram": c.vram,
-                    "largest_unit": c.largest_unit,
-                    "partitions": [{"uuid": p.uuid, "vram": p.vram} for p in c.partitions],
-                    "reasons": [str(r) for r in c.reasons],
-                    "provenance": {"layer": "B", "source": SOURCE_DERIVED},
-                },
-            }
-        )
-    cpu = report.facts.cpu
+    devices = zip(report.facts.devices, report.health, report.capacity.devices, strict=True)
     return {
-        "gpus": gpus,
+        "gpus": [_device_to_dict(d, h, c) for d, h, c in devices],
         "driver_version": report.facts.driver_version,
         "cuda_driver_version": report.facts.cuda_driver_version,
         "probes": [
             {"source": str(p.source), "error": p.error, "devices": p.devices}
             for p in report.facts.probes
         ],
-        "cpu": {
-            "model": cpu.model,
-            "arch": cpu.arch,
-            "cores_logical": cpu.cores_logical,
-            "cores_physical": cpu.cores_physical,
-            "avx": cpu.avx,
-            "avx2": cpu.avx2,
-            "avx512": cpu.avx512,
-            "ram_total": cpu.ram_total,
-            "error": cpu.error,
-            "provenance": {"layer": "A", "source": str(cpu.source)},
-        },
+        "cpu": _cpu_to_dict(report.facts.cpu),
         "capacity": {
             "vram_total": report.capacity.vram_total,
             "allocatable_gpus": report.capacity.allocatable_devices,
@@ -296,6 +241,77 @@ def report_to_dict(report: GpuReport) -> dict[str, Any]:
             }
             for g in report.declared
         ],
+    }
+
+
+def _device_to_dict(d: GpuDevice, h: DeviceHealth, c: DeviceCapacity) -> dict[str, Any]:
+    """One entry of the JSON's ``gpus``: Layer A's facts, its health, Layer B's offer."""
+    return {
+        "index": d.index,
+        "uuid": d.uuid,
+        "name": d.name,
+        "vendor": str(d.vendor),
+        "pci_bus_id": d.pci_bus_id,
+        "compute_capability": list(d.compute_capability) if d.compute_capability else None,
+        "memory_total": d.memory_total,
+        "memory_used": d.memory_used,
+        "memory_free": d.memory_free,
+        "memory_reserved": d.memory_reserved,
+        "unified_memory": d.unified_memory,
+        "utilization_gpu": d.utilization_gpu,
+        "utilization_memory": d.utilization_memory,
+        "temperature_c": d.temperature_c,
+        "power_draw_w": d.power_draw_w,
+        "power_limit_w": d.power_limit_w,
+        "throttle_thermal": d.throttle_thermal,
+        "throttle_power": d.throttle_power,
+        "ecc_corrected": d.ecc_corrected,
+        "ecc_uncorrected": d.ecc_uncorrected,
+        "mig_enabled": d.mig_enabled,
+        "mig_devices": [
+            {
+                "index": m.index,
+                "uuid": m.uuid,
+                "memory_total": m.memory_total,
+                "memory_free": m.memory_free,
+                "gpu_instance_id": m.gpu_instance_id,
+                "compute_instance_id": m.compute_instance_id,
+            }
+            for m in d.mig_devices
+        ],
+        "xids": list(d.xids),
+        "error": d.error,
+        "lost": d.lost,
+        "health": {
+            "state": str(h.state),
+            "reasons": [str(r) for r in h.reasons],
+            "eligible": h.eligible,
+            "summary": describe_health(d, h),
+        },
+        "provenance": {"layer": "A", "source": str(d.source)},
+        "capacity": {
+            "vram": c.vram,
+            "largest_unit": c.largest_unit,
+            "partitions": [{"uuid": p.uuid, "vram": p.vram} for p in c.partitions],
+            "reasons": [str(r) for r in c.reasons],
+            "provenance": {"layer": "B", "source": SOURCE_DERIVED},
+        },
+    }
+
+
+def _cpu_to_dict(cpu: CpuInfo) -> dict[str, Any]:
+    """The JSON's ``cpu`` section (Layer A)."""
+    return {
+        "model": cpu.model,
+        "arch": cpu.arch,
+        "cores_logical": cpu.cores_logical,
+        "cores_physical": cpu.cores_physical,
+        "avx": cpu.avx,
+        "avx2": cpu.avx2,
+        "avx512": cpu.avx512,
+        "ram_total": cpu.ram_total,
+        "error": cpu.error,
+        "provenance": {"layer": "A", "source": str(cpu.source)},
     }
 
 

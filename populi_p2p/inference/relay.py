@@ -140,6 +140,16 @@ class _Broken(Exception):
         self.tokens = tokens
 
 
+class _BrokenAfter(Exception):
+    """A bad event after good ones in one batch: emit `data` (the good ones), then
+    raise `broken`."""
+
+    def __init__(self, data: bytes, broken: _Broken) -> None:
+        super().__init__(broken.why)
+        self.data = data
+        self.broken = broken
+
+
 class Relay:
     """Args: how to open an upstream (node, path, body), whether a node is still
     alive, the configured stall timeout (None: adaptive), where outcomes go, and how
@@ -333,108 +343,173 @@ class Relay:
         Raises:
             _Broken: when the node fails mid-stream, with the text it had sent.
         """
-        chunks_in, chunks_out = trio.open_memory_channel[bytes | BaseException](64)
-        splitter = SseSplitter()
-        sent: list[bytes] = []  # the raw events forwarded, decoded only at failover
-        stall = self.gaps.stall_timeout(self._stall)
-        first = result.tokens
+        return await _Pump(self, node, response, chat, emit, result).run()
 
-        async def read() -> None:
-            async with chunks_in:
-                try:
-                    async for chunk in response.aiter_raw():
-                        # No checkpoint while httpx hands out chunks it already has, so
-                        # that the consumer takes them all in one write.
-                        try:
-                            chunks_in.send_nowait(chunk)
-                        except trio.WouldBlock:
-                            await chunks_in.send(chunk)
-                except (httpx.HTTPError, trio.BrokenResourceError) as exc:
-                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        await chunks_in.send(exc)
 
-        def broken(why: str) -> _Broken:
-            recovered = recover_text(sent, chat)
-            if recovered is None:
-                return _Broken(why, None)
-            return _Broken(why, *recovered)
+class _Pump:
+    """One node's streamed response: a reader task that queues the raw chunks, and a
+    consumer that passes them on in batches, watching for a stall or the node's death.
+    The two share this state: the stall clock, the raw events sent (decoded only at
+    failover), and the held-back end."""
 
-        async def consume() -> bytes:
-            finished = False
-            tail: list[bytes] = []
-            last = trio.current_time()
-            pending: bytes | BaseException | None = None
-            while True:
-                item, pending = pending, None
-                while item is None:
-                    with trio.move_on_after(WATCH_INTERVAL):
-                        try:
-                            item = await chunks_out.receive()
-                        except trio.EndOfChannel:
-                            item = b""
-                            break
-                    if item is None:
-                        if not self._alive(node):
-                            raise broken("the node is no longer alive (membership)")
-                        limit = (
-                            stall if result.tokens > first else max(stall, self.first_token_timeout)
-                        )
-                        if trio.current_time() - last > limit:
-                            raise broken(f"no token for {limit:.1f} s (stall)")
-                if isinstance(item, BaseException) or item == b"":
-                    if finished:
-                        return b"".join(tail)
-                    if item == b"":
-                        raise broken("connection closed before the end of the stream")
-                    raise broken(f"connection lost ({type(item).__name__})")
-                # Whatever else has already arrived goes out in the same write.
-                parts = [item]
-                while pending is None:
-                    try:
-                        more = chunks_out.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    except trio.EndOfChannel:
-                        pending = b""
-                        break
-                    if isinstance(more, bytes) and more:
-                        parts.append(more)
-                    else:
-                        pending = more
-                out: list[bytes] = []
-                try:
-                    whole = splitter.feed_whole(b"".join(parts) if len(parts) > 1 else item)
-                    tokens, done = self._take(whole, chat, out) if whole else (0, False)
-                except ValueError as exc:  # the splitter's size limit
-                    raise broken(str(exc)) from None
-                except _Broken as exc:
-                    if out:
-                        sent.append(b"".join(out))
-                        await emit(sent[-1])
-                    raise broken(exc.why) from None
-                if tokens:
-                    now = trio.current_time()
-                    if result.tokens > first:
-                        self.gaps.add(now - last)
-                    last = now
-                    result.tokens += tokens
-                if finished or (done and whole.rstrip().endswith(b"[DONE]")):
-                    tail += out  # the end: goes out with our [DONE]
-                elif out:
-                    sent.append(out[0] if len(out) == 1 else b"".join(out))
-                    await emit(sent[-1])
-                if done:
-                    finished = True
-                    last = trio.current_time()
+    def __init__(
+        self,
+        relay: Relay,
+        node: str,
+        response: httpx.Response,
+        chat: bool,
+        emit: Emit,
+        result: StreamResult,
+    ) -> None:
+        self._relay = relay
+        self._node = node
+        self._response = response
+        self._chat = chat
+        self._emit = emit
+        self._result = result
+        self._chunks_in, self._chunks_out = trio.open_memory_channel[bytes | BaseException](64)
+        self._feed = SseSplitter().feed_whole
+        self._take = relay._take
+        self._sent: list[bytes] = []  # the raw events forwarded, decoded only at failover
+        self._stall = relay.gaps.stall_timeout(relay._stall)
+        self._first = result.tokens
+        self._last = 0.0  # when the last token (or the end) came
+        #: An end (b"") or an error seen behind a batch: handled after that batch.
+        self._pending: bytes | BaseException | None = None
+        self._finished = False  # the upstream said it is done
+        self._tail: list[bytes] = []  # the end's events: they go out with our [DONE]
 
+    async def run(self) -> bytes:
+        """The events held back for the end; raises `_Broken` when the node fails."""
         outcome: bytes | _Broken
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(read)
+            nursery.start_soon(self._read)
             try:
-                outcome = await consume()
+                outcome = await self._consume()
             except _Broken as exc:
                 outcome = exc
             nursery.cancel_scope.cancel()
         if isinstance(outcome, _Broken):
             raise outcome
         return outcome
+
+    async def _read(self) -> None:
+        """Queue the response's raw chunks, then the error that ended it, if any."""
+        chunks_in = self._chunks_in
+        async with chunks_in:
+            try:
+                async for chunk in self._response.aiter_raw():
+                    # No checkpoint while httpx hands out chunks it already has, so
+                    # that the consumer takes them all in one write.
+                    try:
+                        chunks_in.send_nowait(chunk)
+                    except trio.WouldBlock:
+                        await chunks_in.send(chunk)
+            except (httpx.HTTPError, trio.BrokenResourceError) as exc:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await chunks_in.send(exc)
+
+    def _broken(self, why: str) -> _Broken:
+        recovered = recover_text(self._sent, self._chat)
+        if recovered is None:
+            return _Broken(why, None)
+        return _Broken(why, *recovered)
+
+    async def _consume(self) -> bytes:
+        """Pass the chunks on, batch by batch, until the end: the events held back
+        for it."""
+        chunks_out, emit = self._chunks_out, self._emit
+        self._last = trio.current_time()
+        while True:
+            item, self._pending = self._pending, None
+            while item is None:
+                with trio.move_on_after(WATCH_INTERVAL):
+                    try:
+                        item = await chunks_out.receive()
+                    except trio.EndOfChannel:
+                        item = b""
+                        break
+                if item is None:
+                    self._watch()
+            if isinstance(item, BaseException) or item == b"":
+                if self._finished:
+                    return b"".join(self._tail)
+                if item == b"":
+                    raise self._broken("connection closed before the end of the stream")
+                raise self._broken(f"connection lost ({type(item).__name__})")
+            try:
+                data = self._batch(self._gather(item))
+            except _BrokenAfter as exc:
+                await emit(exc.data)
+                raise exc.broken from None
+            if data is not None:
+                await emit(data)
+
+    def _watch(self) -> None:
+        """Raises `_Broken` when the node is no longer alive or has stalled (called
+        every `WATCH_INTERVAL` without a chunk)."""
+        if not self._relay._alive(self._node):
+            raise self._broken("the node is no longer alive (membership)")
+        limit = (
+            self._stall
+            if self._result.tokens > self._first
+            else max(self._stall, self._relay.first_token_timeout)
+        )
+        if trio.current_time() - self._last > limit:
+            raise self._broken(f"no token for {limit:.1f} s (stall)")
+
+    def _gather(self, item: bytes) -> bytes:
+        """`item` and whatever else has already arrived, as one batch that goes out
+        in one write; an end or error met behind them waits in `_pending`."""
+        parts = [item]
+        chunks_out = self._chunks_out
+        while self._pending is None:
+            try:
+                more = chunks_out.receive_nowait()
+            except trio.WouldBlock:
+                break
+            except trio.EndOfChannel:
+                self._pending = b""
+                break
+            if isinstance(more, bytes) and more:
+                parts.append(more)
+            else:
+                self._pending = more
+        return b"".join(parts) if len(parts) > 1 else item
+
+    def _batch(self, batch: bytes) -> bytes | None:
+        """The whole events of `batch` to emit now (None: none; the end's are kept in
+        `_tail`), with its tokens counted and the gap since the last ones timed.
+
+        Raises:
+            _Broken: on a bad event or an event over the splitter's limit.
+            _BrokenAfter: on a bad event after good ones, which go out first.
+        """
+        out: list[bytes] = []
+        try:
+            whole = self._feed(batch)
+            tokens, done = self._take(whole, self._chat, out) if whole else (0, False)
+        except ValueError as exc:  # the splitter's size limit
+            raise self._broken(str(exc)) from None
+        except _Broken as exc:
+            if out:
+                self._sent.append(b"".join(out))
+                raise _BrokenAfter(self._sent[-1], self._broken(exc.why)) from None
+            raise self._broken(exc.why) from None
+        result = self._result
+        if tokens:
+            now = trio.current_time()
+            if result.tokens > self._first:
+                self._relay.gaps.add(now - self._last)
+            self._last = now
+            result.tokens += tokens
+        data = None
+        if self._finished or (done and whole.rstrip().endswith(b"[DONE]")):
+            self._tail += out  # the end: goes out with our [DONE]
+        elif out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            self._sent.append(data)
+        if done:
+            self._finished = True
+            self._last = trio.current_time()
+        return data

@@ -308,7 +308,8 @@ def place(
     spread: Collection[str] = (),
     weights: Weights = Weights(),
 ) -> Placement:
-    """Rank `candidates` for `spec`.
+    """Rank `candidates` for `spec`: filter (`_Filter`), score (`_score_all`), rank
+    (`_rank`).
 
     Args:
         committed: requirements of leases each node already holds (see
@@ -320,45 +321,107 @@ def place(
     """
     committed = committed or {}
     n = len(candidates)
-    removed = dict.fromkeys(GATES, 0)
-    examples: dict[str, list[str]] = {}
-    cache: dict[int, str | None] = {}
-    feasible: list[Candidate] = []
     limit = config.placement_sample_max
-    headroom = config.headroom_fraction
+    start, stride = _visit_order(n, limit, rng)
+    kept = _Filter(spec, committed, failed_on, exclude, spread, config.headroom_fraction)
+    visited = kept.run(candidates, start, stride, limit)
+    tid = spec.task_id()
+    scores = _score_all(kept.feasible, spec.requirements, committed, weights, config)
+    ranked = _rank(tid, kept.feasible, scores)
+    return Placement(
+        task_id=tid,
+        chosen=ranked[0] if ranked else None,
+        ranked=tuple(ranked),
+        removed=kept.removed,
+        examples={g: tuple(v) for g, v in kept.examples.items()},
+        scores=scores,
+        visited=visited,
+        candidates=n,
+    )
+
+
+def _visit_order(n: int, limit: int, rng: random.Random) -> tuple[int, int]:
+    """(start, stride) of the visit: every candidate in order when they fit the
+    sample, else a seeded walk that visits each at most once (a stride coprime with
+    `n`)."""
     start, stride = 0, 1
     if n > limit:
         start = rng.randrange(n)
         stride = rng.randrange(1, n)
         while math.gcd(stride, n) != 1:
             stride += 1
-    visited = 0
-    for i in range(n):
-        if len(feasible) >= limit:
-            break
-        c = candidates[(start + i * stride) % n]
-        visited += 1
-        held = committed.get(c.node_id, ())
-        if held:
-            gate = _gate(c, spec, held, headroom)
-        else:
-            try:
-                gate = cache[c.node_class]
-            except KeyError:
-                gate = cache[c.node_class] = _gate(c, spec, (), headroom)
-        if gate is None and c.node_id in failed_on:
-            gate = "failed_here"
-        if gate is None and (c.node_id in exclude or c.node_id in spread):
-            gate = "excluded" if c.node_id in exclude else "anti_affinity"
-        if gate is not None:
-            removed[gate] += 1
-            ex = examples.setdefault(gate, [])
-            if len(ex) < 3:
-                ex.append(c.node_id)
-            continue
-        feasible.append(c)
-    tid = spec.task_id()
-    req = spec.requirements
+    return start, stride
+
+
+class _Filter:
+    """The feasibility checks over the candidates, in visit order: the feasible ones,
+    and what each gate removed (counts and up to 3 examples). Gates are cached per
+    node class for nodes that hold no lease."""
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        committed: Mapping[str, Sequence[Requirements]],
+        failed_on: Collection[str],
+        exclude: Collection[str],
+        spread: Collection[str],
+        headroom: float,
+    ) -> None:
+        self.spec = spec
+        self.committed = committed
+        self.failed_on = failed_on
+        self.exclude = exclude
+        self.spread = spread
+        self.headroom = headroom
+        self.removed = dict.fromkeys(GATES, 0)
+        self.examples: dict[str, list[str]] = {}
+        self.feasible: list[Candidate] = []
+
+    def run(self, candidates: Sequence[Candidate], start: int, stride: int, limit: int) -> int:
+        """Visit until `limit` are feasible or all were seen; returns how many were
+        visited."""
+        spec, committed, headroom = self.spec, self.committed, self.headroom
+        failed_on, exclude, spread = self.failed_on, self.exclude, self.spread
+        removed, examples, feasible = self.removed, self.examples, self.feasible
+        cache: dict[int, str | None] = {}
+        n = len(candidates)
+        visited = 0
+        for i in range(n):
+            if len(feasible) >= limit:
+                break
+            c = candidates[(start + i * stride) % n]
+            visited += 1
+            held = committed.get(c.node_id, ())
+            if held:
+                gate = _gate(c, spec, held, headroom)
+            else:
+                try:
+                    gate = cache[c.node_class]
+                except KeyError:
+                    gate = cache[c.node_class] = _gate(c, spec, (), headroom)
+            if gate is None and c.node_id in failed_on:
+                gate = "failed_here"
+            if gate is None and (c.node_id in exclude or c.node_id in spread):
+                gate = "excluded" if c.node_id in exclude else "anti_affinity"
+            if gate is not None:
+                removed[gate] += 1
+                ex = examples.setdefault(gate, [])
+                if len(ex) < 3:
+                    ex.append(c.node_id)
+                continue
+            feasible.append(c)
+        return visited
+
+
+def _score_all(
+    feasible: Sequence[Candidate],
+    req: Requirements,
+    committed: Mapping[str, Sequence[Requirements]],
+    weights: Weights,
+    config: LeaseConfig,
+) -> dict[str, Score]:
+    """Each feasible node's score; fit and load cached per node class for nodes that
+    hold no lease."""
     parts: dict[int, tuple[float, float]] = {}
     scores: dict[str, Score] = {}
     for c in feasible:
@@ -371,13 +434,21 @@ def place(
             except KeyError:
                 fit, load = parts[c.node_class] = _fit_and_load(c, req, ())
         scores[c.node_id] = _score(c, req, fit, load, weights, config.reliability_step)
-    # Totals are compared quantized (SCORE_QUANTUM): every node ranks over its own view,
-    # and inputs such as reliability (decayed on each replica's own clock) differ by
-    # float noise between views. Compared raw, a near-tie could order A > B on one
-    # node and B > A on another, so that neither claims; quantized, it is a tie that
-    # the rendezvous hash breaks the same way everywhere.
+    return scores
+
+
+def _rank(tid: str, feasible: Sequence[Candidate], scores: Mapping[str, Score]) -> list[str]:
+    """The nodes best first: alive before suspect, then by quantized total, ties
+    broken by the rendezvous hash of (task, node).
+
+    Totals are compared quantized (SCORE_QUANTUM): every node ranks over its own view,
+    and inputs such as reliability (decayed on each replica's own clock) differ by
+    float noise between views. Compared raw, a near-tie could order A > B on one
+    node and B > A on another, so that neither claims; quantized, it is a tie that
+    the rendezvous hash breaks the same way everywhere.
+    """
     suspect = {c.node_id for c in feasible if c.state == "suspect"}
-    ranked = sorted(
+    return sorted(
         scores,
         key=lambda node: (
             node not in suspect,  # a suspect only when no alive member fits
@@ -385,14 +456,4 @@ def place(
             _rendezvous(tid, node),
         ),
         reverse=True,
-    )
-    return Placement(
-        task_id=tid,
-        chosen=ranked[0] if ranked else None,
-        ranked=tuple(ranked),
-        removed=removed,
-        examples={g: tuple(v) for g, v in examples.items()},
-        scores=scores,
-        visited=visited,
-        candidates=n,
     )

@@ -63,6 +63,52 @@ def _inference_collector(service: InferenceService) -> Collector:
     return InferenceCollector(service.stats.statistics)
 
 
+class _RouteView:
+    """What the router reads of the mesh: the members with a verified record, as
+    candidates (their models, state, draining, RTT); a node's peer API address; a
+    member's state."""
+
+    def __init__(
+        self,
+        node_id: str,
+        members: Callable[[], list[Member]],
+        member: Callable[[str], Member | None],
+        roster: Roster,
+    ) -> None:
+        self._node_id = node_id
+        self._members = members
+        self._member = member
+        self._roster = roster
+
+    def candidates(self) -> list[Candidate]:
+        roster, node_id = self._roster, self._node_id
+        out = []
+        for m in self._members():
+            record = roster.records.get(m.name)
+            if record is None or roster.unverified_reason(m.name) is not None:
+                continue
+            models = record.sections.get("models") or {}
+            out.append(Candidate(
+                node_id=m.name, name=record.name, state=m.state.name.lower(),
+                draining=record.status is NodeStatus.DRAINING,
+                models=models if isinstance(models, dict) else {},
+                rtt=m.rtt, is_self=m.name == node_id,
+            ))  # fmt: skip
+        return out
+
+    def address_of(self, node: str) -> tuple[str, int] | None:
+        record = self._roster.records.get(node)
+        peer = record.sections.get("peer") if record is not None else None
+        port = peer.get("port") if isinstance(peer, dict) else None
+        if record is None or not isinstance(port, int):
+            return None
+        return record.address, port
+
+    def state_of(self, node: str) -> str | None:
+        found = self._member(node)
+        return None if found is None else found.state.name.lower()
+
+
 class InferenceHost:
     """Starts the peer API and the engines (`start_peer`), then the inference service
     (`start_inference`), in the node's nursery.
@@ -207,38 +253,12 @@ class InferenceHost:
                                  required=required, clock=trio.current_time)  # fmt: skip
             revocations.on_change(keys.update_revocations)
 
-        def view() -> list[Candidate]:
-            out = []
-            for m in members():
-                record = roster.records.get(m.name)
-                if record is None or roster.unverified_reason(m.name) is not None:
-                    continue
-                models = record.sections.get("models") or {}
-                out.append(Candidate(
-                    node_id=m.name, name=record.name, state=m.state.name.lower(),
-                    draining=record.status is NodeStatus.DRAINING,
-                    models=models if isinstance(models, dict) else {},
-                    rtt=m.rtt, is_self=m.name == node_id,
-                ))  # fmt: skip
-            return out
-
-        def address_of(node: str) -> tuple[str, int] | None:
-            record = roster.records.get(node)
-            peer = record.sections.get("peer") if record is not None else None
-            port = peer.get("port") if isinstance(peer, dict) else None
-            if record is None or not isinstance(port, int):
-                return None
-            return record.address, port
-
-        def state_of(node: str) -> str | None:
-            found = member(node)
-            return None if found is None else found.state.name.lower()
-
+        routes = _RouteView(node_id, members, member, roster)
         service = self.inference = InferenceService(
-            node_id, view=view, address_of=address_of, peer_client=self.peer_client,
-            engines=self.engines, listen=listen, keys=keys, stall_timeout=config.stall_timeout,
-            state_of=state_of, outcomes=outcomes, lease_config=self._lease_config,
-            loading=loading, load_wait=config.load_wait,
+            node_id, view=routes.candidates, address_of=routes.address_of,
+            peer_client=self.peer_client, engines=self.engines, listen=listen, keys=keys,
+            stall_timeout=config.stall_timeout, state_of=routes.state_of, outcomes=outcomes,
+            lease_config=self._lease_config, loading=loading, load_wait=config.load_wait,
         )  # fmt: skip
         service.register_peer_routes(self._peer_routes)
         if metrics is not None:
