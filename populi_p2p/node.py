@@ -52,8 +52,7 @@ from ._asgi import AsgiApp
 from ._http_serve import OPEN_FILES_LOW, HttpLimits, raise_open_file_limit
 from ._log import event, get_logger
 from .api import ApiClient
-from .artifacts.runner import ArtifactRunner
-from .artifacts.wiring import artifact_runner
+from .artifacts.runner import ArtifactRunner, artifact_runner
 from .config import NodeConfig
 from .deploy.runner import DeploymentRunner
 from .deploy.service import DeployService, deploys_section

@@ -27,7 +27,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import trio
@@ -40,7 +40,7 @@ from .files import OutputError, extract_tar, open_output, place_file
 if TYPE_CHECKING:
     from ..blobs.service import BlobService
 
-__all__ = ["INPUT_DIR", "OUTPUT_KIND", "RUN_PIN", "ArtifactRunner", "input_kind"]
+__all__ = ["INPUT_DIR", "OUTPUT_KIND", "RUN_PIN", "ArtifactRunner", "artifact_runner"]
 
 #: The task's inputs, in its work dir (``$POPULI_INPUT_DIR``).
 INPUT_DIR: Final = "inputs"
@@ -59,8 +59,12 @@ _log = get_logger("artifacts")
 Replicate = Callable[[str, int, TaskSpec, list[TaskOutput]], Awaitable[list[str]]]
 
 
-def input_kind() -> str:
-    return INPUT_KIND
+class Replicator(Protocol):
+    """What has outputs held (`ArtifactService`; typed here, not imported)."""
+
+    async def replicate(
+        self, tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
+    ) -> list[str]: ...
 
 
 @attrs.define
@@ -313,3 +317,23 @@ def _add_output(blobs: BlobService, work: Path, path: str, tmp: Path, task_id: s
     with open_output(work, path, tmp) as (source, unpack):
         name = f"{task_id[:16]}-{path.replace('/', '_')}"[:64]
         return blobs.store.add_file(source, name, OUTPUT_KIND), unpack
+
+
+def artifact_runner(
+    inner: TaskRunner, *, state_dir: Path, me: str, blobs: Callable[[], BlobService | None],
+    service: Callable[[], Replicator | None], retention: float,
+) -> ArtifactRunner:  # fmt: skip
+    """The node's task runner: inputs and outputs around `inner`."""
+
+    async def replicate(
+        tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
+    ) -> list[str]:
+        artifacts = service()
+        if artifacts is None:
+            raise LookupError("the node is still starting")
+        return await artifacts.replicate(tid, epoch, spec, outputs)
+
+    return ArtifactRunner(
+        inner, tasks_dir=state_dir / "tasks", me=me, blobs=blobs, replicate=replicate,
+        retention=retention,
+    )  # fmt: skip
