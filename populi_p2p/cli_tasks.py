@@ -140,6 +140,8 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         for label in labels:
             if "=" not in label or label.startswith("="):
                 raise TaskCliError(f"{flag} {label!r}: expected k=v")
+    # Namespaces built by callers other than the parser may lack the artifact flags.
+    inputs, outputs = getattr(args, "input", []), getattr(args, "output", [])
     major, dot, minor = args.min_cc.partition(".")
     if not (major.isdigit() and (not dot or minor.isdigit())):
         raise TaskCliError(f"--min-cc {args.min_cc!r}: expected a version like 8.0")
@@ -147,12 +149,12 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         "kind": args.kind, "gpus": args.gpus, "vram": vram, "min_cc": args.min_cc,
         "cpus": args.cpus, "ram": ram, "labels": args.label, "prefer": args.prefer,
         "timeout": timeout, "retries": args.retries, "env": env, "command": command,
-        "no_network": args.no_network, "outputs": args.output,
+        "no_network": args.no_network, "outputs": outputs,
     }  # fmt: skip
-    if args.input:
+    if inputs:
         from .artifacts.service import parse_input_arg
 
-        spec["input_files"] = [parse_input_arg(arg) for arg in args.input]
+        spec["input_files"] = [parse_input_arg(arg) for arg in inputs]
     try:  # the daemon validates the same way: check here so nothing bad is sent
         cc = (int(major), int(minor or 0))
         req = Requirements(args.gpus, vram, cc, args.cpus, ram, args.label, args.prefer)
@@ -164,7 +166,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             timeout=timeout,
             retry_limit=args.retries,
             submitted_by="cli",
-            outputs=args.output,
+            outputs=outputs,
         )
     except ValueError as exc:
         raise TaskCliError(f"bad task: {exc}") from None
