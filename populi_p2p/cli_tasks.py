@@ -28,6 +28,8 @@ WAIT_POLL: Final = 0.2
 SUBMIT_TIMEOUT: Final = 30.0
 #: Seconds `submit --wait` keeps copying output after the task ended (its last bytes).
 DRAIN_WAIT: Final = 10.0
+#: The longest `fetch` waits for the daemon to fetch and write a task's outputs.
+FETCH_TIMEOUT: Final = 600.0
 
 
 class TaskCliError(Exception):
@@ -55,6 +57,16 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
     s.add_argument(
         "--no-network", action="store_true", help="run without network (or fail to start)"
     )
+    s.add_argument(
+        "--input", action="append", default=[], metavar="FILE|DIR[:NAME]",
+        help="a file or directory the task finds in $POPULI_INPUT_DIR/NAME (stored here,"
+        " fetched by the owner; repeatable)",
+    )  # fmt: skip
+    s.add_argument(
+        "--output", action="append", default=[], metavar="PATH",
+        help="a file or directory (relative to the work dir) kept when the task succeeds,"
+        " held by k members: populi-node fetch TASK (repeatable)",
+    )  # fmt: skip
     s.add_argument("--wait", action="store_true", help="follow the task; exit with its code")
     s.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...")
     t = sub.add_parser("tasks", help="the tasks the mesh holds")
@@ -79,6 +91,10 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
                 help="an operator key (populi-node cluster operator): cancel a task that"
                 " another node accepted",
             )
+    f = sub.add_parser("fetch", help="a finished task's outputs, from any node that holds them")
+    add_state_dir(f)
+    f.add_argument("task", help="task id (or a unique prefix)")
+    f.add_argument("--to", type=Path, default=Path("."), help="directory (default: here)")
     g = sub.add_parser("logs", help="a task's full output (fetched from the node that ran it)")
     add_state_dir(g)
     g.add_argument("task", help="task id (or a unique prefix)")
@@ -124,6 +140,8 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         for label in labels:
             if "=" not in label or label.startswith("="):
                 raise TaskCliError(f"{flag} {label!r}: expected k=v")
+    # Namespaces built by callers other than the parser may lack the artifact flags.
+    inputs, outputs = getattr(args, "input", []), getattr(args, "output", [])
     major, dot, minor = args.min_cc.partition(".")
     if not (major.isdigit() and (not dot or minor.isdigit())):
         raise TaskCliError(f"--min-cc {args.min_cc!r}: expected a version like 8.0")
@@ -131,8 +149,12 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         "kind": args.kind, "gpus": args.gpus, "vram": vram, "min_cc": args.min_cc,
         "cpus": args.cpus, "ram": ram, "labels": args.label, "prefer": args.prefer,
         "timeout": timeout, "retries": args.retries, "env": env, "command": command,
-        "no_network": args.no_network,
+        "no_network": args.no_network, "outputs": outputs,
     }  # fmt: skip
+    if inputs:
+        from .artifacts.service import parse_input_arg
+
+        spec["input_files"] = [parse_input_arg(arg) for arg in inputs]
     try:  # the daemon validates the same way: check here so nothing bad is sent
         cc = (int(major), int(minor or 0))
         req = Requirements(args.gpus, vram, cc, args.cpus, ram, args.label, args.prefer)
@@ -144,6 +166,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             timeout=timeout,
             retry_limit=args.retries,
             submitted_by="cli",
+            outputs=outputs,
         )
     except ValueError as exc:
         raise TaskCliError(f"bad task: {exc}") from None
@@ -337,6 +360,9 @@ def _cmd_task(args: argparse.Namespace) -> None:
     if spec.get("replicas"):  # the primary first (docs/leases.md, "Small meshes, quorums")
         shown = " ".join(_owner_name(r, names) for r in spec["replicas"])
         lines.append(f"replicas {shown}")
+    for i in spec.get("inputs", []):
+        kind = "dir" if i.get("dir") else "file"
+        lines.append(f"input    {i['name']} ({kind}, {i['size']} bytes) sha256 {i['sha256'][:16]}")
     for e in task["epochs"]:
         code = "" if e["exit_code"] is None else f" exit {e['exit_code']}"
         lines.append(f"epoch {e['epoch']}: {_owner_name(e['owner'], names)} {e['phase']}{code}")
@@ -345,6 +371,11 @@ def _cmd_task(args: argparse.Namespace) -> None:
     result = task.get("result")
     if result is not None:
         lines.append(f"result   exit {result['exit_code']} in {result['duration']:.1f}s")
+        held = " ".join(_owner_name(h, names) for h in result.get("holders", []))
+        for o in result.get("outputs", []):
+            kind = "dir" if o["dir"] else "file"
+            lines.append(f"output   {o['path']} ({kind}, {o['size']} bytes) sha256"
+                         f" {o['sha256'][:16]} held by {held}")  # fmt: skip
     for line in lines:
         print(terminal_safe(line))
     if result is not None:
@@ -401,6 +432,18 @@ def _cmd_logs(args: argparse.Namespace) -> None:
             time.sleep(WAIT_POLL)  # a poll of the daemon's API, not synchronisation
 
 
+def _cmd_fetch(args: argparse.Namespace) -> None:
+    client = _client(args)
+    task_id = str(client.get(f"/v1/tasks/{args.task}")["id"])
+    to = str(args.to.resolve())
+    answer = _client(args, timeout=FETCH_TIMEOUT).post(
+        "/v1/artifacts/fetch", {"task": task_id, "to": to}
+    )
+    for row in answer["outputs"]:
+        kind = "dir " if row["dir"] else "file"
+        print(f"{kind} {row['to']}  {row['size']} bytes  sha256 {row['sha256'][:16]}")
+
+
 def _cmd_drain(args: argparse.Namespace) -> None:
     answer = _client(args).post("/v1/drain", {"handoff": args.handoff})
     more = f", handing off {answer['running']} running" if args.handoff else ""
@@ -431,6 +474,7 @@ TASK_COMMANDS: Final = {
     "explain": _wrap(_cmd_explain),
     "cancel": _wrap(_cmd_cancel),
     "logs": _wrap(_cmd_logs),
+    "fetch": _wrap(_cmd_fetch),
     "drain": _wrap(_cmd_drain),
     "undrain": _wrap(_cmd_undrain),
 }

@@ -471,6 +471,24 @@ class NodeConfig:
                     doc="bytes a second that all blob fetches together may take (a token"
                     " bucket); see models.md"),
     )  # fmt: skip
+    #: Members besides a task's owner that must hold its outputs before the result is
+    #: posted (docs/artifacts.md); fewer when the mesh has fewer other live members.
+    output_replicas: int = attrs.field(
+        default=2, validator=attrs.validators.in_(range(0, 8)),
+        metadata=up("count", "members besides the owner that must hold a task's outputs"
+                    " before it succeeds (default {default})", metavar="K",
+                    doc="members besides the owner that hold a task's outputs before its"
+                    " result is posted (0 to 7; fewer when the mesh is smaller); see"
+                    " artifacts.md"),
+    )  # fmt: skip
+    #: Seconds a task's outputs stay pinned on their holders, then they are removed.
+    output_retention: float = attrs.field(
+        default=7 * 86400.0, validator=_positive_seconds,
+        metadata=up("seconds", "seconds a task's outputs are kept on their holders (default"
+                    " {default})", metavar="SECONDS",
+                    doc="how long a task's outputs stay pinned on the owner and its k"
+                    " holders; then each holder removes them; see artifacts.md"),
+    )  # fmt: skip
     #: The engine that runs a deployed model's replicas here (`deploy.engine_command`).
     deploy_engine: str = attrs.field(
         default="auto",

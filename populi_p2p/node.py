@@ -46,12 +46,13 @@ import trio
 
 from overlay.base import Address, TransportError, format_address
 from overlay.transport import Transport
-from swim import Event
+from swim import Event, MemberState
 
 from ._asgi import AsgiApp
 from ._http_serve import OPEN_FILES_LOW, HttpLimits, raise_open_file_limit
 from ._log import event, get_logger
 from .api import ApiClient
+from .artifacts.runner import ArtifactRunner, artifact_runner
 from .config import NodeConfig
 from .deploy.runner import DeploymentRunner
 from .deploy.service import DeployService, deploys_section
@@ -93,6 +94,7 @@ from .trust.operator import operator_checker
 if TYPE_CHECKING:  # imported when first used, after the API answers (start-up CPU)
     from prometheus_client.registry import Collector
 
+    from .artifacts.service import ArtifactService
     from .blobs.service import BlobService
     from .executor.logs import TaskLogs
     from .inference.peer_api import PeerRoutes
@@ -171,6 +173,9 @@ class Node:
         #: Deployed models: the replicas run here, and deploy/deployments/undeploy.
         self.deploy_runner: DeploymentRunner | None = None
         self.deploy: DeployService | None = None
+        #: Task inputs and outputs (docs/artifacts.md): the runner and the service.
+        self.artifact_runner: ArtifactRunner | None = None
+        self.artifacts: ArtifactService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, serve until a leave completes or the task is cancelled.
@@ -237,7 +242,12 @@ class Node:
         store = self._store = StoreService(member_store, membership)
         parts = self._parts = NodeParts(config, creds, core, membership, store, own_record)
         executor = self.executor = self._executor()
-        runner = self.deploy_runner = self._deploy_runner(executor, parts)
+        self.deploy_runner = self._deploy_runner(executor, parts)
+        runner = self.artifact_runner = artifact_runner(
+            self.deploy_runner, state_dir=config.state_dir, me=node_id,
+            blobs=lambda: self.blobs, service=lambda: self.artifacts,
+            retention=config.output_retention,
+        )  # fmt: skip
         leases = self._leases = LeaseService(
             self.presets.lease, creds.identity, config.state_dir / "leases.sqlite3",
             runner=runner, channel=parts.app, members=membership.members,
@@ -281,6 +291,7 @@ class Node:
         for run, events in subscribers:
             await nursery.start(run, events)
         await nursery.start(executor.run)
+        await nursery.start(self.deploy_runner.run)
         await nursery.start(runner.run)
         self.deploy = self._deploy_service(parts, membership, leases)
         await nursery.start(leases.run, lease_events)
@@ -504,6 +515,26 @@ class Node:
         )  # fmt: skip
         self.blobs.register_peer_routes(self.peer_routes)
         await nursery.start(self.blobs.run)
+        await self._start_artifacts(nursery, membership)
+
+    async def _start_artifacts(self, nursery: trio.Nursery, membership: MembershipService) -> None:
+        """Task inputs and outputs (docs/artifacts.md): submit, hold, fetch, sweep."""
+        await import_in_thread("populi_p2p.artifacts.service")
+        from .artifacts.service import ArtifactService
+
+        leases, runner = self.leases, self.artifact_runner
+        gone = (MemberState.DEAD, MemberState.LEFT)
+        assert runner is not None and self.blobs is not None
+        self.artifacts = ArtifactService(
+            blobs=lambda: self.blobs, me=leases.me, k=self.config.output_replicas,
+            retention=self.config.output_retention, is_live=membership.is_live,
+            live_members=lambda: [m.name for m in membership.members() if m.state not in gone],
+            grant_of=leases.agent.grants.get, entry_of=leases.table.get, submit=leases.submit,
+            address_of=self.blobs.address_of, peer_client=lambda: self.peer_client,
+            running=lambda: set(runner.runs),
+        )  # fmt: skip
+        self.artifacts.register_peer_routes(self.peer_routes)
+        await nursery.start(self.artifacts.run)
 
     ####################################################################################
     # What the API shows (the public names other code and tests use)
@@ -517,6 +548,8 @@ class Node:
                 status["tasks"]["logs_refused_not_member"] = self.task_logs.refused_not_member
         if self.blobs is not None:
             status["blobs"] = self.blobs.statistics()
+        if self.artifacts is not None and self.artifact_runner is not None:
+            status["artifacts"] = {**self.artifacts.statistics(), **self.artifact_runner.stats}
         host = self.inference_host
         if host is not None:
             status["http"] = host.http_statistics()

@@ -25,6 +25,7 @@ labels      ``--x K=V --x K=V``          a table ``k = "v"`` or a list of ``k=v`
 port        ``--x N``                    a number 0 to 65535 (or its digits)
 seconds     ``--x SECONDS``              a number of seconds
 size        ``--x SIZE``                 bytes, or a size like ``2GiB``
+count       ``--x N``                    a whole number 0 or more (or its digits)
 ==========  ===========================  ===============================================
 """
 
@@ -52,7 +53,8 @@ __all__ = [
 ]
 
 Kind = Literal[
-    "text", "choice", "path", "switch", "list", "gpus", "labels", "port", "seconds", "size"
+    "text", "choice", "path", "switch", "list", "gpus", "labels", "port", "seconds", "size",
+    "count",
 ]
 
 #: The metadata key under which a field carries its `UpSetting`.
@@ -172,7 +174,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[object, attrs.Attribute[Any],
 
 
 _ARGUMENT_TYPES: Final[Mapping[str, Callable[[str], object]]] = {
-    "path": Path, "port": int, "seconds": float,
+    "path": Path, "port": int, "seconds": float, "count": int,
 }  # fmt: skip
 _REPEATED: Final = frozenset({"list", "gpus", "labels"})
 
@@ -276,6 +278,14 @@ def _port(where: str, value: object) -> object:
     return value
 
 
+def _count(where: str, value: object) -> object:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{where}: {value!r} is not a whole number 0 or more")
+    return value
+
+
 def _seconds(where: str, value: object) -> object:
     if isinstance(value, str):
         try:
@@ -303,7 +313,7 @@ def _size(where: str, value: object) -> object:
 _COERCIONS: Final[Mapping[Kind, Callable[[str, object], object]]] = {
     "text": _text, "choice": _choice_text, "path": _path, "switch": _switch,
     "list": _strings, "gpus": _gpus, "labels": _labels, "port": _port,
-    "seconds": _seconds, "size": _size,
+    "seconds": _seconds, "size": _size, "count": _count,
 }  # fmt: skip
 
 

@@ -247,6 +247,7 @@ MIRRORS = {
     "executor": "populi_p2p/executor",
     "blobs": "populi_p2p/blobs",
     "deploy": "populi_p2p/deploy",
+    "artifacts": "populi_p2p/artifacts",
     "gpu": "populi_p2p/gpu",
     "inference": "populi_p2p/inference",
     "observe": "populi_p2p/observe",

@@ -148,6 +148,8 @@ class BlobService:
         self._is_member = is_member
         self._sections = sections
         self._address_of = address_of
+        #: A member's peer address from its verified record (task outputs use it too).
+        self.address_of = address_of
         self._peer_client = peer_client
         self._set_section = set_section
         self._bandwidth = bandwidth

@@ -27,6 +27,7 @@ EXIT_REASONS: Final = frozenset(
         "cancelled",  # `stop()` was called (a cancel, a drain with handoff, a lost lease)
         "shutdown",  # the node shut down while the task ran; the group was killed
         "start_failed",  # nothing ran: bad id, missing command, no namespace, no user...
+        "outputs",  # exited 0, but its outputs could not be stored or held by k members
     }
 )
 
@@ -88,6 +89,11 @@ class TaskExited:
     #: the task's PATH, or not executable for the task's user. No retry would do better
     #: (docs/executor.md, "A command that cannot run"): the task fails for good.
     final: bool = False
+    #: The outputs stored as blobs after the command ended (`TaskOutput` values) and
+    #: the nodes holding them, owner first (`artifacts.ArtifactRunner`); empty when the
+    #: task declares none.
+    outputs: tuple[Any, ...] = ()
+    holders: tuple[str, ...] = ()
 
     @property
     def succeeded(self) -> bool:

@@ -46,4 +46,7 @@ def result_of(exited: TaskExited) -> TaskResult:
         encoded = line.encode("utf-8", "replace")
         tail = tail[-(OUTPUT_TAIL_MAX - len(encoded)) :] + encoded
     duration = max(0.0, exited.ended_at - exited.started_at)
-    return TaskResult(code, tail[-OUTPUT_TAIL_MAX:], duration, final=exited.final)
+    return TaskResult(
+        code, tail[-OUTPUT_TAIL_MAX:], duration, final=exited.final,
+        outputs=exited.outputs, holders=exited.holders,
+    )  # fmt: skip

@@ -9,6 +9,7 @@ from ._entry import Cancel as Cancel
 from ._entry import ClaimRecord as ClaimRecord
 from ._entry import Phase as Phase
 from ._entry import TaskEntry as TaskEntry
+from ._entry import TaskOutput as TaskOutput
 from ._entry import TaskPhase as TaskPhase
 from ._entry import TaskResult as TaskResult
 from ._entry import cancel_refusal as cancel_refusal
@@ -56,6 +57,7 @@ __all__ = [
     "TaskCompacted",
     "TaskEntry",
     "TaskKind",
+    "TaskOutput",
     "TaskPhase",
     "TaskResult",
     "TaskSpec",

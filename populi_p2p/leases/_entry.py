@@ -48,13 +48,14 @@ accepted result, whatever the delivery order: that is the fencing guarantee.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 import msgpack
 
 from ._cancel import OperatorProof
-from ._spec import Signer, TaskSpec, Verifier
+from ._spec import OUTPUTS_MAX, Signer, TaskSpec, Verifier, check_output_path
 
 #: Epochs of history kept per task (each a claim with its outcome); older ones drop.
 HISTORY_EPOCHS_MAX = 16
@@ -100,6 +101,45 @@ class TaskPhase(enum.Enum):
     CANCELLED = "cancelled"
 
 
+def _outputs(value: Iterable[TaskOutput]) -> tuple[TaskOutput, ...]:
+    return tuple(value)
+
+
+def _holders(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+#: Nodes a result names as holders of its outputs at most (the owner and k others).
+OUTPUT_HOLDERS_MAX = 8
+
+
+@attrs.frozen
+class TaskOutput:
+    """One output a task left (`submit --output PATH`), stored as a blob: its path in
+    the work dir, the blob's sha256 and size, and whether it is a tar of a directory."""
+
+    path: str
+    sha256: str  # 64 lower-case hex characters
+    size: int
+    unpack: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        check_output_path(self.path)
+        if (
+            not isinstance(self.sha256, str)
+            or len(self.sha256) != 64
+            or any(c not in "0123456789abcdef" for c in self.sha256)
+        ):
+            raise ValueError(f"output {self.path}: sha256 must be 64 lower-case hex characters")
+        if type(self.size) is not int or not 0 <= self.size <= 1 << 50:
+            raise ValueError(f"output {self.path}: bad size")
+        if not isinstance(self.unpack, bool):
+            raise ValueError(f"output {self.path}: unpack must be true or false")
+
+    def to_wire(self) -> list[Any]:
+        return [self.path, self.sha256, self.size, self.unpack]
+
+
 @attrs.frozen
 class TaskResult:
     """What the owner reports when the task ends. `node_fault` marks a failure caused by
@@ -115,6 +155,23 @@ class TaskResult:
     node_fault: bool = False
     signature: bytes = b""
     final: bool = False
+    #: The outputs stored as blobs (docs/artifacts.md), and the nodes that held all of
+    #: them when the result was posted (the owner first). Encoded, and signed, as a
+    #: seventh element only when there are outputs (`final` is then always present).
+    outputs: tuple[TaskOutput, ...] = attrs.field(default=(), converter=_outputs)
+    holders: tuple[str, ...] = attrs.field(default=(), converter=_holders)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.outputs) > OUTPUTS_MAX or len(self.holders) > OUTPUT_HOLDERS_MAX:
+            raise ValueError("too many outputs or holders in a result")
+        if bool(self.outputs) != bool(self.holders):
+            raise ValueError("a result names holders exactly when it names outputs")
+
+    def _extra(self) -> list[Any]:
+        if self.outputs:
+            outputs = [o.to_wire() for o in self.outputs]
+            return [self.final, [outputs, list(self.holders)]]
+        return [True] if self.final else []
 
     def to_wire(self) -> list[Any]:
         return [
@@ -123,7 +180,7 @@ class TaskResult:
             float(self.duration),
             self.node_fault,
             self.signature,
-            *([True] if self.final else []),
+            *self._extra(),
         ]
 
     def signed_bytes(self, task_id: str, epoch: int, owner: str) -> bytes:
@@ -135,7 +192,7 @@ class TaskResult:
             self.output_tail,
             float(self.duration),
             self.node_fault,
-            *([True] if self.final else []),
+            *self._extra(),
         ]
         return RESULT_CONTEXT + _pack(body)
 

@@ -43,6 +43,12 @@ SIZE_MAX = 1 << 50  # bytes; anything larger is a typo, not a machine
 INPUTS_MAX = 64
 #: An input's name: what the task sees it as (a file name, no path).
 INPUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: Outputs one task declares at most (`submit --output PATH`).
+OUTPUTS_MAX = 16
+#: An output's path: relative to the work dir, components of [A-Za-z0-9._-], no `..`.
+_OUTPUT_PART = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}"
+OUTPUT_PATH = re.compile(rf"{_OUTPUT_PART}(/{_OUTPUT_PART}){{0,7}}")
+OUTPUT_PATH_CHARS_MAX = 128
 #: Replicas of one deployment at most.
 DEPLOY_REPLICAS_MAX = 64
 #: Characters of a deployment's name (the model id clients ask for) at most.
@@ -119,6 +125,9 @@ class BlobInput:
     name: str  # what the task sees it as (`INPUT_NAME`)
     sha256: str  # 64 lower-case hex characters
     size: int  # bytes
+    #: The blob is a tar of a directory (`submit --input DIR`): the owner extracts it
+    #: into a directory `name`. Encoded as a fourth element only when true.
+    unpack: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not INPUT_NAME.fullmatch(self.name):
@@ -127,9 +136,19 @@ class BlobInput:
             raise ValueError(f"input {self.name}: sha256 must be 64 lower-case hex characters")
         if type(self.size) is not int or not 0 <= self.size <= SIZE_MAX:
             raise ValueError(f"input {self.name}: size must be 0..{SIZE_MAX} bytes")
+        if not isinstance(self.unpack, bool):
+            raise ValueError(f"input {self.name}: unpack must be true or false")
 
     def to_wire(self) -> list[Any]:
-        return [self.name, self.sha256, self.size]
+        return [self.name, self.sha256, self.size, *([True] if self.unpack else [])]
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> BlobInput:
+        if not isinstance(raw, list) or len(raw) not in (3, 4):
+            raise ValueError("bad input layout")
+        if len(raw) == 4 and raw[3] is not True:
+            raise ValueError("unpack is encoded only when true")  # one spec, one encoding
+        return cls(*raw)
 
 
 @attrs.frozen
@@ -168,6 +187,26 @@ def _inputs(value: Iterable[BlobInput]) -> tuple[BlobInput, ...]:
     return tuple(sorted(value, key=lambda i: i.name))
 
 
+def check_output_path(path: Any) -> str:
+    """`path` if it names an output the owner may collect: relative to the work dir,
+    plain components, no `..` (one line otherwise)."""
+    if (
+        not isinstance(path, str)
+        or len(path) > OUTPUT_PATH_CHARS_MAX
+        or not OUTPUT_PATH.fullmatch(path)
+        or any(part in (".", "..") for part in path.split("/"))
+    ):
+        raise ValueError(
+            f"output {path!r}: a path relative to the work dir, at most"
+            f" {OUTPUT_PATH_CHARS_MAX} characters of [A-Za-z0-9._-/], no '..'"
+        )
+    return path
+
+
+def _outputs(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(value)))
+
+
 @attrs.frozen
 class TaskSpec:
     """An immutable task: kind, requirements, command and limits, and who accepted it.
@@ -196,6 +235,9 @@ class TaskSpec:
     inputs: tuple[BlobInput, ...] = attrs.field(default=(), converter=_inputs)
     #: Set on the replicas of a deployed model (`populi-node deploy`).
     deployment: Deployment | None = None
+    #: Paths (relative to the work dir) the owner stores as blobs when the task ends
+    #: (`submit --output`), sorted. Encoded as a fourteenth element only when set.
+    outputs: tuple[str, ...] = attrs.field(default=(), converter=_outputs)
 
     def input(self, name: str) -> BlobInput | None:
         return next((i for i in self.inputs if i.name == name), None)
@@ -207,6 +249,10 @@ class TaskSpec:
             raise ValueError("inputs must be BlobInput values")
         if len({i.name for i in self.inputs}) != len(self.inputs):
             raise ValueError("two inputs have the same name")
+        if len(self.outputs) > OUTPUTS_MAX:
+            raise ValueError(f"at most {OUTPUTS_MAX} outputs, got {len(self.outputs)}")
+        for path in self.outputs:
+            check_output_path(path)
         if self.deployment is not None and self.input("model") is None:
             raise ValueError("a deployment needs an input named model")
         if len(self.replicas) > REPLICAS_MAX or len(set(self.replicas)) != len(self.replicas):
@@ -262,6 +308,10 @@ class TaskSpec:
         ]
 
     def _tail(self) -> list[Any]:
+        if self.outputs:
+            deployment = None if self.deployment is None else self.deployment.to_wire()
+            blobs = [i.to_wire() for i in self.inputs]
+            return [self.no_network, list(self.replicas), blobs, deployment, list(self.outputs)]
         if self.inputs or self.deployment is not None:
             deployment = None if self.deployment is None else self.deployment.to_wire()
             blobs = [i.to_wire() for i in self.inputs]
@@ -273,7 +323,11 @@ class TaskSpec:
     @classmethod
     def from_wire(cls, raw: Any) -> TaskSpec:
         """Rebuild from `to_wire`'s layout; any mismatch raises `ValueError`/`TypeError`."""
-        if not isinstance(raw, list) or len(raw) not in (9, 10, 11, 13) or raw[0] != SPEC_VERSION:
+        if (
+            not isinstance(raw, list)
+            or len(raw) not in (9, 10, 11, 13, 14)
+            or raw[0] != SPEC_VERSION
+        ):
             raise ValueError("not a version-1 task spec")
         if len(raw) == 10 and raw[9] is not True:
             raise ValueError("no_network is encoded only when true")  # one spec, one encoding
@@ -315,6 +369,7 @@ class TaskSpec:
             replicas=tuple(replicas),
             inputs=inputs,
             deployment=deployment,
+            outputs=_outputs_from_wire(raw),
         )
 
     def canonical(self) -> bytes:
@@ -335,21 +390,32 @@ class TaskSpec:
 
 
 def _inputs_from_wire(raw: list[Any]) -> tuple[list[BlobInput], Deployment | None]:
-    """The twelfth and thirteenth elements: present only when one of them is set."""
-    if len(raw) != 13:
+    """The twelfth and thirteenth elements: present only when one of them (or the
+    outputs) is set."""
+    if len(raw) < 13:
         return [], None
     blobs, deployment = raw[11], raw[12]
     if not isinstance(blobs, list) or len(blobs) > INPUTS_MAX:
         raise ValueError("bad inputs layout")
-    if not all(isinstance(b, list) and len(b) == 3 for b in blobs):
-        raise ValueError("bad input layout")
-    if not blobs and deployment is None:
+    if not blobs and deployment is None and len(raw) == 13:
         raise ValueError("inputs and deployment are encoded only when set")
-    names = [b[0] for b in blobs]
+    inputs = [BlobInput.from_wire(b) for b in blobs]
+    names = [b.name for b in inputs]
     if names != sorted(names):
         raise ValueError("inputs are encoded sorted by name")  # one spec, one encoding
-    inputs = [BlobInput(*b) for b in blobs]
     return inputs, None if deployment is None else Deployment.from_wire(deployment)
+
+
+def _outputs_from_wire(raw: list[Any]) -> tuple[str, ...]:
+    """The fourteenth element: the declared outputs, present only when set."""
+    if len(raw) != 14:
+        return ()
+    paths = raw[13]
+    if not isinstance(paths, list) or not paths or len(paths) > OUTPUTS_MAX:
+        raise ValueError("bad outputs layout")
+    if paths != sorted(set(paths)) or not all(isinstance(p, str) for p in paths):
+        raise ValueError("outputs are encoded sorted, once each")  # one spec, one encoding
+    return tuple(check_output_path(p) for p in paths)
 
 
 def check_new_requirements(req: Requirements) -> None:

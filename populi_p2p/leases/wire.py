@@ -19,6 +19,7 @@ from ._entry import (
     EPOCH_MAX,
     EXPLANATION_CHARS_MAX,
     HISTORY_EPOCHS_MAX,
+    OUTPUT_HOLDERS_MAX,
     OUTPUT_TAIL_MAX,
     RANK_MAX,
     RENEWALS_MAX,
@@ -27,9 +28,10 @@ from ._entry import (
     ClaimRecord,
     Phase,
     TaskEntry,
+    TaskOutput,
     TaskResult,
 )
-from ._spec import NODE_ID_CHARS_MAX, TASK_ID_CHARS, TaskSpec, task_id_of
+from ._spec import NODE_ID_CHARS_MAX, OUTPUTS_MAX, TASK_ID_CHARS, TaskSpec, task_id_of
 
 VERSION = 1
 #: Largest delta (one gossip payload, a few entries); a submit with a full spec fits.
@@ -112,16 +114,33 @@ def task_id_from_wire(v: Any) -> str:
     return str(v)
 
 
+def _outputs(raw: Any) -> tuple[list[TaskOutput], list[str]]:
+    """A result's seventh element: ``[[[path, sha256, size, unpack], ...], holders]``."""
+    _need(isinstance(raw, list) and len(raw) == 2, "bad outputs layout")
+    outputs, holders = raw
+    _need(isinstance(outputs, list) and 0 < len(outputs) <= OUTPUTS_MAX, "bad outputs")
+    _need(isinstance(holders, list) and 0 < len(holders) <= OUTPUT_HOLDERS_MAX, "bad holders")
+    _need(all(isinstance(o, list) and len(o) == 4 for o in outputs), "bad output")
+    _need(all(isinstance(h, str) and 0 < len(h) <= NODE_ID_CHARS_MAX for h in holders),
+          "bad holder")  # fmt: skip
+    try:
+        return [TaskOutput(*o) for o in outputs], holders
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(f"bad output: {exc}") from None
+
+
 def _result(raw: Any) -> TaskResult:
-    _need(isinstance(raw, list) and len(raw) in (5, 6), "bad result layout")
+    _need(isinstance(raw, list) and len(raw) in (5, 6, 7), "bad result layout")
     code, tail, duration, fault, sig = raw[:5]
-    # `final` is a sixth element only when true: one result, one encoding.
-    _need(len(raw) == 5 or raw[5] is True, "bad final flag")
+    # `final` is a sixth element only when true or when outputs follow: one encoding.
+    _need(len(raw) == 5 or raw[5] is True or (len(raw) == 7 and raw[5] is False), "bad final")
+    outputs, holders = _outputs(raw[6]) if len(raw) == 7 else ([], [])
     _need(type(code) is int and -(1 << 31) <= code < (1 << 31), "bad exit code")
     _need(isinstance(tail, bytes) and len(tail) <= OUTPUT_TAIL_MAX, "bad output tail")
     _need(isinstance(duration, float) and 0 <= duration <= 1e9, "bad duration")
     _need(isinstance(fault, bool), "bad node_fault")
-    return TaskResult(code, tail, duration, fault, _sig(sig), final=len(raw) == 6)
+    final = len(raw) > 5 and raw[5] is True
+    return TaskResult(code, tail, duration, fault, _sig(sig), final, outputs, holders)
 
 
 def _claim(raw: Any) -> ClaimRecord:

@@ -14,6 +14,7 @@ from ..leases._cancel import OperatorProof
 from ..trust.operator import proof_from_json
 
 if TYPE_CHECKING:
+    from ..artifacts.service import ArtifactService
     from ..blobs.service import BlobService
     from ..deploy.service import DeployService
 
@@ -62,6 +63,8 @@ class NodeView(Protocol):
     def blobs(self) -> BlobService | None: ...
     @property
     def deploy(self) -> DeployService | None: ...
+    @property
+    def artifacts(self) -> ArtifactService | None: ...
 
 
 class NodeBackend:
@@ -88,6 +91,9 @@ class NodeBackend:
     # The tasks part of the API (`api.TaskBackend`).
 
     async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Submit; with ``input_files``, stored as blobs first (docs/artifacts.md)."""
+        if isinstance(spec, dict) and spec.get("input_files"):
+            return await self._artifacts().submit(spec)
         return await self._node.leases.submit(spec)
 
     def tasks(self) -> list[dict[str, Any]]:
@@ -138,7 +144,13 @@ class NodeBackend:
             "/v1/deployments": ("GET", lambda q: self._deploy().rows(q)),
             "/v1/deploy": ("POST", lambda body: self._deploy().deploy(body)),
             "/v1/undeploy": ("POST", lambda body: self._deploy().undeploy(body)),
+            "/v1/artifacts/fetch": ("POST", lambda body: self._artifacts().fetch(body)),
         }
+
+    def _artifacts(self) -> ArtifactService:
+        if self._node.artifacts is None:  # for a moment after the API first answers
+            raise LookupError("the node is still starting; try again in a second")
+        return self._node.artifacts
 
     def _deploy(self) -> DeployService:
         if self._node.deploy is None:  # for a moment after the API first answers

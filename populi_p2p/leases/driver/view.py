@@ -26,6 +26,7 @@ from .. import (
     TaskSpec,
     check_new_requirements,
 )
+from .._spec import check_output_path
 from ..placement import Candidate, Gpu
 
 __all__ = [
@@ -199,7 +200,11 @@ def spec_view(spec: TaskSpec) -> dict[str, Any]:
         "submitted_by": spec.submitted_by,
         "submitted_at": spec.submitted_at,
         "replicas": list(spec.replicas),
-        "inputs": [{"name": i.name, "sha256": i.sha256, "size": i.size} for i in spec.inputs],
+        "inputs": [
+            {"name": i.name, "sha256": i.sha256, "size": i.size, "dir": i.unpack}
+            for i in spec.inputs
+        ],
+        "outputs": list(spec.outputs),
         "deployment": None if spec.deployment is None else attrs.asdict(spec.deployment),
         "requirements": {
             "gpus": r.gpu_count,
@@ -262,6 +267,11 @@ def entry_detail(entry: TaskEntry, why: str | None) -> dict[str, Any]:
             "node_fault": result.node_fault,
             "final": result.final,
             "output_tail": result.output_tail.decode(errors="replace"),
+            "outputs": [
+                {"path": o.path, "sha256": o.sha256, "size": o.size, "dir": o.unpack}
+                for o in result.outputs
+            ],
+            "holders": list(result.holders),
         },
     }
 
@@ -309,6 +319,7 @@ def spec_from(fields: dict[str, Any], me: str, now_real: float) -> TaskSpec:
             no_network=no_network,
             inputs=_inputs_from(fields.get("inputs", [])),
             deployment=_deployment_from(fields.get("deployment")),
+            outputs=_outputs_from(fields.get("outputs", [])),
         )
     except (TypeError, IndexError) as exc:
         raise ValueError(f"bad task spec: {exc}") from None
@@ -319,7 +330,17 @@ def _inputs_from(raw: Any) -> list[BlobInput]:
     if not isinstance(raw, list) or not all(isinstance(i, dict) for i in raw):
         raise ValueError('inputs must be a list of {"name", "sha256", "size"}')
     items = cast(list[dict[str, Any]], raw)  # values checked by BlobInput
-    return [BlobInput(*(cast(Any, i.get(k)) for k in ("name", "sha256", "size"))) for i in items]
+    return [
+        BlobInput(i.get("name", ""), i.get("sha256", ""), i.get("size", -1), i.get("unpack", False))
+        for i in items
+    ]
+
+
+def _outputs_from(raw: Any) -> list[str]:
+    """``["path", ...]`` (hostile input): each checked by the spec."""
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise ValueError("outputs must be a list of paths relative to the work dir")
+    return [check_output_path(p) for p in raw]
 
 
 def _deployment_from(raw: Any) -> Deployment | None:

@@ -1,0 +1,427 @@
+"""`ArtifactService`: task inputs stored on submit, outputs held by k members, fetched
+anywhere (docs/artifacts.md).
+
+* **Submit** (``submit --input FILE|DIR[:NAME]``): each input is copied into the blob
+  store here (a directory as one reproducible tar), named in the signed spec by hash
+  and pinned (``in:<task>``) until the task has finished.
+* **Hold** (peer route ``POST HOLD_PATH``, the owner's outputs): a member asked to hold
+  a task's outputs checks that the caller owns that epoch now (its granter record, or
+  the lease table), that the outputs are the ones the spec declares, and that its share
+  of the store for others' outputs has room; then fetches them from the caller (chunks
+  and whole hash checked) and pins them for the retention. The answer is the job's
+  state (``fetching``, ``held``, ``failed``); the owner asks again until it is held.
+  A superseded epoch is refused (409) and counted.
+* **Replicate** (the owner): ask members, the task's replicas first, until k of them
+  hold every output (k = ``--output-replicas``, fewer when the mesh has fewer other
+  live members).
+* **Fetch** (``populi-node fetch TASK``): the accepted result names the outputs and
+  their holders; fetch each from any holder and write it under the target dir.
+* **Sweep**: output pins past their retention are dropped (the blob removed when
+  nothing else pins it); ``in:`` pins of finished tasks and ``run:`` pins that no run
+  holds any more are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import httpx
+import trio
+
+from .._log import get_logger
+from ..inference.peer_api import PeerRequest, PeerResponse, PeerRoutes
+from ..inference.peer_client import peer_base_url
+from ..leases import TaskEntry, TaskOutput, TaskSpec
+from ..leases._spec import INPUT_NAME
+from ..leases.grants import Ended, GrantRecord
+from .files import OutputError, extract_tar, pack_dir
+from .runner import INPUT_KIND, OUTPUT_KIND, RUN_PIN, output_pin
+
+if TYPE_CHECKING:
+    from ..blobs.service import BlobService
+    from ..inference.peer_client import PeerClient
+
+__all__ = ["HOLD_PATH", "INPUT_PIN", "ArtifactService"]
+
+HOLD_PATH: Final = "/populi/v1/artifacts/hold"
+#: Pin of a task's inputs on the node that accepted it, until the task has finished.
+INPUT_PIN: Final = "in:"
+#: The input pin's prefix while a submit waits for its replicas.
+SUBMITTING: Final = "submitting-"
+#: Hold jobs remembered (running and ended) at most; past it the oldest ended go.
+HOLD_JOBS_MAX: Final = 256
+#: Hold jobs fetching at once at most; past it the answer is 503 (ask another member).
+HOLD_RUNNING_MAX: Final = 16
+#: Share of the quota that others' outputs may take here (the rest: models, inputs).
+OUTPUT_SHARE: Final = 0.5
+#: Output blobs held here at most (any quota): the catalogue stays small.
+OUTPUT_BLOBS_MAX: Final = 4096
+#: Seconds between the owner's asks to a member holding its outputs.
+ASK_EVERY: Final = 0.3
+#: Seconds between sweeps of pins.
+SWEEP_EVERY: Final = 5.0
+_log = get_logger("artifacts")
+
+
+class ArtifactService:
+    """Args:
+    blobs: the blob service, once it runs.
+    me: this node's id.
+    k: members besides the owner that must hold a result's outputs.
+    retention: seconds outputs stay pinned.
+    is_live: whether a node is a current member (alive or suspect).
+    live_members: the live members other than us.
+    grant_of: our granter record of a task (None: not a replica of it).
+    entry_of: the lease table's entry of a task.
+    submit: the lease service's submit.
+    address_of: a member's peer address.
+    peer_client: signed calls (None until the peer API runs).
+    running: task ids whose runs here still hold ``run:`` pins.
+    """
+
+    def __init__(
+        self, *, blobs: Callable[[], BlobService | None], me: str, k: int, retention: float,
+        is_live: Callable[[str], bool], live_members: Callable[[], list[str]],
+        grant_of: Callable[[str], GrantRecord | None],
+        entry_of: Callable[[str], TaskEntry | None],
+        submit: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+        address_of: Callable[[str], tuple[str, int] | None],
+        peer_client: Callable[[], PeerClient | None],
+        running: Callable[[], set[str]],
+    ) -> None:  # fmt: skip
+        self._blobs = blobs
+        self.me = me
+        self.k = k
+        self.retention = retention
+        self._is_live, self._live_members = is_live, live_members
+        self._grant_of, self._entry_of = grant_of, entry_of
+        self._submit = submit
+        self._address_of, self._peer_client = address_of, peer_client
+        self._running = running
+        self._jobs: dict[tuple[str, int], dict[str, Any]] = {}
+        self._submitting: set[str] = set()  # pins of submits waiting for their replicas
+        self._nursery: trio.Nursery | None = None
+        self.stats = dict.fromkeys((
+            "holds_refused_stale", "holds_refused_not_owner", "holds_refused_room",
+            "holds_refused_bad", "holds_refused_not_member", "held_outputs", "expired",
+        ), 0)  # fmt: skip
+
+    def _store(self) -> Any:
+        blobs = self._blobs()
+        if blobs is None:
+            raise LookupError("the node is still starting; try again in a second")
+        return blobs
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                await trio.sleep(SWEEP_EVERY)
+                if self._blobs() is not None:
+                    self.sweep(time.time())
+
+    def register_peer_routes(self, routes: PeerRoutes) -> None:
+        routes.add("POST", HOLD_PATH, self._serve_hold)
+
+    def statistics(self) -> dict[str, Any]:
+        return {**self.stats, "k": self.k, "holding": len(self._jobs)}
+
+    ####################################################################################
+    # Submit with inputs
+
+    async def submit(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The lease service's submit, after storing ``input_files`` (``[{"path",
+        "name"}]``, absolute paths) as blobs named in ``inputs``; pinned until the task
+        has finished. Raises ValueError (one line) for a bad input."""
+        files = fields.pop("input_files", None) if isinstance(fields, dict) else None
+        if not files:
+            return await self._submit(fields)
+        if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+            raise ValueError('input_files must be a list of {"path", "name"}')
+        blobs = self._store()
+        inputs = list(fields.get("inputs", []))
+        digests: list[bytes] = []
+        for item in files:
+            entry, unpack = await self._add_input(blobs, item)
+            digests.append(entry.digest)
+            row = {"name": item["name"], "sha256": entry.hex, "size": entry.size}
+            inputs.append({**row, "unpack": unpack})
+        # Kept while the submit waits for its replicas, then until the task finished.
+        waiting = f"{INPUT_PIN}{SUBMITTING}{secrets.token_hex(4)}"
+        self._submitting.add(waiting)
+        for digest in digests:
+            blobs.store.pin(digest, waiting)
+        try:
+            answer = await self._submit({**fields, "inputs": inputs})
+            for digest in digests:
+                blobs.store.pin(digest, INPUT_PIN + answer["id"])
+        finally:
+            self._submitting.discard(waiting)
+            for digest in digests:
+                blobs.store.unpin(digest, waiting)
+        return answer
+
+    async def _add_input(self, blobs: BlobService, item: dict[str, Any]) -> tuple[Any, bool]:
+        path, name = item.get("path"), item.get("name")
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise ValueError("--input: give the file's or directory's absolute path")
+        if not isinstance(name, str) or not INPUT_NAME.fullmatch(name):
+            raise ValueError(f"--input {path}: the name {name!r} must be 1..64 of [A-Za-z0-9._-]")
+        if os.path.isdir(path):
+            tmp = blobs.store.root / "partial" / f"in-{os.getpid()}-{id(item)}.tar"
+            try:
+                await trio.to_thread.run_sync(pack_dir, Path(path), tmp)
+                entry = await trio.to_thread.run_sync(blobs.store.add_file, tmp, name, INPUT_KIND)
+            except OutputError as exc:
+                raise ValueError(f"--input {path}: {exc}") from None
+            finally:
+                tmp.unlink(missing_ok=True)
+            return entry, True
+        if not os.path.isfile(path):
+            raise ValueError(f"--input {path}: no such file or directory")
+        row = await blobs.add({"path": path, "name": name, "kind": INPUT_KIND})
+        return blobs.store.get(bytes.fromhex(row["hash"])), False
+
+    ####################################################################################
+    # Hold: a member keeps an owner's outputs
+
+    def _refuse(self, why: str, status: int, line: str) -> PeerResponse:
+        self.stats[f"holds_refused_{why}"] += 1
+        return PeerResponse(status, json.dumps({"error": line}).encode())
+
+    async def _serve_hold(self, request: PeerRequest) -> PeerResponse:
+        if not self._is_live(request.caller):
+            return self._refuse("not_member", 403, "only a current member may ask")
+        try:
+            body = json.loads(request.body[: 64 * 1024])
+            tid, epoch = str(body["task"]), int(body["epoch"])
+            outputs = [TaskOutput(*o) for o in body["outputs"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            return self._refuse("bad", 400, f"bad hold request: {exc}")
+        job = self._jobs.get((tid, epoch))
+        if job is not None and job["owner"] == request.caller:
+            return PeerResponse(200, json.dumps(job["row"]).encode())
+        spec, why = self._owned_by(tid, epoch, request.caller)
+        if spec is None:
+            stale = why.startswith("stale")
+            return self._refuse("stale" if stale else "not_owner", 409, why)
+        if len(outputs) > len(spec.outputs) or any(o.path not in spec.outputs for o in outputs):
+            return self._refuse("bad", 400, "outputs the task's spec does not declare")
+        room = self._room(sum(o.size for o in outputs), len(outputs))
+        if room is not None:
+            return self._refuse("room", 503, room)
+        job = {"owner": request.caller, "row": {"state": "fetching"}, "ended": False}
+        self._remember((tid, epoch), job)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._hold, tid, request.caller, outputs, job)
+        return PeerResponse(200, json.dumps(job["row"]).encode())
+
+    def _owned_by(self, tid: str, epoch: int, caller: str) -> tuple[TaskSpec | None, str]:
+        """The task's spec when `caller` owns `epoch` of it now, else why not."""
+        rec = self._grant_of(tid)
+        if rec is not None:
+            if rec.epoch > epoch:
+                return None, f"stale epoch {epoch}: epoch {rec.epoch} was granted since"
+            if rec.epoch == epoch and rec.owner == caller and rec.ended is Ended.NO:
+                return rec.spec, ""
+        entry = self._entry_of(tid)
+        cur = None if entry is None else entry.current
+        if entry is None or entry.spec is None or cur is None:
+            return None, f"task {tid} is not known here"
+        if cur.epoch > epoch:
+            return None, f"stale epoch {epoch}: the table holds epoch {cur.epoch}"
+        if cur.epoch != epoch or cur.owner != caller or entry.finished():
+            return None, f"{caller[:12]} does not own epoch {epoch} of task {tid[:12]} here"
+        return entry.spec, ""
+
+    def _room(self, size: int, count: int) -> str | None:
+        """Why others' outputs of `size` bytes may not be held here (None: they may)."""
+        store = self._store().store
+        held = [e for e in store.entries() if e.kind == OUTPUT_KIND]
+        if len(held) + count > OUTPUT_BLOBS_MAX:
+            return f"holds {len(held)} output blobs already (at most {OUTPUT_BLOBS_MAX})"
+        if store.quota and sum(e.size for e in held) + size > store.quota * OUTPUT_SHARE:
+            return f"outputs may take {OUTPUT_SHARE:.0%} of the {store.quota}-byte blob quota"
+        return None
+
+    def _remember(self, key: tuple[str, int], job: dict[str, Any]) -> None:
+        self._jobs[key] = job
+        while len(self._jobs) > HOLD_JOBS_MAX:
+            old = next((k for k, j in self._jobs.items() if j["ended"]), None)
+            if old is None:
+                break
+            del self._jobs[old]
+
+    async def _hold(
+        self, tid: str, owner: str, outputs: list[TaskOutput], job: dict[str, Any]
+    ) -> None:
+        from ..blobs.fetcher import FetchError
+        from ..blobs.store import QuotaError
+
+        blobs = self._store()
+        pin = output_pin(tid, time.time() + self.retention)
+        try:
+            for out in outputs:
+                digest = bytes.fromhex(out.sha256)
+                await blobs.fetch(digest, [owner], name=f"{tid[:16]}-out", kind=OUTPUT_KIND)
+                blobs.store.pin(digest, pin)
+            job["row"] = {"state": "held"}
+            self.stats["held_outputs"] += len(outputs)
+        except (FetchError, QuotaError, ValueError, LookupError, OSError) as exc:
+            job["row"] = {"state": "failed", "error": str(exc)[:300]}
+        job["ended"] = True
+
+    ####################################################################################
+    # Replicate: the owner has its outputs held
+
+    def targets(self, spec: TaskSpec) -> list[str]:
+        """Whom to ask, in order: the task's live replicas, then the other live members."""
+        live = set(self._live_members()) - {self.me}
+        first = [r for r in spec.replicas if r in live]
+        return first + sorted(live - set(first))
+
+    async def replicate(
+        self, tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
+    ) -> list[str]:
+        """Have k members besides us hold every output; the holders, us first.
+
+        Raises:
+            OutputError: every member asked refused or failed (one line).
+        """
+        body = json.dumps({"task": tid, "epoch": epoch,
+                           "outputs": [o.to_wire() for o in outputs]}).encode()  # fmt: skip
+        targets = self.targets(spec)
+        need = min(self.k, len(targets))
+        held: list[str] = []
+        failed: dict[str, str] = {}
+        while len(held) < need:
+            asking = [t for t in targets if t not in held and t not in failed]
+            asking = asking[: need - len(held)]
+            if not asking:
+                lines = "; ".join(f"{n[:12]}: {w}" for n, w in failed.items())
+                raise OutputError(f"held by {len(held)} of {need} members ({lines})")
+            for target in asking:
+                state, error = await self._ask(target, body)
+                if state == "held":
+                    held.append(target)
+                elif state == "failed":
+                    failed[target] = error
+            if len(held) < need:
+                await trio.sleep(ASK_EVERY)
+        return [self.me, *held]
+
+    async def _ask(self, target: str, body: bytes) -> tuple[str, str]:
+        client, address = self._peer_client(), self._address_of(target)
+        if client is None or address is None:
+            return "failed", "no peer address"
+        try:
+            resp = await client.call(target, peer_base_url(*address), "POST", HOLD_PATH, body)
+            answer = resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return "failed", repr(exc)[:200]
+        if resp.status_code == 409:  # superseded: no member will hold it for us
+            raise OutputError(str(answer.get("error", "stale epoch")))
+        if resp.status_code != 200 or not isinstance(answer, dict):
+            return "failed", str(answer.get("error", resp.status_code))[:200]
+        return str(answer.get("state", "failed")), str(answer.get("error", ""))
+
+    ####################################################################################
+    # Fetch: ``populi-node fetch TASK --to DIR``
+
+    async def fetch(self, body: Any) -> dict[str, Any]:
+        """Fetch a finished task's outputs from any holder into ``to`` (absolute)."""
+        from ..blobs.fetcher import FetchError
+        from ..blobs.store import QuotaError
+
+        task, to = (body.get("task"), body.get("to")) if isinstance(body, dict) else (None, None)
+        if not isinstance(task, str) or not isinstance(to, str) or not os.path.isabs(to):
+            raise ValueError("give the task and the target directory's absolute path")
+        entry = self._find(task)
+        result = entry.accepted_result
+        if result is None or not result.outputs:
+            raise LookupError(
+                f"task {entry.task_id[:12]} has no stored outputs (see populi-node task;"
+                " outputs come with a succeeded result)"
+            )
+        blobs = self._store()
+        rows = []
+        for out in result.outputs:
+            target = Path(to) / out.path
+            if os.path.lexists(target):
+                raise ValueError(f"{target} exists: remove it or pass --to another directory")
+            digest = bytes.fromhex(out.sha256)
+            holders = [h for h in result.holders if h != self.me]
+            try:
+                await blobs.fetch(digest, holders, name=f"{entry.task_id[:16]}-out",
+                                  kind=OUTPUT_KIND)  # fmt: skip
+            except (FetchError, QuotaError) as exc:
+                raise LookupError(f"output {out.path}: {exc}") from None
+            blob = blobs.store.path(digest)
+            if blob is None:
+                raise LookupError(f"output {out.path} vanished from the store")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            place = extract_tar if out.unpack else shutil.copyfile
+            await trio.to_thread.run_sync(place, blob, target)
+            rows.append({"path": out.path, "sha256": out.sha256, "size": out.size,
+                         "dir": out.unpack, "to": str(target)})  # fmt: skip
+        return {"task": entry.task_id, "outputs": rows, "holders": list(result.holders)}
+
+    def _find(self, task: str) -> TaskEntry:
+        entry = self._entry_of(task)
+        if entry is None:
+            raise LookupError(f"no task {task} here (give the full id; see populi-node tasks)")
+        return entry
+
+    ####################################################################################
+    # Sweep
+
+    def sweep(self, now: float) -> None:
+        """Drop pins that ran out: outputs past retention (the blob too, when nothing
+        else pins it), inputs of finished tasks, runs that ended."""
+        store = self._store().store
+        running = self._running()
+        for entry in store.entries():
+            for pin in list(entry.pins):
+                if _expired(pin, now) or self._input_done(pin) or (
+                    pin.startswith(RUN_PIN) and pin[len(RUN_PIN):] not in running
+                ):  # fmt: skip
+                    store.unpin(entry.digest, pin)
+            if entry.kind == OUTPUT_KIND and not entry.pins and entry.complete:
+                try:
+                    store.remove(entry.digest)
+                    self.stats["expired"] += 1
+                except (LookupError, ValueError):
+                    pass
+
+    def _input_done(self, pin: str) -> bool:
+        """An input pin of a finished (or unknown) task, or of a submit no longer
+        waiting (a restart)."""
+        if not pin.startswith(INPUT_PIN):
+            return False
+        if pin.startswith(INPUT_PIN + SUBMITTING):
+            return pin not in self._submitting
+        entry = self._entry_of(pin[len(INPUT_PIN) :])
+        return entry is None or entry.finished()
+
+
+def _expired(pin: str, now: float) -> bool:
+    parts = pin.split(":")
+    return len(parts) == 3 and parts[0] == "out" and parts[2].isdigit() and int(parts[2]) < now
+
+
+def parse_input_arg(arg: str) -> dict[str, str]:
+    """``FILE|DIR[:NAME]`` as ``{"path", "name"}`` (absolute path; name: the base name)."""
+    path, colon, name = arg.rpartition(":")
+    if not colon or "/" in name:
+        path, name = arg, ""
+    absolute = os.path.abspath(path)
+    name = name or os.path.basename(absolute.rstrip("/"))
+    return {"path": absolute, "name": name}

@@ -1,0 +1,96 @@
+"""Task inputs and outputs on real daemons (docs/artifacts.md).
+
+Four daemons on loopback. A file (a few MiB) and a directory submitted as inputs on
+node a run on node b (a label puts it there): the task checks the file's sha256 and
+reads the directory from ``$POPULI_INPUT_DIR``. Its outputs (a file and a directory)
+are held by b and two other members before the task is succeeded; the result names
+them. Then b is killed with kill -9, and a node that does not hold them fetches them
+from the remaining holders with ``populi-node fetch``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.node.harness import REPO, Daemon, Mesh, wait_until
+
+pytestmark = pytest.mark.slow
+
+MiB = 1024 * 1024
+
+SCRIPT = """set -e
+sha256sum "$POPULI_INPUT_DIR/data.bin" | cut -d' ' -f1 > result.txt
+cat "$POPULI_INPUT_DIR/tree/sub/note.txt" >> result.txt
+mkdir -p outdir/deep
+echo made > outdir/deep/x.txt
+ln -s /etc/hostname sneaky
+"""
+
+
+def _cli(d: Daemon, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "populi_p2p.cli", command, "--state-dir", str(d.state_dir), *args],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+
+
+def _task(d: Daemon, tid: str) -> dict[str, Any]:
+    return d.client.get(f"/v1/tasks/{tid}")  # type: ignore[no-any-return]
+
+
+def test_inputs_run_elsewhere_and_outputs_outlive_their_owner(tmp_path: Path) -> None:
+    mesh = Mesh(tmp_path)
+    try:
+        data = tmp_path / "data.bin"
+        data.write_bytes(os.urandom(3 * MiB + 12345))
+        digest = hashlib.sha256(data.read_bytes()).hexdigest()
+        tree = tmp_path / "tree"
+        (tree / "sub").mkdir(parents=True)
+        (tree / "sub" / "note.txt").write_text("from the tree\n")
+        a = mesh.start("a", "--peer-port", "0", "--label", "zone=a")
+        seed = ("--peer-port", "0", "--bootstrap", a.address)
+        b = mesh.start("b", *seed, "--label", "zone=b")
+        others = [mesh.start(n, *seed, "--label", "zone=a") for n in ("c", "d")]
+        wait_until(lambda: len(a.members()) >= 4, 30, "four members")
+        out = _cli(
+            a, "submit", "--label", "zone=b", "--input", str(data), "--input", f"{tree}:tree",
+            "--output", "result.txt", "--output", "outdir", "--output", "sneaky",
+            "--", "sh", "-c", SCRIPT,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        tid = out.stdout.strip()
+        task = wait_until(lambda: (t := _task(a, tid))["finished"] and t, 60, "the task")
+        assert task["phase"] == "succeeded", task
+        assert task["owner"] == b.node_id
+        result = task["result"]
+        # The symlink was refused, not followed; the two real outputs were kept.
+        assert "sneaky is a symbolic link" in result["output_tail"], result
+        assert [o["path"] for o in result["outputs"]] == ["outdir", "result.txt"]
+        holders = result["holders"]
+        assert holders[0] == b.node_id and len(holders) == 3, holders
+        shown = _cli(a, "task", tid)
+        assert "output   result.txt" in shown.stdout and "input    data.bin" in shown.stdout
+
+        # The owner dies; a member that holds nothing fetches from the other holders.
+        b.kill()
+        fetcher = next(d for d in (a, *others) if d.node_id not in holders)
+        dest = tmp_path / "fetched"
+        dest.mkdir()
+        got = _cli(fetcher, "fetch", tid, "--to", str(dest))
+        assert got.returncode == 0, got.stderr
+        lines = (dest / "result.txt").read_text().splitlines()
+        assert lines == [digest, "from the tree"]  # the input's hash, checked on b
+        assert (dest / "outdir" / "deep" / "x.txt").read_text() == "made\n"
+        assert not (dest / "sneaky").exists()
+        again = _cli(fetcher, "fetch", tid, "--to", str(dest))
+        assert again.returncode == 1 and "exists" in again.stderr
+    finally:
+        mesh.stop_all()
