@@ -241,13 +241,7 @@ class Node:
         )  # fmt: skip
         store = self._store = StoreService(member_store, membership)
         parts = self._parts = NodeParts(config, creds, core, membership, store, own_record)
-        executor = self.executor = self._executor()
-        self.deploy_runner = self._deploy_runner(executor, parts)
-        runner = self.artifact_runner = artifact_runner(
-            self.deploy_runner, state_dir=config.state_dir, me=node_id,
-            blobs=lambda: self.blobs, service=lambda: self.artifacts,
-            retention=config.output_retention,
-        )  # fmt: skip
+        runner = self._runners(parts, node_id)
         leases = self._leases = LeaseService(
             self.presets.lease, creds.identity, config.state_dir / "leases.sqlite3",
             runner=runner, channel=parts.app, members=membership.members,
@@ -264,11 +258,7 @@ class Node:
         )  # fmt: skip
         reachability.describe = discovery.describe
         parts.register_metrics(node_id, config.name, membership, transport)
-        parts.metrics.register_factory(functools.partial(_task_collector, leases))
-        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
-        self.observe.provide("tasks", lambda: task_rows(leases.rows(), parts.roster.name_of))
-        self.observe_app = make_observe_app(self.observe)
-        api = ApiService(config.api_socket, NodeBackend(self), extra=self.observe_app)
+        api = self._api(parts, leases)
         lifecycle = self._lifecycle = Lifecycle(
             leave=membership.leave, announced=lambda: membership.leave_announced,
             flush=store.flush, stop_api=functools.partial(_stop_api, parts.events, api),
@@ -290,7 +280,8 @@ class Node:
         lease_events = membership.subscribe()
         for run, events in subscribers:
             await nursery.start(run, events)
-        await nursery.start(executor.run)
+        assert self.executor is not None and self.deploy_runner is not None
+        await nursery.start(self.executor.run)
         await nursery.start(self.deploy_runner.run)
         await nursery.start(runner.run)
         self.deploy = self._deploy_service(parts, membership, leases)
@@ -303,6 +294,27 @@ class Node:
         await self._serve(nursery, parts, api, http, discovery, discovery_events)
         await self._start_late(nursery, creds, addressing, transport, advertise, discovery)
         self._ready(creds, addressing, advertise, incarnation)
+
+    def _runners(self, parts: NodeParts, node_id: str) -> ArtifactRunner:
+        """The task runner chain: the executor, deployments around it, artifacts
+        around both (each hands on what is not its own)."""
+        config = self.config
+        executor = self.executor = self._executor()
+        self.deploy_runner = self._deploy_runner(executor, parts)
+        self.artifact_runner = artifact_runner(
+            self.deploy_runner, state_dir=config.state_dir, me=node_id,
+            blobs=lambda: self.blobs, service=lambda: self.artifacts,
+            retention=config.output_retention,
+        )  # fmt: skip
+        return self.artifact_runner
+
+    def _api(self, parts: NodeParts, leases: LeaseService) -> ApiService:
+        """The control API on its socket, with the page, events and metrics."""
+        parts.metrics.register_factory(functools.partial(_task_collector, leases))
+        self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
+        self.observe.provide("tasks", lambda: task_rows(leases.rows(), parts.roster.name_of))
+        self.observe_app = make_observe_app(self.observe)
+        return ApiService(self.config.api_socket, NodeBackend(self), extra=self.observe_app)
 
     async def _listen(
         self, nursery: trio.Nursery, core: MembershipParts, addressing: Addressing
