@@ -13,10 +13,11 @@ processes on loopback) attached to the last two nodes with ``--engine``, node2 a
 OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
 completion from node2, the serving node is killed with SIGKILL mid-stream, and the
 stream finishes on the other node with the text intact. Then a deployment: the tiny
-model (`populi_p2p.testing.tiny_gguf`) added as a blob on one node and deployed with 2
-replicas, a replica's owner killed with SIGKILL, the replica placed again on another
-node, and streams through node2 answered before, during and after, the same text each
-time (temperature 0). Each replica's owner fetches the blob and runs llama.cpp's
+model (`populi_p2p.testing.tiny_gguf`) added as a blob on node2 and deployed from it
+with 2 replicas (node2 drained meanwhile, so the replicas go to other nodes and every
+stream is relayed), a replica's owner killed with SIGKILL, the replica placed again on
+another node, and streams through node2 answered before, during and after (two at
+once, until one comes from the replacement), the same text each time (temperature 0). Each replica's owner fetches the blob and runs llama.cpp's
 ``llama-server`` on it when it is built (``make engine``; ``--deploy-engine
 llama-server``), else a stand-in engine that reads the fetched blob (``--deploy-engine
 standin``, said in one line). If ``llama-server`` is built, node1 also serves a real
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +77,7 @@ REAL_TOKENS = 16
 #: greedy answer does not fall into a short cycle: tests/mesh/real_failover.py).
 DEPLOY_TOKENS = 12
 DEPLOY_SEED = 23
-#: Streams asked after the replacement serves, until one comes from it.
+#: Rounds of two streams at once after the replacement serves, until one comes from it.
 AFTER_TRIES = 8
 
 #: The short tasks of the tasks part.
@@ -323,13 +325,16 @@ class _Demo:
     def deploy(self) -> None:
         """``deploy`` the tiny model with 2 replicas; kill -9 one replica's owner; it is
         placed again elsewhere, and streams go on, the same text (temperature 0)."""
-        alive = self.alive()
         api_node = list(self.procs)[1]
-        at = alive[0] if alive[0] != api_node else alive[-1]
+        # Deployed from the API node, never the victim (it undeploys at the end), drained
+        # meanwhile: the replicas go to other nodes, so each stream goes through a relay
+        # to one of them, and the replacement's answers can be seen.
+        at = api_node
         model = self._tiny_model()
         self._cli(at, "model", "add", str(model), "--name", "tiny")
+        self._cli(at, "drain")
         print(f"\n-- deploy: the tiny model ({model.stat().st_size} bytes) added on {at};"
-              f" populi-node deploy tiny --replicas 2 (from {at})")  # fmt: skip
+              f" populi-node drain, deploy tiny --replicas 2 (from {at})")  # fmt: skip
         if self.deploy_engine == "llama-server":
             print("   each replica's owner fetches it and runs llama.cpp's llama-server on it")
         else:
@@ -352,7 +357,8 @@ class _Demo:
         print(f"   before: {stream()}")
         owner_ids = [r["node_id"] for r in rows]
         owners = [self.name_of(r["node_id"]) for r in rows if r["node_id"] != self.ids[api_node]]
-        victim = next((n for n in owners if n != at), owners[0])
+        # Not the first live node either: the tasks part reads through it (`client_alive`).
+        victim = next((n for n in owners if n != self.alive()[0]), owners[0])
         print(f"   kill -9 {victim} (owner of a replica; pid {self.procs[victim].pid})")
         killed = time.monotonic()
         self.kill(victim)
@@ -363,20 +369,25 @@ class _Demo:
         print(f"   placed again and serving {time.monotonic() - killed:.1f} s after the"
               f" kill; deployments:\n")  # fmt: skip
         print(self._cli(api_node, "deployments").rstrip())
-        # After: until the replacement serves one (the router spreads; a few at most).
-        new = next(iter({r["node_id"] for r in rows} - set(owner_ids)), "")
-        _wait(lambda: new in self._model_nodes(port, "tiny"), f"{api_node} to list {new}")
-        for _ in range(AFTER_TRIES):
-            text, node = self._deployed_stream(port)
-            if node == self.name_of(new):
-                break
-        texts.append(text)
-        print(f"\n   after: {text!r} from {node}"
-              f"{' (the replacement)' if node == self.name_of(new) else ''}")  # fmt: skip
+        # After: two streams at once, which the router spreads over the two replicas,
+        # until one comes from the replacement (a few tries at most).
+        new = self.name_of(next(iter({r["node_id"] for r in rows} - set(owner_ids)), ""))
+        _wait(lambda: self.ids.get(new) in self._model_nodes(port, "tiny"),
+              f"{api_node} to list {new}'s replica")  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            for _ in range(AFTER_TRIES):
+                answers = list(pool.map(lambda _: self._deployed_stream(port), range(2)))
+                if any(node == new for _, node in answers):
+                    break
+        print()
+        for text, node in answers:
+            texts.append(text)
+            replacement = " (the replacement)" if node == new else ""
+            print(f"   after: {text!r} from {node}{replacement}")
         same = len(set(texts)) == 1 and texts[0]
         print(f"   {len(texts)} streams, {'the same text' if same else 'NOT the same text'}")
-        if at not in self.killed:  # only the node that deployed may undeploy
-            print(f"   {self._cli(at, 'undeploy', 'tiny').strip()}")
+        print(f"   {self._cli(at, 'undeploy', 'tiny').strip()}")
+        self._cli(at, "undrain")
         if not same:
             raise DemoError("the deployed model's streams differed")
 
