@@ -106,9 +106,10 @@ class Replica:
 
 
 def _give_binary(binary: Path, there: Path) -> Path:
-    """`binary` at `there` (a hard link, or a copy across file systems), executable by
-    the task user: for an engine binary the task user cannot reach where it is (a
-    ``.venv`` under ``/root``, or under ``/tmp``, which a task sees as its own)."""
+    """`binary` at `there`, runnable by the task user, for an engine binary it cannot
+    reach where it is (a ``.venv`` under ``/root``, or under ``/tmp``, which a task
+    sees as its own): a hard link when others may run the file (same mode, no bytes
+    copied), else, or across file systems, a copy (the node's file keeps its mode)."""
     if os.stat(binary).st_mode & 0o001:  # a link shares the mode, already runnable
         with contextlib.suppress(OSError):
             os.link(binary, there)
