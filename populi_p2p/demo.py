@@ -17,12 +17,12 @@ model (`populi_p2p.testing.tiny_gguf`) added as a blob on node2 and deployed fro
 with 2 replicas (node2 drained meanwhile, so the replicas go to other nodes and every
 stream is relayed), a replica's owner killed with SIGKILL, the replica placed again on
 another node, and streams through node2 answered before, during and after (two at
-once, until one comes from the replacement), the same text each time (temperature 0). Each replica's owner fetches the blob and runs llama.cpp's
-``llama-server`` on it when it is built (``make engine``; ``--deploy-engine
-llama-server``), else a stand-in engine that reads the fetched blob (``--deploy-engine
-standin``, said in one line). If ``llama-server`` is built, node1 also serves a real
-engine it runs itself on the tiny model (``--gguf``), and a stream from node2 comes
-from it.
+once, until one comes from the replacement), the same text each time (temperature
+0). Each replica's owner fetches the blob and runs llama.cpp's ``llama-server`` on it
+when it is built (``make engine``; ``--deploy-engine llama-server``), else a stand-in
+engine that reads the fetched blob (``--deploy-engine standin``, said in one line).
+If ``llama-server`` is built, node1 also serves a real engine it runs itself on the
+tiny model (``--gguf``), and a stream from node2 comes from it.
 Then tasks: a few short tasks submitted through the control API run on their owners
 (the ``populi-node tasks`` table), then a longer one whose owner is killed; it runs
 again at the next epoch on another node and finishes (the epochs and their owners are
