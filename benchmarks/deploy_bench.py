@@ -18,8 +18,12 @@ fetches the blob from ``h`` (the blob on one other node). Each run:
    (``lease_ttl`` x ``clock_margin``), fetch the blob from ``h`` and load it.
 
 The engine is the stand-in (``--engine standin``: it reads the whole model file, as a
-real engine loads it) unless another is named. Prints each run, the medians and the
-load average.
+real engine loads it) unless another is named. With ``--engine llama-server``, each
+replica runs llama.cpp's ``llama-server`` (``make engine``) on the tiny model
+(`populi_p2p.testing.tiny_gguf`, seed 23) padded with zeros to ``--size`` (llama.cpp
+ignores bytes after the tensors): the fetch moves the whole blob, the engine maps the
+file and loads the tiny model's tensors, and the first token is the engine's own.
+Prints each run, the medians and the load average.
 """
 
 from __future__ import annotations
@@ -45,7 +49,14 @@ from populi_p2p.presets import resolve_preset
 from tests.node.harness import Daemon, Mesh, wait_until
 
 
-def _write(path: Path, size: int) -> None:
+def _write(path: Path, size: int, engine: str) -> None:
+    if engine != "standin":  # a real engine: a model it loads, padded to `size`
+        from populi_p2p.testing.tiny_gguf import write_tiny_llama
+
+        write_tiny_llama(path, seed=23)
+        with open(path, "ab") as f:
+            f.truncate(max(size, path.stat().st_size))
+        return
     with open(path, "wb") as f:
         block = hashlib.sha256(b"deploy-bench").digest() * (1 << 15)  # 1 MiB
         for _ in range(size // len(block)):
@@ -141,7 +152,7 @@ def main() -> None:
             FLAGS[name] = (*flags, "--bootstrap", h.address)
             servers.append(d)
         model = root / "bench.gguf"
-        _write(model, size)
+        _write(model, size, args.engine)
         h.client._timeout = 600.0
         h.client.post("/v1/blobs/add", {"path": str(model), "name": "bench"})
         h.client.post("/v1/drain", {"handoff": False})

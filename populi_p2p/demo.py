@@ -13,13 +13,16 @@ processes on loopback) attached to the last two nodes with ``--engine``, node2 a
 OpenAI requests on ``--api-listen``; the official ``openai`` client streams a chat
 completion from node2, the serving node is killed with SIGKILL mid-stream, and the
 stream finishes on the other node with the text intact. Then a deployment: the tiny
-model (`populi_p2p.testing.tiny_gguf`) added as a blob on one node and deployed with 2
-replicas (stand-in engines that read the fetched blob; ``--deploy-engine standin``), a
-replica's owner killed with SIGKILL, the replica placed again on another node, and
-requests through node2 answered before, during and after. If llama.cpp's
-``llama-server`` is built (``make engine``), node1 also serves a real engine: it runs
-``llama-server`` itself on a tiny generated model (``--gguf``,
-``populi_p2p.testing.tiny_gguf``), and a second stream, from node2, comes from it.
+model (`populi_p2p.testing.tiny_gguf`) added as a blob on node2 and deployed from it
+with 2 replicas (node2 drained meanwhile, so the replicas go to other nodes and every
+stream is relayed), a replica's owner killed with SIGKILL, the replica placed again on
+another node, and streams through node2 answered before, during and after (two at
+once, until one comes from the replacement), the same text each time (temperature
+0). Each replica's owner fetches the blob and runs llama.cpp's ``llama-server`` on it
+when it is built (``make engine``; ``--deploy-engine llama-server``), else a stand-in
+engine that reads the fetched blob (``--deploy-engine standin``, said in one line).
+If ``llama-server`` is built, node1 also serves a real engine it runs itself on the
+tiny model (``--gguf``), and a stream from node2 comes from it.
 Then tasks: a few short tasks submitted through the control API run on their owners
 (the ``populi-node tasks`` table), then a longer one whose owner is killed; it runs
 again at the next epoch on another node and finishes (the epochs and their owners are
@@ -44,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +72,13 @@ KILL_AT = 10
 
 #: Tokens asked of the real engine (llama.cpp on the tiny model), when it is installed.
 REAL_TOKENS = 16
+
+#: Tokens of each stream from the deployed model, and its weights' seed (one whose
+#: greedy answer does not fall into a short cycle: tests/mesh/real_failover.py).
+DEPLOY_TOKENS = 12
+DEPLOY_SEED = 23
+#: Rounds of two streams at once after the replacement serves, until one comes from it.
+AFTER_TRIES = 8
 
 #: The short tasks of the tasks part.
 SHORT_TASKS = 3
@@ -118,6 +129,7 @@ class _Demo:
         self.relay: UnixRelay | None = None
         self.engines: list[subprocess.Popen[bytes]] = []
         self.llama_model: Path | None = None
+        self.deploy_engine = "standin"
         self.killed: set[str] = set()
 
     def enroll(self, name: str, authority: ClusterAuthority) -> Path:
@@ -312,57 +324,108 @@ class _Demo:
 
     def deploy(self) -> None:
         """``deploy`` the tiny model with 2 replicas; kill -9 one replica's owner; it is
-        placed again elsewhere, and streams go on (stand-in engines on the blob)."""
-        import httpx
-
-        alive = self.alive()
+        placed again elsewhere, and streams go on, the same text (temperature 0)."""
         api_node = list(self.procs)[1]
-        at = alive[0] if alive[0] != api_node else alive[-1]
+        # Deployed from the API node, never the victim (it undeploys at the end), drained
+        # meanwhile: the replicas go to other nodes, so each stream goes through a relay
+        # to one of them, and the replacement's answers can be seen.
+        at = api_node
         model = self._tiny_model()
         self._cli(at, "model", "add", str(model), "--name", "tiny")
+        self._cli(at, "drain")
         print(f"\n-- deploy: the tiny model ({model.stat().st_size} bytes) added on {at};"
-              f" populi-node deploy tiny --replicas 2 (from {at})")  # fmt: skip
+              f" populi-node drain, deploy tiny --replicas 2 (from {at})")  # fmt: skip
+        if self.deploy_engine == "llama-server":
+            print("   each replica's owner fetches it and runs llama.cpp's llama-server on it")
+        else:
+            print("   llama-server is not built (make engine): stand-in engines that read"
+                  " the fetched blob")  # fmt: skip
         began = time.monotonic()
         self._cli(at, "deploy", "tiny", "--replicas", "2")
         rows = _wait(lambda: self._serving(api_node), "both replicas to serve")
         print(f"   both serving {time.monotonic() - began:.1f} s after deploy; deployments:\n")
         print(self._cli(api_node, "deployments").rstrip())
         port = self.clients[api_node].get("/v1/inference/requests")["listening"]
+        texts: list[str] = []
 
         def stream() -> str:
-            body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
-                    "max_tokens": 5}  # fmt: skip
-            url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            auth = {"authorization": f"Bearer {self.api_key}"}
-            r = httpx.post(url, json=body, headers=auth, timeout=30)
-            if r.status_code != 200:
-                raise DemoError(f"a request for tiny failed: {r.status_code} {r.text[:200]}")
-            text = r.json()["choices"][0]["message"]["content"].strip()
-            return f"{text!r} from {self.name_of(r.headers.get('x-populi-node'))}"
+            text, node = self._deployed_stream(port)
+            texts.append(text)
+            return f"{text!r} from {node}"
 
-        print(f"\n   through {api_node}: {stream()}")
+        print(f"\n   streams through {api_node} (temperature 0)")
+        print(f"   before: {stream()}")
+        owner_ids = [r["node_id"] for r in rows]
         owners = [self.name_of(r["node_id"]) for r in rows if r["node_id"] != self.ids[api_node]]
-        victim = next((n for n in owners if n != at), owners[0])
+        # Not the first live node either: the tasks part reads through it (`client_alive`).
+        victim = next((n for n in owners if n != self.alive()[0]), owners[0])
         print(f"   kill -9 {victim} (owner of a replica; pid {self.procs[victim].pid})")
         killed = time.monotonic()
         self.kill(victim)
-        print(f"   through {api_node} meanwhile: {stream()}")
+        print(f"   meanwhile: {stream()}")
         victim_id = self.ids[victim]
         rows = _wait(lambda: (r := self._serving(api_node)) and victim_id not in
                      {x["node_id"] for x in r} and r, "the replica to be placed again")  # fmt: skip
         print(f"   placed again and serving {time.monotonic() - killed:.1f} s after the"
               f" kill; deployments:\n")  # fmt: skip
         print(self._cli(api_node, "deployments").rstrip())
-        print(f"\n   through {api_node} after: {stream()}")
-        if at not in self.killed:  # only the node that deployed may undeploy
-            print(f"   {self._cli(at, 'undeploy', 'tiny').strip()}")
+        # After: two streams at once, which the router spreads over the two replicas,
+        # until one comes from the replacement (a few tries at most).
+        new = self.name_of(next(iter({r["node_id"] for r in rows} - set(owner_ids)), ""))
+        _wait(lambda: self.ids.get(new) in self._model_nodes(port, "tiny"),
+              f"{api_node} to list {new}'s replica")  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            for _ in range(AFTER_TRIES):
+                answers = list(pool.map(lambda _: self._deployed_stream(port), range(2)))
+                if any(node == new for _, node in answers):
+                    break
+        print()
+        for text, node in answers:
+            texts.append(text)
+            replacement = " (the replacement)" if node == new else ""
+            print(f"   after: {text!r} from {node}{replacement}")
+        same = len(set(texts)) == 1 and texts[0]
+        print(f"   {len(texts)} streams, {'the same text' if same else 'NOT the same text'}")
+        print(f"   {self._cli(at, 'undeploy', 'tiny').strip()}")
+        self._cli(at, "undrain")
+        if not same:
+            raise DemoError("the deployed model's streams differed")
+
+    def _model_nodes(self, port: int, model: str) -> set[str]:
+        """The nodes the API node's catalogue lists for `model`."""
+        import httpx
+
+        url = f"http://127.0.0.1:{port}/v1/models"
+        auth = {"authorization": f"Bearer {self.api_key}"}
+        data = httpx.get(url, headers=auth, timeout=10).json().get("data") or []
+        return {n["node"] for m in data if m.get("id") == model for n in m.get("nodes", [])}
+
+    def _deployed_stream(self, port: int) -> tuple[str, str]:
+        """A streamed chat completion for the deployed model: (text, serving node)."""
+        import json
+
+        import httpx
+
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": DEPLOY_TOKENS, "temperature": 0, "stream": True}  # fmt: skip
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        auth = {"authorization": f"Bearer {self.api_key}"}
+        pieces = []
+        with httpx.stream("POST", url, json=body, headers=auth, timeout=30) as r:
+            if r.status_code != 200:
+                raise DemoError(f"a request for tiny failed: {r.status_code} {r.read()[:200]!r}")
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    pieces.append(choices[0].get("delta", {}).get("content") or "")
+            return "".join(pieces).strip(), self.name_of(r.headers.get("x-populi-node"))
 
     def _tiny_model(self) -> Path:
         path = self.root / "tiny.gguf"
         if importlib.util.find_spec("gguf") is not None:
             from .testing.tiny_gguf import write_tiny_llama
 
-            return write_tiny_llama(path)
+            return write_tiny_llama(path, seed=DEPLOY_SEED)
         path.write_bytes(b"GGUF" + bytes(range(256)) * 2048)  # gguf missing: any bytes
         return path
 
@@ -478,14 +541,17 @@ class _Demo:
         # The deployed stand-in engines run with this Python, which a dynamic task uid
         # may not execute (a Python under /root): as root, tasks run as root here.
         as_root = ["--task-user", "root"] if os.geteuid() == 0 else []
+        self.llama_model = self.llama_model_file()
+        # Deployed replicas run llama.cpp's llama-server when it is built.
+        self.deploy_engine = "llama-server" if self.llama_model else "standin"
         flags: dict[str, list[str]] = {
-            name: ["--peer-port", "0", "--deploy-engine", "standin", *as_root] for name in names
+            name: ["--peer-port", "0", "--deploy-engine", self.deploy_engine, *as_root]
+            for name in names
         }
         for name in names[-2:]:
             flags[name] += ["--engine", self.engine(f"engine-{name}")]
         flags[names[1]] += ["--api-listen", "127.0.0.1:0"]
         print(f"enrolled {len(names)} nodes; stand-in engines for {names[-2]} and {names[-1]};")
-        self.llama_model = self.llama_model_file()
         if self.llama_model:
             from .testing.tiny_gguf import MODEL_ALIAS
 

@@ -11,6 +11,10 @@ GPUs) into the argv the executor runs. The kinds:
 
 ``auto`` (the default of ``up --deploy-engine``) takes the first of ``llama-server``
 and ``llama-cpp-python`` found on this node, and says so in one line when none is.
+
+The engine runs as the node's task user, which may not reach the daemon's files:
+`reachable_by_others` says whether it can run a binary where it is (else the runner
+gives it a copy in its work directory, see `deploy/runner.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-__all__ = ["ENGINE_KINDS", "EngineNotFound", "engine_command", "resolve_engine"]
+__all__ = [
+    "ENGINE_KINDS",
+    "EngineNotFound",
+    "engine_command",
+    "llama_server_binary",
+    "reachable_by_others",
+    "resolve_engine",
+]
 
 ENGINE_KINDS: Final = ("auto", "llama-server", "llama-cpp-python", "standin")
 #: Daemon environment variables passed on to a stand-in engine (tests set them).
@@ -31,6 +42,32 @@ STANDIN_ENV_PREFIX: Final = "POPULI_STANDIN_"
 
 class EngineNotFound(Exception):
     """No engine of the asked kind on this node (one line: what to install or pass)."""
+
+
+#: Directories a task may see as its own (the executor's mount namespace gives each task
+#: a private ``/tmp``): a binary there is not the daemon's binary for the task.
+PRIVATE_DIRS: Final = ("/tmp", "/var/tmp")
+
+
+def reachable_by_others(path: Path) -> bool:
+    """Whether any user may run `path`: every directory on the way searchable and the
+    file executable by others, and not under a directory a task sees as its own."""
+    path = path.resolve()
+    if any(path.is_relative_to(d) for d in PRIVATE_DIRS):
+        return False
+    try:
+        return all(_mode(p) & 0o001 for p in (path, *path.parents))
+    except OSError:
+        return False
+
+
+def _mode(path: Path) -> int:
+    return os.stat(path).st_mode
+
+
+def llama_server_binary() -> str | None:
+    """The ``llama-server`` binary this node deploys with, or None."""
+    return _llama_server()
 
 
 def _llama_server() -> str | None:
@@ -77,12 +114,19 @@ def engine_command(
     ctx: int = 0,
     gpus: int = 0,
     environ: Mapping[str, str] | None = None,
+    binary: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) that serve `model_path` as `model_id` on
-    ``127.0.0.1:port``. `kind` is a resolved kind (`resolve_engine`)."""
+    ``127.0.0.1:port``. `kind` is a resolved kind (`resolve_engine`); `binary` the
+    ``llama-server`` to run (default: the one found here).
+
+    ``llama-server`` runs as ``up --gguf`` runs it (`llama_server_argv`): ``--jinja``
+    (the model's own chat template) and no web UI; ``-c`` only when a context length
+    was asked (the engine's default otherwise, 4096 for this llama.cpp)."""
     host, path = ["--host", "127.0.0.1", "--port", str(port)], str(model_path)
     if kind == "llama-server":
-        argv = [_llama_server() or "llama-server", "-m", path, "--alias", model_id, *host]
+        binary = binary or _llama_server() or "llama-server"
+        argv = [binary, "-m", path, "--alias", model_id, *host, "--jinja", "--no-webui"]
         if ctx:
             argv += ["-c", str(ctx)]
         return [*argv, "-ngl", "999" if gpus else "0"], {}

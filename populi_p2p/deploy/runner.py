@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -39,7 +40,13 @@ import trio
 from .._log import event, get_logger
 from ..executor.runner import TaskExited, TaskRunner
 from ..leases import TaskSpec
-from .engine_command import EngineNotFound, engine_command, resolve_engine
+from .engine_command import (
+    EngineNotFound,
+    engine_command,
+    llama_server_binary,
+    reachable_by_others,
+    resolve_engine,
+)
 
 if TYPE_CHECKING:  # imported when a replica first starts: the node answers before
     from ..blobs.fetcher import FetchProgress
@@ -64,6 +71,8 @@ _log = get_logger("deploy")
 
 #: The model's name in the replica's work directory (the engine's working directory).
 MODEL_FILE: Final = "model.gguf"
+#: The engine binary's name there, when the task user cannot reach the node's copy.
+ENGINE_FILE: Final = "llama-server"
 
 
 class _Executor(TaskRunner, Protocol):
@@ -87,11 +96,27 @@ class Replica:
     digest: bytes = b""
     pinned: bool = False
     link: Path | None = None  # the model's hard link in the engine's work directory
+    binary: Path | None = None  # the engine binary to give it there (None: run in place)
+    binary_copy: Path | None = None  # that copy, removed with the link
     started: bool = False  # the engine process was handed to the executor
     stop: str | None = None  # why it was stopped before its process started
     deadline: float | None = None  # the fence, time.monotonic()
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     began: float = attrs.field(factory=time.time)
+
+
+def _give_binary(binary: Path, there: Path) -> Path:
+    """`binary` at `there`, runnable by the task user, for an engine binary it cannot
+    reach where it is (a ``.venv`` under ``/root``, or under ``/tmp``, which a task
+    sees as its own): a hard link when others may run the file (same mode, no bytes
+    copied), else, or across file systems, a copy (the node's file keeps its mode)."""
+    if os.stat(binary).st_mode & 0o001:  # a link shares the mode, already runnable
+        with contextlib.suppress(OSError):
+            os.link(binary, there)
+            return there
+    shutil.copyfile(binary, there)
+    os.chmod(there, 0o755)
+    return there
 
 
 def _free_port() -> int:
@@ -227,9 +252,10 @@ class DeploymentRunner:
             engines.remove(replica.url)
         if replica.pinned and blobs is not None:
             blobs.store.unpin(replica.digest, PIN_PREFIX + replica.task_id)
-        if replica.link is not None:
-            with contextlib.suppress(OSError):
-                replica.link.unlink()
+        for made in (replica.link, replica.binary_copy):
+            if made is not None:
+                with contextlib.suppress(OSError):
+                    made.unlink()
         self._changed.set()
         event(_log, 20, "deploy.replica_ended", task=replica.task_id, model=replica.name,
               why=why)  # fmt: skip
@@ -288,6 +314,8 @@ class DeploymentRunner:
             link = work / MODEL_FILE
             os.link(blob, link)
             replica.link = link
+            if replica.binary is not None:
+                replica.binary_copy = _give_binary(replica.binary, work / ENGINE_FILE)
         except (OSError, ValueError) as exc:
             event(_log, 30, "deploy.model_link_failed", task=replica.task_id, error=str(exc))
 
@@ -334,7 +362,11 @@ class DeploymentRunner:
         port = _free_port()
         replica.url = f"http://127.0.0.1:{port}"
         d = spec.deployment
-        return engine_command(kind, Path(MODEL_FILE), d.name, port, ctx=d.ctx, gpus=gpus)
+        binary = llama_server_binary() if kind == "llama-server" else None
+        if binary is not None and not reachable_by_others(Path(binary)):
+            replica.binary, binary = Path(binary), f"./{ENGINE_FILE}"
+        return engine_command(kind, Path(MODEL_FILE), d.name, port, ctx=d.ctx, gpus=gpus,
+                              binary=binary)  # fmt: skip
 
     async def _track(self, replica: Replica, progress: FetchProgress) -> None:
         while True:

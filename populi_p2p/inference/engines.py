@@ -10,7 +10,10 @@ wait for the poll. Tokens per second and requests in flight are measured by
 the relay (`begin`/`end`). An engine's capacity (requests it serves at once) is read
 once it turns healthy from ``GET /props`` (llama.cpp's ``total_slots``; the stand-in
 answers the same); an engine without it leaves ``slots`` out and the router assumes
-its default.
+its default. The same answer gives the context a request really gets (llama.cpp's
+``default_generation_settings.n_ctx``, its ``-c`` over its slots): the record's ``ctx``
+is the lesser of it and what ``/v1/models`` says the model was trained for
+(``n_ctx_train``), which the engine's ``-c`` may cut (4096 by default) or exceed.
 
 Section ``models`` (a map, at most `MAX_MODELS` entries)::
 
@@ -57,6 +60,7 @@ class _Engine:
     models: dict[str, int] = attrs.field(factory=dict)  # id -> context length (0 unknown)
     error: str = "not polled yet"
     slots: int = 0  # requests served at once (0 unknown)
+    n_ctx: int = 0  # the context each request gets (0 unknown: the models' own)
 
 
 def parse_models(body: Any) -> tuple[str, dict[str, int]]:
@@ -182,7 +186,7 @@ class EngineService:
             for model, ctx in engine.models.items():
                 if model not in out and len(out) < MAX_MODELS:
                     out[model] = {
-                        "kind": engine.kind, "ctx": ctx,
+                        "kind": engine.kind, "ctx": _least(engine.n_ctx, ctx),
                         "tps": round(self._tps.get(model, 0.0), 1),
                         "inflight": self._inflight.get(model, 0),
                     }  # fmt: skip
@@ -253,7 +257,7 @@ class EngineService:
             response.raise_for_status()
             engine.kind, engine.models = parse_models(response.json())
             if not was:
-                engine.slots = await _slots(http, engine.url)
+                engine.slots, engine.n_ctx = await _props(http, engine.url)
             engine.healthy, engine.error = True, ""
         except (httpx.HTTPError, ValueError) as exc:
             engine.healthy, engine.error = False, f"{type(exc).__name__}: {exc}"[:200]
@@ -263,13 +267,28 @@ class EngineService:
                   url=engine.url, error=engine.error)  # fmt: skip
 
 
-async def _slots(http: httpx.AsyncClient, url: str) -> int:
-    """The engine's capacity from ``GET /props`` (``total_slots``); 0 when it does not
-    say (another engine, an old llama.cpp, a bad answer)."""
+async def _props(http: httpx.AsyncClient, url: str) -> tuple[int, int]:
+    """(capacity, context per request) from ``GET /props`` (``total_slots``,
+    ``default_generation_settings.n_ctx``); 0 for what it does not say (another
+    engine, an old llama.cpp, a bad answer)."""
     try:
         response = await http.get(url + "/props")
-        slots = response.json().get("total_slots") if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return 0
-    good = isinstance(slots, int) and not isinstance(slots, bool) and 0 < slots <= MAX_SLOTS
-    return slots if isinstance(slots, int) and good else 0
+        body = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return 0, 0
+    if not isinstance(body, dict):
+        return 0, 0
+    settings = body.get("default_generation_settings")
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    return _count(body.get("total_slots"), MAX_SLOTS), _count(n_ctx, MAX_CONTEXT)
+
+
+def _least(*known: int) -> int:
+    """The least of the known (non-zero) lengths; 0 when none is known."""
+    return min((n for n in known if n), default=0)
+
+
+def _count(value: Any, most: int) -> int:
+    """`value` if it is an int in 1..`most`, else 0 (unknown)."""
+    good = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= most
+    return value if isinstance(value, int) and good else 0

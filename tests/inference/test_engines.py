@@ -166,14 +166,26 @@ def test_parse_models_takes_any_json(body: Any) -> None:
     assert all(len(m) <= 128 and 0 <= c <= 1 << 24 for m, c in models.items())
 
 
+def _n_ctx(n: Any) -> dict[str, Any]:
+    return {"total_slots": 1, "default_generation_settings": {"n_ctx": n}}
+
+
 @pytest.mark.parametrize(
-    ("props", "slots"),
-    [({"total_slots": 6}, 6), ({"total_slots": 0}, None), ({"total_slots": True}, None),
-     ({"total_slots": 5000}, None), ("not a map", None), (None, None)],
+    ("props", "slots", "ctx"),
+    [({"total_slots": 6}, 6, 4096), ({"total_slots": 0}, None, 4096),
+     ({"total_slots": True}, None, 4096), ({"total_slots": 5000}, None, 4096),
+     ("not a map", None, 4096), (None, None, 4096),
+     (_n_ctx(128), 1, 128), (_n_ctx(8192), 1, 4096), (_n_ctx(True), 1, 4096),
+     (_n_ctx(1 << 30), 1, 4096),
+     ({"default_generation_settings": "x"}, None, 4096)],
 )  # fmt: skip
-async def test_capacity_comes_from_props_when_the_engine_says(props: Any, slots: Any) -> None:
+async def test_capacity_comes_from_props_when_the_engine_says(
+    props: Any, slots: Any, ctx: int
+) -> None:
     """llama.cpp's ``GET /props`` ``total_slots`` becomes the record's ``slots``; an
-    engine without it (None: a 404), or with a value not to believe, leaves it out."""
+    engine without it (None: a 404), or with a value not to believe, leaves it out.
+    The record's ``ctx`` is the lesser of its ``n_ctx`` (the context a request gets,
+    its ``-c``) and the model's own from ``/v1/models`` (the stand-in's 4096)."""
     inner = StandinEngine(StandinConfig(model="tiny"))
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -197,4 +209,5 @@ async def test_capacity_comes_from_props_when_the_engine_says(props: Any, slots:
         service = EngineService([f"http://127.0.0.1:{port}"], set_section, interval=0.2)
         await nursery.start(service.run)
         assert got[0] is not None and got[0]["tiny"].get("slots") == slots
+        assert got[0]["tiny"]["ctx"] == ctx
         nursery.cancel_scope.cancel()
