@@ -10,35 +10,29 @@ memory instead of 25). Small answers are unaffected (a read returns what is ther
 each read allocates its full size first, so this transport is for bulk transfers only.
 
 httpx does not take a network backend, so the transport's connection pool is built
-again with one (`_pool`, the only private name used; `bulk_transport` checks it is
-there, and `tests/blobs/test_partial_serving.py` that pieces do come larger).
+again with one (`_pool`, the only private name used; `_transport.transport_over` checks it is
+there, and `tests/inference/test_bulk_reads.py` that pieces do come larger).
 """
 
 from __future__ import annotations
 
 import ssl
-import typing
-from typing import Any
 
 import httpcore
 import httpx
 
+from ._transport import DelegatingStream, WrappingBackend, transport_over
+
 __all__ = ["bulk_transport"]
 
 
-class _BulkStream(httpcore.AsyncNetworkStream):
-    def __init__(self, stream: httpcore.AsyncNetworkStream, read_bytes: int) -> None:
-        self._stream = stream
+class _BulkStream(DelegatingStream):
+    def __init__(self, inner: httpcore.AsyncNetworkStream, read_bytes: int) -> None:
+        super().__init__(inner)
         self._read_bytes = read_bytes
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._stream.read(max(max_bytes, self._read_bytes), timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._stream.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
+        return await self._inner.read(max(max_bytes, self._read_bytes), timeout)
 
     async def start_tls(
         self,
@@ -46,44 +40,19 @@ class _BulkStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        stream = await self._stream.start_tls(ssl_context, server_hostname, timeout)
+        stream = await self._inner.start_tls(ssl_context, server_hostname, timeout)
         return _BulkStream(stream, self._read_bytes)
 
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
 
-
-class _BulkBackend(httpcore.AsyncNetworkBackend):
+class _BulkBackend(WrappingBackend):
     """httpcore's trio backend, its streams reading up to `read_bytes` at a time."""
 
     def __init__(self, read_bytes: int) -> None:
-        self._backend = httpcore.TrioBackend()
+        super().__init__()
         self._read_bytes = read_bytes
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: typing.Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._backend.connect_tcp(
-            host, port, timeout=timeout, local_address=local_address,
-            socket_options=socket_options,
-        )  # fmt: skip
+    def wrap(self, stream: httpcore.AsyncNetworkStream) -> httpcore.AsyncNetworkStream:
         return _BulkStream(stream, self._read_bytes)
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Any = None
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._backend.connect_unix_socket(
-            path, timeout=timeout, socket_options=socket_options
-        )
-        return _BulkStream(stream, self._read_bytes)
-
-    async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
 
 
 def bulk_transport(
@@ -91,12 +60,4 @@ def bulk_transport(
 ) -> httpx.AsyncHTTPTransport:
     """A transport like httpx's default (no proxies from the environment) whose
     connections read up to `read_bytes` at a time."""
-    transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits, trust_env=False)
-    if not isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
-        raise RuntimeError("this httpx keeps its connection pool elsewhere: update bulk_transport")
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=ssl_context, max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry, network_backend=_BulkBackend(read_bytes),
-    )  # fmt: skip
-    return transport
+    return transport_over(_BulkBackend(read_bytes), limits, ssl_context)

@@ -21,15 +21,104 @@ from typing import Final
 import httpcore
 import httpx
 
-__all__ = ["FLUSH_BYTES", "CoalescingBackend", "coalescing_transport"]
+__all__ = [
+    "FLUSH_BYTES",
+    "CoalescingBackend",
+    "DelegatingStream",
+    "WrappingBackend",
+    "coalescing_transport",
+    "transport_over",
+]
 
 #: Held writes go out once they reach this many bytes.
 FLUSH_BYTES: Final = 64 * 1024
 
 
-class _CoalescingStream(httpcore.AsyncNetworkStream):
-    def __init__(self, inner: httpcore.AsyncNetworkStream, backend: CoalescingBackend) -> None:
+class DelegatingStream(httpcore.AsyncNetworkStream):
+    """A network stream that hands every call to `inner`; subclasses change one."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return await self._inner.start_tls(ssl_context, server_hostname, timeout)
+
+    def get_extra_info(self, info: str) -> typing.Any:
+        return self._inner.get_extra_info(info)
+
+
+class WrappingBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's Trio backend, each connection's stream passed through `wrap`."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.TrioBackend()
+
+    def wrap(self, stream: httpcore.AsyncNetworkStream) -> httpcore.AsyncNetworkStream:
+        return stream
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        inner = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return self.wrap(inner)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        inner = await self._inner.connect_unix_socket(path, timeout, socket_options)
+        return self.wrap(inner)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def transport_over(
+    backend: httpcore.AsyncNetworkBackend, limits: httpx.Limits, ssl_context: ssl.SSLContext
+) -> httpx.AsyncHTTPTransport:
+    """httpx's own transport over a pool that uses `backend`.
+
+    httpx does not take a network backend, so its pool (``_pool``, the one attribute
+    its transport sends through) is replaced with httpcore's, built the way httpx
+    builds it; `tests/inference/test_transport.py` fails if that stops working.
+    """
+    transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits, trust_env=False)
+    if not isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
+        raise RuntimeError("this httpx keeps its connection pool elsewhere: update transport_over")
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=backend,
+    )
+    return transport
+
+
+class _CoalescingStream(DelegatingStream):
+    def __init__(self, inner: httpcore.AsyncNetworkStream, backend: CoalescingBackend) -> None:
+        super().__init__(inner)
         self._backend = backend
         self._held: list[bytes] = []
         self._size = 0
@@ -69,58 +158,22 @@ class _CoalescingStream(httpcore.AsyncNetworkStream):
         await self._flush()
         return await self._inner.start_tls(ssl_context, server_hostname, timeout)
 
-    def get_extra_info(self, info: str) -> typing.Any:
-        return self._inner.get_extra_info(info)
 
-
-class CoalescingBackend(httpcore.AsyncNetworkBackend):
+class CoalescingBackend(WrappingBackend):
     """httpcore's Trio backend, with each connection's writes held until it reads."""
 
     def __init__(self) -> None:
-        self._inner = httpcore.TrioBackend()
+        super().__init__()
         #: Sends made on all its connections (a test checks: one per request).
         self.sends = 0
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        inner = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _CoalescingStream(inner, self)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        inner = await self._inner.connect_unix_socket(path, timeout, socket_options)
-        return _CoalescingStream(inner, self)
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    def wrap(self, stream: httpcore.AsyncNetworkStream) -> httpcore.AsyncNetworkStream:
+        return _CoalescingStream(stream, self)
 
 
 def coalescing_transport(
     limits: httpx.Limits, ssl_context: ssl.SSLContext
 ) -> tuple[httpx.AsyncHTTPTransport, CoalescingBackend]:
-    """httpx's own transport over a pool that uses `CoalescingBackend`.
-
-    httpx does not take a network backend, so its pool (``_pool``, the one attribute
-    its transport sends through) is replaced with httpcore's, built the way httpx
-    builds it; `tests/inference/test_transport.py` fails if that stops working.
-    """
-    transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits, trust_env=False)
+    """httpx's own transport over a pool that uses `CoalescingBackend`."""
     backend = CoalescingBackend()
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=ssl_context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=backend,
-    )
-    return transport, backend
+    return transport_over(backend, limits, ssl_context), backend
