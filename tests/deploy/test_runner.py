@@ -58,6 +58,7 @@ class _Blobs:
     def __init__(self, fail: str | None = None) -> None:
         self.fail = fail
         self.store = self
+        self.fetching = trio.Event()  # set once a fetch is under way
 
     def holders_of(self, digest: bytes) -> list[str]:
         return ["n9"]
@@ -65,6 +66,7 @@ class _Blobs:
     async def fetch(self, digest: bytes, holders: list[str], **kw: Any) -> None:
         if self.fail:
             raise FetchError(self.fail)
+        self.fetching.set()
         await trio.sleep_forever()
 
     def entries(self) -> list[Any]:
@@ -85,9 +87,10 @@ async def _runner(nursery: trio.Nursery, blobs: _Blobs) -> tuple[DeploymentRunne
 
 async def test_a_stop_while_fetching_ends_the_replica_once_without_a_process() -> None:
     async with trio.open_nursery() as nursery:
-        runner, executor = await _runner(nursery, _Blobs())
+        blobs = _Blobs()
+        runner, executor = await _runner(nursery, blobs)
         runner.start("t1", 1, _replica_spec(), [])
-        await trio.sleep(0.3)
+        await blobs.fetching.wait()
         assert runner.section() == {"t1": ["fetching", 0.0]}
         runner.stop("t1", "cancel")
         ended = await runner.exits.receive()
