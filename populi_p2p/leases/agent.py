@@ -75,7 +75,7 @@ from .config import LeaseConfig
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
 from .placement import replica_nodes as deployment_nodes
-from .quorum import can_still_reach_quorum, is_quorum, replicas_for
+from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
 from .renewals import RenewalRounds, lease_digest, renewable
 from .wire import DecodeError, encode_entries
@@ -264,8 +264,7 @@ class LeaseAgent:
         """Accept a task here: choose its replicas, sign, offer it to them. An
         `Acknowledged("submit")` follows once a majority holds it."""
         live = set(self._members()) | {self.me}
-        replicas = replicas_for(spec.task_id(), live, self.config.replica_count)
-        spec = attrs.evolve(spec, replicas=self._primary_first(spec, replicas, now))
+        spec = attrs.evolve(spec, replicas=self._replica_set(spec, live, now))
         signature = spec.sign(self._sign)
         tid, delta = self.table.submit(spec, now)
         self._offers[tid] = (spec, signature)
@@ -276,16 +275,23 @@ class LeaseAgent:
         out += self._repeat(tid, pending, now)
         return tid, out
 
-    def _primary_first(self, spec: TaskSpec, ranked: Replicas, now: float) -> Replicas:
-        """An even set decides with half of it when its first member is among them
-        (`quorum.is_quorum`): put first the replica we would place the task on, so the
-        machine that runs it needs nobody else's presence in a mesh of two."""
-        if len(ranked) % 2:
-            return ranked  # an odd set has no ties: its order only says who proposes
+    def _replica_set(self, spec: TaskSpec, live: set[str], now: float) -> Replicas:
+        """The member we place the task on first (the **primary**), then the members that
+        rank first for *that member* by rendezvous hash (`quorum.neighbours`).
+
+        Why the owner's neighbours and not the task's: an owner renews its leases with
+        every replica, one message per replica node per round. Sets drawn per task
+        spread an owner's leases over the whole mesh (19 messages a round at 20
+        members); sets drawn per owner keep them on `replica_count - 1` nodes, so the
+        renewal traffic grows with neither the tasks nor the mesh. The primary first also
+        lets an even set decide with half of it, its primary included
+        (`quorum.is_quorum`): in a mesh of two the machine that runs the work needs
+        nobody else. If nothing fits now, the task's own rendezvous set."""
+        count = self.config.replica_count
         chosen = self._placement(spec.task_id(), spec, set(), now, set()).chosen
-        if chosen not in ranked:
-            return ranked
-        return (chosen, *(r for r in ranked if r != chosen))
+        if chosen is None or chosen not in live:
+            return replicas_for(spec.task_id(), live, count)
+        return (chosen, *neighbours(chosen, live, count - 1))
 
     def cancel(
         self, task_id: str, now: float, operator: OperatorProof | None = None
@@ -705,8 +711,8 @@ class LeaseAgent:
             self._retry_at[tid] = now + PLACE_INTERVAL
             return []
         owner = p.chosen
-        if epoch == 1 and len(spec.replicas) % 2 == 0 and spec.replicas[0] in p.ranked:
-            owner = spec.replicas[0]  # placed there at submit (`_primary_first`); still fits
+        if epoch == 1 and spec.replicas[0] in p.ranked:
+            owner = spec.replicas[0]  # placed there at submit (`_replica_set`); still fits
         prop = self._proposals[tid] = _Proposal(
             epoch, owner, spec.replicas, p.explain(), give_up_at=now + self.config.lease_ttl
         )

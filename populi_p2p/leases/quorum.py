@@ -16,8 +16,10 @@ nothing for odd sets and makes even ones more available:
   member's sleep stops nothing; while the primary is away the task waits;
 * a set of **four** survives the loss of two members, the primary not among them.
 
-The accepting node puts first the member it would place the task on (`LeaseAgent.submit`),
-so the machine that runs the work is the one whose presence it needs.
+The accepting node puts first the member it would place the task on, followed by that
+member's rendezvous neighbours (`neighbours`; `LeaseAgent._replica_set`): the machine
+that runs the work is the one whose presence it needs, and an owner renews its leases
+with the same few nodes whatever the number of tasks.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 
-__all__ = ["can_still_reach_quorum", "is_quorum", "replicas_for"]
+__all__ = ["can_still_reach_quorum", "is_quorum", "neighbours", "replicas_for"]
 
 
 def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]:
@@ -36,6 +38,13 @@ def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]
         return hashlib.blake2b(f"{key}\x00{node}".encode(), digest_size=8).digest()
 
     return tuple(sorted(set(live), key=rank)[:count])
+
+
+def neighbours(owner: str, live: Collection[str], count: int) -> tuple[str, ...]:
+    """The `count` live members other than `owner` ranked first for it by rendezvous
+    hash: a task placed on `owner` takes them as its other replicas, so every lease
+    `owner` holds is renewed with the same few nodes (`LeaseAgent._replica_set`)."""
+    return replicas_for(f"owner\x00{owner}", set(live) - {owner}, count)
 
 
 def is_quorum(replicas: Sequence[str], voters: Collection[str]) -> bool:

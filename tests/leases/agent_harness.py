@@ -31,6 +31,7 @@ from populi_p2p.leases.agent_commands import (
     StartTask,
     StopTask,
 )
+from populi_p2p.leases.agent_wire import Renew, RenewDigest, decode
 from populi_p2p.leases.grants import GrantRecord
 from populi_p2p.leases.placement import Candidate
 from populi_p2p.leases.quorum import is_quorum
@@ -109,6 +110,8 @@ class Cluster:
         self.answers: list[Acknowledged] = []  # every Acknowledged, in order
         self.final_at: dict[str, float] = {}  # success or cancel acknowledged at
         self.violations: list[str] = []
+        self.sent: list[tuple[float, str, str, int]] = []  # (at, from, to, bytes) of SendTo
+        self._payloads: list[bytes] = []
         self.nodes: dict[str, Node] = {}
         for i in range(n):
             name = f"n{i}"
@@ -203,6 +206,8 @@ class Cluster:
         for cmd in cmds:
             match cmd:
                 case SendTo(dst, payload):
+                    self.sent.append((self.now, node.name, dst, len(payload)))
+                    self._payloads.append(payload)
                     if self.rng.random() >= self.loss:
                         at = self.now + self.rng.uniform(*self.delay)
                         self._push(at, "msg", (node.name, dst, payload))
@@ -343,6 +348,17 @@ class Cluster:
             if phase not in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 out.append(f"I3 {tid}: acknowledged but ended {phase}")
         return out
+
+    def clear_sent(self) -> None:
+        self.sent.clear()
+        self._payloads.clear()
+
+    def renewals(self) -> list[tuple[float, str, str, int]]:
+        """The `sent` messages that are renewals (`Renew`, `RenewDigest`)."""
+        return [
+            m for m, payload in zip(self.sent, self._payloads, strict=True)
+            if isinstance(decode(payload, verify)[1], Renew | RenewDigest)
+        ]  # fmt: skip
 
     def starts(self) -> int:
         return sum(len(r) for r in self.runs.values())

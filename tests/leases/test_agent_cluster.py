@@ -33,6 +33,30 @@ def test_calm_weather_runs_every_task_once() -> None:
     assert max(first) < 0.2, "started within a few round trips of the submit"
 
 
+def test_an_owner_renews_with_its_few_neighbours_however_many_tasks() -> None:
+    """Replica sets are drawn per owner (`LeaseAgent._replica_set`): once every task
+    runs, each node sends its renewals to at most `replica_count - 1` others, and the
+    bytes a node sends per second do not grow tenfold with ten times the tasks."""
+    rates = []
+    for count in (20, 200):
+        c = Cluster(10, seed=5)
+        tids = [c.submit(f"n{i % 10}", 45.0) for i in range(count)]
+        c.run_until(20.0)
+        assert {t for t in tids if c.runs[t]} == set(tids), "all running"
+        c.clear_sent()
+        c.run_until(40.0)
+        renewed_with: dict[str, set[str]] = {}
+        for _at, src, dst, _size in c.renewals():
+            renewed_with.setdefault(src, set()).add(dst)
+        assert renewed_with, "renewals were sent"
+        assert max(len(p) for p in renewed_with.values()) <= c.config.replica_count - 1
+        rates.append(sum(size for *_x, size in c.sent) / 20.0 / 10)
+        c.run_until(90.0)
+        c.heal_and_sync()
+        assert c.check() == [] and c.starts() == count
+    assert rates[1] < 2 * rates[0], f"lease bytes per node per second: {rates}"
+
+
 def test_a_crashed_owner_is_replaced_after_its_lease_and_the_margin() -> None:
     c = Cluster(5, seed=2, drift=0.0)
     tid = c.submit("n0", 30.0)

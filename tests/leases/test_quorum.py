@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from populi_p2p.leases.quorum import can_still_reach_quorum, is_quorum
+from populi_p2p.leases.quorum import can_still_reach_quorum, is_quorum, neighbours
 
 NODES = [f"n{i}" for i in range(7)]
 
@@ -32,9 +32,7 @@ def test_any_two_quorums_of_one_set_share_a_member(
 def test_every_pair_of_quorums_intersects_exhaustively() -> None:
     for size in range(1, 7):
         replicas = tuple(NODES[:size])
-        subsets = [
-            set(c) for k in range(size + 1) for c in itertools.combinations(replicas, k)
-        ]
+        subsets = [set(c) for k in range(size + 1) for c in itertools.combinations(replicas, k)]
         quorums = [s for s in subsets if is_quorum(replicas, s)]
         assert quorums, size
         for a, b in itertools.product(quorums, repeat=2):
@@ -71,3 +69,12 @@ def test_a_quorum_is_out_of_reach_once_the_primary_of_two_refused() -> None:
     assert can_still_reach_quorum(("a", "b"), {"b"})
     assert can_still_reach_quorum(("a", "b", "c"), {"a"})
     assert not can_still_reach_quorum(("a", "b", "c"), {"a", "c"})
+
+
+def test_neighbours_are_the_owners_and_exclude_it() -> None:
+    live = [f"n{i}" for i in range(20)]
+    first = neighbours("n3", live, 4)
+    assert len(first) == 4 and "n3" not in first
+    assert neighbours("n3", reversed(live), 4) == first, "the same on every view"
+    assert neighbours("n4", live, 4) != first, "another owner, other neighbours"
+    assert neighbours("n3", ["n3", "n1"], 4) == ("n1",), "fewer in a small mesh"
