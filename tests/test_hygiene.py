@@ -270,7 +270,6 @@ ABOUT_THE_PACKAGE = {
 #: yet: they are tested, if at all, through others. This list only shrinks: a new
 #: module comes with `tests/<folder>/test_<module>.py`.
 NO_TEST_FILE_YET = {
-    "overlay": "udp verifier",
     "simulations": "_invariants _lease_history _metrics _plot _rng _tasks churn demo"
     " lease_sweep lifeguard_grid",
     "node": "_asgi _log _terminal _version cli_models cli_tasks demo presets",
