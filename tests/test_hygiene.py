@@ -276,8 +276,6 @@ NO_TEST_FILE_YET = {
     "services": "_lazy _member_events api_backend api_server app_channel clock codec"
     " credentials errors gpus inference_host lifecycle links memory node_parts preflight"
     " publisher revocations status",
-    "leases": "_cancel",
-    "leases/driver": "view",
     "executor": "_cgroup _config _leftovers _proc _record _supervisor _types _wrapper"
     " results runner",
     "gpu": "_facts _present _proc",
