@@ -286,7 +286,6 @@ NO_TEST_FILE_YET = {
     "gpu": "_facts _present _proc",
     "inference": "_asgi _tls catalogue openai_errors peer_client request_log"
     " stats",
-    "observe": "client metrics relay sections",
 }  # fmt: skip
 
 
