@@ -283,8 +283,6 @@ NO_TEST_FILE_YET = {
     "leases/driver": "view",
     "executor": "_cgroup _config _leftovers _proc _record _supervisor _types _wrapper"
     " results runner",
-    "inference": "_asgi _tls catalogue openai_errors peer_client request_log"
-    " stats",
 }  # fmt: skip
 
 
