@@ -275,7 +275,7 @@ NO_TEST_FILE_YET = {
     "simulations": "_invariants _lease_history _metrics _plot _rng _tasks churn demo"
     " lease_sweep lifeguard_grid",
     "node": "_asgi _log _terminal _version cli_models cli_tasks demo presets",
-    "services": "api_backend app_channel codec gpus inference_host revocations status",
+    "services": "api_backend app_channel gpus inference_host revocations status",
     "trust": "_codec authority envelope_keys operator record_book",
     "leases": "_cancel",
     "leases/driver": "view",
