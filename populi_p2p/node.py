@@ -324,8 +324,9 @@ class Node:
         config = self.config
         bind, overlay = addressing.bind, addressing.overlay
         transport = Transport(
-            bind, config.port, policy=addressing.policy, classify=lane, dual_stack=bind == "::"
-        )
+            bind, config.port, policy=addressing.policy, classify=lane, dual_stack=bind == "::",
+            paths=core.paths,
+        )  # fmt: skip
         try:
             local = await nursery.start(transport.run)
         except (TransportError, ValueError) as exc:
@@ -341,7 +342,6 @@ class Node:
         if loopback is not None:
             event(_log, 30, "advertise.loopback", message=loopback)
         core.signer.advertise = advertise
-        core.codec.set_tcp_answer_handler(transport.paths.record_tcp_received)
         return transport, local[1], advertise, [w for w in (outside, loopback) if w is not None]
 
     def _deploy_runner(self, executor: ExecutorService, parts: NodeParts) -> DeploymentRunner:

@@ -54,6 +54,19 @@ class AuthCodec:
     packets to peers that may not know us (`introductions`, fed by the node's membership
     events and by senders that start a new session), and only until the peer shows that
     it holds it (`open`).
+
+    Args:
+        auth: seals and opens.
+        max_frame_size: the largest stream frame `open` accepts.
+        on_stale: told the source and skew (seconds ahead) of each packet refused as
+            stale (`SkewWatch.observe`).
+        on_tcp_answer: told a member's address whenever a frame from that member
+            authenticates. The transport can attribute a frame on our own outbound
+            connection to its peer, but a peer answers over whichever connection it
+            pooled, often one it opened to us; only here, after authentication, is the
+            sender known. The node gives `PathHealth.record_tcp_received`, the evidence
+            behind "UDP blocked, TCP works".
+        clock, realtime: monotonic and Unix seconds.
     """
 
     def __init__(
@@ -62,6 +75,7 @@ class AuthCodec:
         max_frame_size: int,
         *,
         on_stale: Callable[[Address, float], None] = lambda _source, _skew: None,
+        on_tcp_answer: Callable[[Address], None] = lambda _address: None,
         clock: Callable[[], float] = time.monotonic,
         realtime: Callable[[], float] = time.time,
     ) -> None:
@@ -76,7 +90,7 @@ class AuthCodec:
         self.datagrams_without_certificate = 0
         self._max_frame = max_frame_size
         self._on_stale = on_stale
-        self._on_tcp_answer: Callable[[Address], None] = lambda _address: None
+        self._on_tcp_answer = on_tcp_answer
         self.bytes_out = 0
         #: Of `bytes_out`, those sealed as stream frames (push-pull, TCP fallback probes).
         self.frame_bytes_out = 0
@@ -85,16 +99,6 @@ class AuthCodec:
         #: it to the core with the payload); None before any, or after a refused one.
         self.last_sender: str | None = None
 
-    def set_tcp_answer_handler(self, on_tcp_answer: Callable[[Address], None]) -> None:
-        """Told a member's address whenever a frame from that member authenticates.
-
-        The transport can attribute a frame on our own outbound connection to its peer,
-        but a peer answers over whichever connection it pooled, often one it opened to
-        us; only here, after authentication, is the sender known. The node feeds this to
-        `PathHealth.record_tcp_received`, the evidence behind "UDP blocked, TCP works".
-        """
-        self._on_tcp_answer = on_tcp_answer
-
     def learn_certificate(self, public_key: bytes, certificate: bytes) -> bool:
         """Hold a member's certificate from its verified record (the roster's hook).
 
@@ -102,10 +106,6 @@ class AuthCodec:
         packets addressed to it are evidence, at its end, that we hold it (see `open`).
         """
         return self.auth.learn(public_key, certificate, self._realtime())
-
-    def set_stale_handler(self, on_stale: Callable[[Address, float], None]) -> None:
-        """Where the skew of packets refused as stale goes (source, seconds ahead)."""
-        self._on_stale = on_stale
 
     def seal(self, destination: Address, payload: bytes, reliable: bool) -> bytes:
         """Seal for `destination`, addressed (ADDRESSED) to whoever we know is there.

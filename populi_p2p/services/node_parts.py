@@ -3,8 +3,9 @@ side of the membership service, each service with its collaborators.
 
 `MembershipParts`, before the first socket opens (so a bad key fails before anything
 listens): what the membership is built from, the envelope keys and packet codec (with
-the clock-skew watch), the swim configuration, the application channel's sync sections
-and the record signer (whose first record is the membership's metadata).
+the clock-skew watch, and the path health it shares with the transport), the swim
+configuration, the application channel's sync sections and the record signer (whose
+first record is the membership's metadata).
 
 `NodeParts`, once the membership service and the store exist: the application channel
 (sends with the membership), the roster of verified records (queries the membership,
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from overlay.auth import DEFAULT_FRESHNESS, PacketAuthenticator
+from overlay.peerpaths import PathHealth
 from overlay.transport import Transport, TransportConfig
 from swim import SwimConfig
 
@@ -78,9 +80,13 @@ class MembershipParts:
             app_payload_size_max=max(256, budget - 256),  # key, source and framing
         )  # fmt: skip
         self.skew = SkewWatch()
+        #: The transport's per-peer UDP/TCP health (`Node._listen` binds the transport
+        #: with it); the codec adds the TCP answers only it can attribute.
+        self.paths = PathHealth()
         self.codec = AuthCodec(
-            auth, TransportConfig().tcp.max_frame_size, on_stale=self.skew.observe
-        )
+            auth, TransportConfig().tcp.max_frame_size, on_stale=self.skew.observe,
+            on_tcp_answer=self.paths.record_tcp_received,
+        )  # fmt: skip
         #: The core's `AppState` delegate; each kind's section joins as it registers.
         self.sections = AppSections()
         #: Signs our record; `advertise` is set once the transport is bound.

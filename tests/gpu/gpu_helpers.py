@@ -16,10 +16,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 
 import populi_p2p
-from populi_p2p.gpu import GIB, GpuDevice, HardwareFacts, MigDevice, ProbeResult, Source, Vendor
+from populi_p2p.gpu import (
+    GIB,
+    MIB,
+    CpuInfo,
+    GpuDevice,
+    HardwareFacts,
+    MigDevice,
+    ProbeResult,
+    Source,
+    Vendor,
+)
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures"
@@ -156,3 +167,42 @@ def hardware_facts(draw: st.DrawFn, max_devices: int = 8) -> HardwareFacts:
         devices=tuple(draw(gpu_devices(i)) for i in range(n)),
         driver_version=draw(st.none() | st.sampled_from(["550.54.14", "470.57.02"])),
     )
+
+
+def h100(i: int, **changes: Any) -> GpuDevice:
+    """An H100 as NVML sees it, healthy, with `changes`."""
+    device = GpuDevice(
+        index=i,
+        uuid=f"GPU-{i:08x}-aaaa-4bbb-8ccc-dddddddddddd",
+        name="NVIDIA H100 80GB HBM3",
+        vendor=Vendor.NVIDIA,
+        source=Source.NVML,
+        pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+        compute_capability=(9, 0),
+        memory_total=81559 * MIB,
+        memory_used=1234 * MIB,
+        memory_free=(81559 - 1234) * MIB,
+        utilization_gpu=97,
+        utilization_memory=45,
+        temperature_c=67,
+        power_draw_w=612.0,
+        power_limit_w=700.0,
+        throttle_thermal=False,
+        throttle_power=True,
+        ecc_corrected=0,
+        ecc_uncorrected=0,
+        mig_enabled=False,
+    )
+    return attrs.evolve(device, **changes)
+
+
+CPU = CpuInfo(
+    model="AMD EPYC 9654 96-Core Processor",
+    arch="x86_64",
+    cores_logical=384,
+    cores_physical=192,
+    avx=True,
+    avx2=True,
+    avx512=True,
+    ram_total=2048 * GIB,
+)

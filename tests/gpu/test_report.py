@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import json
 
-import attrs
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +15,6 @@ from populi_p2p.gpu import (
     RECORD_VERSION,
     Allocation,
     CapacityPolicy,
-    CpuInfo,
     DeclaredGpu,
     GpuDevice,
     GpuReport,
@@ -29,51 +26,10 @@ from populi_p2p.gpu import (
     Vendor,
     build_report,
     field_provenance,
-    format_gpu_table,
     member_gpu_summary,
-    report_to_dict,
-    report_to_json,
 )
 
-from .gpu_helpers import hardware_facts
-
-
-def h100(i: int, **changes) -> GpuDevice:
-    device = GpuDevice(
-        index=i,
-        uuid=f"GPU-{i:08x}-aaaa-4bbb-8ccc-dddddddddddd",
-        name="NVIDIA H100 80GB HBM3",
-        vendor=Vendor.NVIDIA,
-        source=Source.NVML,
-        pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
-        compute_capability=(9, 0),
-        memory_total=81559 * MIB,
-        memory_used=1234 * MIB,
-        memory_free=(81559 - 1234) * MIB,
-        utilization_gpu=97,
-        utilization_memory=45,
-        temperature_c=67,
-        power_draw_w=612.0,
-        power_limit_w=700.0,
-        throttle_thermal=False,
-        throttle_power=True,
-        ecc_corrected=0,
-        ecc_uncorrected=0,
-        mig_enabled=False,
-    )
-    return attrs.evolve(device, **changes)
-
-
-CPU = CpuInfo(
-    model="AMD EPYC 9654 96-Core Processor",
-    arch="x86_64",
-    cores_logical=384,
-    cores_physical=192,
-    avx=True,
-    avx2=True,
-    avx512=True,
-    ram_total=2048 * GIB,
-)
+from .gpu_helpers import CPU, h100, hardware_facts
 
 
 def eight_gpu_report(**kwargs) -> GpuReport:
@@ -285,81 +241,3 @@ def test_unknown_keys_and_reasons_from_newer_members_are_tolerated():
     report = GpuReport.from_record(record)
     assert report.health[0].state is HealthState.DEGRADED
     assert [str(r) for r in report.health[0].reasons] == ["thermal_throttle"]
-
-
-########################################################################################
-# Presentation
-########################################################################################
-
-
-def test_table_shows_health_reasons_sources_and_layer_c():
-    facts = HardwareFacts(
-        devices=(
-            h100(0),
-            h100(1, temperature_c=92, throttle_thermal=True),
-            h100(2, lost=True, error="nvmlDeviceGetUUID: GPU is lost", memory_total=None),
-        ),
-        cpu=CPU,
-        probes=(
-            ProbeStatus(Source.NVML, None, 3),
-            ProbeStatus(Source.ROCM_SMI, "rocm-smi: timed out after 20s"),
-        ),
-        driver_version="550.54.14",
-        cuda_driver_version="12.4",
-    )
-    report = build_report(facts, labels={"region": "eu"}, declared=[DeclaredGpu("A100", 2)])
-    table = format_gpu_table(report)
-    lines = table.splitlines()
-    assert lines[0].split()[:2] == ["GPU", "NAME"]
-    assert "healthy" in lines[1]
-    assert "degraded: thermal throttling, high temperature (92C)" in lines[2]
-    assert "unhealthy: lost from driver (nvmlDeviceGetUUID: GPU is lost)" in lines[3]
-    assert "0MiB (unhealthy)" in lines[3]
-    assert "probe rocm-smi: error: rocm-smi: timed out after 20s" in table
-    assert "driver 550.54.14, CUDA 12.4" in table
-    assert "avx512" in table
-    assert "Labels [C, operator]: region=eu" in table
-    assert "Declared GPU [C, declared, not verified, never offered]: 2\u00d7A100" in table
-
-
-def test_table_without_gpus():
-    table = format_gpu_table(build_report(HardwareFacts(cpu=CPU)))
-    assert table.startswith("No GPUs found.")
-    assert "Offered [B, derived]: 0MiB on 0 of 0 GPU(s)" in table
-
-
-def test_json_form_has_provenance_everywhere():
-    report = eight_gpu_report(declared=[DeclaredGpu("A100")], labels={"a": "b"})
-    data = json.loads(report_to_json(report))
-    assert data == json.loads(json.dumps(report_to_dict(report)))
-    gpu = data["gpus"][0]
-    assert gpu["provenance"] == {"layer": "A", "source": "nvml"}
-    assert gpu["capacity"]["provenance"] == {"layer": "B", "source": "derived"}
-    assert gpu["health"] == {
-        "state": "healthy",
-        "reasons": [],
-        "eligible": True,
-        "summary": "healthy",
-    }
-    assert data["cpu"]["provenance"]["layer"] == "A"
-    assert data["labels"]["provenance"] == {"layer": "C", "source": "operator"}
-    assert data["declared_gpus"][0]["provenance"] == {"layer": "C", "source": "declared"}
-
-
-def test_member_summary_marks_verified_and_declared():
-    def rtx(i, **kw):
-        return attrs.evolve(h100(i), name="NVIDIA GeForce RTX 4090", memory_total=24564 * MIB, **kw)
-
-    verified = build_report(HardwareFacts(devices=(rtx(0), rtx(1)))).to_record()
-    assert member_gpu_summary(verified) == "2\u00d7RTX 4090 24GiB (verified)"
-    declared = build_report(HardwareFacts(), declared=[DeclaredGpu("A100")]).to_record()
-    assert member_gpu_summary(declared) == "1\u00d7A100 (declared)"
-    both = build_report(
-        HardwareFacts(devices=(rtx(0), rtx(1, lost=True, error="GPU is lost"))),
-        declared=[DeclaredGpu("H100", 4, 80 * GIB)],
-    ).to_record()
-    assert member_gpu_summary(both) == (
-        "2\u00d7RTX 4090 24GiB (verified, 1 unhealthy); 4\u00d7H100 80GiB (declared)"
-    )
-    assert member_gpu_summary(build_report(HardwareFacts()).to_record()) == "no GPU"
-    assert member_gpu_summary(None) == "no GPU record"

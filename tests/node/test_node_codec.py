@@ -4,6 +4,7 @@ and a peer that restarts (a new session in its envelopes) is introduced to again
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -37,9 +38,10 @@ def certificate(identity: NodeIdentity) -> bytes:
     return AUTHORITY.enroll(identity.public_key, now=START - 60, serial=1).raw
 
 
-def codec(identity: NodeIdentity, clock: Clock) -> _AuthCodec:
+def codec(identity: NodeIdentity, clock: Clock, **handlers: Any) -> _AuthCodec:
+    """`identity`'s codec; `handlers`: its `on_stale` and `on_tcp_answer`."""
     auth = packet_authenticator(identity, certificate(identity), AUTHORITY.public_key)
-    return _AuthCodec(auth, 1 << 20, clock=clock.monotonic, realtime=clock.real)
+    return _AuthCodec(auth, 1 << 20, clock=clock.monotonic, realtime=clock.real, **handlers)
 
 
 def meet(me: _AuthCodec, peer: NodeIdentity, at: tuple[str, int], clock: Clock) -> None:
@@ -173,9 +175,9 @@ def test_a_peer_clock_10_minutes_ahead_is_named_once_with_the_fix(
     caplog.set_level(logging.DEBUG)
 
     bob_clock = SkewedClock(600.0)
-    alice, bob = codec(ALICE, Clock()), codec(BOB, bob_clock)
-    watch = SkewWatch()
-    alice.set_stale_handler(watch.observe)
+    watch, bob_watch = SkewWatch(), SkewWatch()
+    alice = codec(ALICE, Clock(), on_stale=watch.observe)
+    bob = codec(BOB, bob_clock, on_stale=bob_watch.observe)
     for _ in range(3):
         assert send(bob, ALICE_AT, alice, BOB_AT) is None  # refused as stale
     assert alice.auth.drops.as_dict()["stale"] == 3
@@ -187,8 +189,6 @@ def test_a_peer_clock_10_minutes_ahead_is_named_once_with_the_fix(
     logged = [getattr(r, _FIELDS_ATTR) for r in caplog.records if r.getMessage() == "clock.skew"]
     assert len(logged) == 1 and "600 s in the future" in str(logged[0]["message"])
     # And the skewed side says the same of its peers, the other way round.
-    bob_watch = SkewWatch()
-    bob.set_stale_handler(bob_watch.observe)
     assert send(alice, BOB_AT, bob, ALICE_AT) is None
     assert bob_watch.notices() == [
         "packets from 10.0.0.1 are 600 s in the past: check its clock (NTP)"
@@ -198,9 +198,8 @@ def test_a_peer_clock_10_minutes_ahead_is_named_once_with_the_fix(
 def test_skew_within_the_freshness_window_is_not_reported() -> None:
     from populi_p2p.services.clock import SkewWatch
 
-    alice, bob = codec(ALICE, Clock()), codec(BOB, SkewedClock(5.0))
     watch = SkewWatch()
-    alice.set_stale_handler(watch.observe)
+    alice, bob = codec(ALICE, Clock(), on_stale=watch.observe), codec(BOB, SkewedClock(5.0))
     assert send(bob, ALICE_AT, alice, BOB_AT) == b"\x01payload"
     assert watch.notices() == []
 
@@ -240,9 +239,8 @@ def test_an_authenticated_frame_is_tcp_evidence_for_the_senders_member_address()
     the codec names the member's address once the frame authenticates, so "UDP blocked, TCP
     works" can be said on either side (tests/netns/test_node.py)."""
     clock = Clock()
-    alice, bob = codec(ALICE, clock), codec(BOB, clock)
     answered: list[tuple[str, int]] = []
-    alice.set_tcp_answer_handler(answered.append)
+    alice, bob = codec(ALICE, clock, on_tcp_answer=answered.append), codec(BOB, clock)
     alice.recipients[BOB_AT] = BOB.node_id
     frame = bob.seal(ALICE_AT, b"\x01state", True)
     ephemeral = (BOB_AT[0], 40001)

@@ -7,13 +7,6 @@ from typing import Any
 import pytest
 
 from populi_p2p.observe import EventService, MetricsService, ObserveView
-from populi_p2p.observe.sections import (
-    MAX_ROUTE_ROWS,
-    MAX_TASK_ROWS,
-    model_rows,
-    route_rows,
-    task_rows,
-)
 from populi_p2p.observe.view import reached_over
 
 
@@ -54,39 +47,6 @@ def test_members_gpus_and_how_each_is_reached() -> None:
     assert gpus[1]["name"] == "RTX 4090" and gpus[1]["utilization"] is None
     assert by_name["lan"]["rtt_ms"] is None  # dead: no stale RTT
     assert mesh["tasks"] is None and mesh["models"] is None and mesh["routes"] is None
-
-
-def test_task_model_and_route_rows() -> None:
-    names = {"id-a": "alpha"}
-    rows = [
-        {"id": "old-done", "phase": "succeeded", "epoch": 1, "owner": "id-a", "age": 90.0,
-         "finished": True, "kind": "batch", "exit_code": 0, "why": None},
-        {"id": "new-done", "phase": "failed", "epoch": 2, "owner": "id-zzzzzzzzzzzzz",
-         "age": 5.0, "finished": True, "kind": "batch", "exit_code": 3, "why": None},
-        {"id": "waiting", "phase": "pending", "epoch": 0, "owner": None, "age": 50.0,
-         "finished": False, "kind": "batch", "exit_code": None, "why": "labels=2"},
-    ]  # fmt: skip
-    out = task_rows(rows, lambda n: names.get(n, "?"))
-    assert [r["id"] for r in out] == ["waiting", "new-done", "old-done"]  # live first
-    assert [r["owner"] for r in out] == [None, "id-zzzzzzzzz", "alpha"]  # names, else ids
-    assert out[2]["owner_id"] == "id-a" and out[0]["why"] == "labels=2"
-    assert len(task_rows(rows * 40, lambda n: "?")) == MAX_TASK_ROWS
-    models = {
-        "data": [
-            {
-                "id": "llama",
-                "nodes": [{"name": "b", "kind": "llama.cpp"}, {"name": "a", "kind": "llama.cpp"}],
-            }
-        ]
-    }
-    assert model_rows(models) == [
-        {"model": "llama", "served_by": "a, b", "nodes": 2, "engine": "llama.cpp"}
-    ]
-    recent = [{"at": float(i), "model": "m", "node": "b", "attempts": ["a: refused", "b: served"]}
-              for i in range(30)]  # fmt: skip
-    routes = route_rows(recent)
-    assert len(routes) == MAX_ROUTE_ROWS and routes[0]["at"] == 29.0  # newest first
-    assert routes[0]["attempts"] == "a: refused; b: served" and routes[0]["served_by"] == "b"
 
 
 def test_sections_are_provided_by_other_services() -> None:
