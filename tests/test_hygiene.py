@@ -284,7 +284,7 @@ NO_TEST_FILE_YET = {
     "executor": "_cgroup _config _leftovers _proc _record _supervisor _types _wrapper"
     " results runner",
     "gpu": "_facts _present _proc",
-    "inference": "_asgi _tls catalogue openai_errors peer_client request_log"
+    "inference": "_asgi catalogue openai_errors peer_client request_log"
     " stats",
     "observe": "client metrics relay sections",
 }  # fmt: skip
