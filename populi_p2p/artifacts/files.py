@@ -21,10 +21,12 @@ import io
 import os
 import shutil
 import stat
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:  # imported where a tar is made or read: a node that moves none
+    import tarfile  # does not hold the module (idle RSS)
 
 __all__ = [
     "ENTRIES_MAX",
@@ -47,6 +49,8 @@ class OutputError(ValueError):
 
 
 def _info(name: str, st: os.stat_result) -> tarfile.TarInfo:
+    import tarfile
+
     info = tarfile.TarInfo(name)
     if stat.S_ISDIR(st.st_mode):
         info.type, info.mode = tarfile.DIRTYPE, 0o755
@@ -96,6 +100,8 @@ def _open_entry(dir_fd: int, name: str, shown: str) -> int:
 
 
 def _pack_fd(top: int, out: io.BufferedWriter) -> None:
+    import tarfile
+
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, fd in _walk(top, "", 0, [0]):
             st = os.fstat(fd)
@@ -149,6 +155,8 @@ def open_output(work: Path, path: str, tmp: Path) -> Iterator[tuple[Path, bool]]
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    import tarfile
+
     for count, member in enumerate(tar):
         if count >= ENTRIES_MAX:
             raise OutputError(f"more than {ENTRIES_MAX} entries in one directory blob")
@@ -166,6 +174,8 @@ def extract_tar(blob: Path, dest: Path) -> None:
     Raises:
         OutputError: a member that is not a file or directory, or that points outside.
     """
+    import tarfile
+
     dest.mkdir(mode=0o755)
     try:
         with tarfile.open(blob, mode="r:") as tar:

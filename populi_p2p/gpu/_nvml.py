@@ -21,8 +21,10 @@ call ends that device's probe with ``lost=True``. Any other error on an essentia
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ._facts import GpuDevice, MigDevice, ProbeResult, Source, Vendor
 
@@ -38,6 +40,9 @@ _ABSENT = {
     6,  # NVML_ERROR_NOT_FOUND
 }
 _GPU_IS_LOST = 15
+#: The library nvidia-ml-py opens outside Windows, and its words when it cannot.
+_LIBRARY: Final = "libnvidia-ml.so.1"
+_LIBRARY_NOT_FOUND: Final = "NVML Shared Library Not Found"
 _GPU_GONE = {_GPU_IS_LOST, 18}  # ... and NVML_ERROR_RESET_REQUIRED
 _TIMEOUT = 10
 
@@ -92,7 +97,14 @@ class NvmlProbe:
 
     def _init(self) -> Any:
         if self._nvml is None:
-            import pynvml  # deferred: importing is cheap but keeps this module optional
+            if not sys.platform.startswith("win"):
+                # A machine without NVIDIA's driver does not pay for nvidia-ml-py's
+                # module (about 2 MiB resident): nvmlInit would fail the same way.
+                try:
+                    ctypes.CDLL(_LIBRARY)
+                except OSError:
+                    raise _LibraryNotFound(_LIBRARY_NOT_FOUND) from None
+            import pynvml  # deferred: only where the library is (see above)
 
             self._nvml = pynvml
         if not self._initialised:
@@ -317,10 +329,14 @@ def _with_xids(device: GpuDevice, xids: tuple[int, ...]) -> GpuDevice:
     return attrs.evolve(device, xids=device.xids + xids)
 
 
+class _LibraryNotFound(Exception):
+    """No NVML library to open: what nvidia-ml-py's nvmlInit raises then, without it."""
+
+
 def _describe(exc: BaseException, where: str) -> str:
     """One line for the record: the NVML error name where there is one."""
     name = type(exc).__name__
     text = str(exc) or name
-    if name.startswith("NVMLError"):
+    if name.startswith("NVMLError") or isinstance(exc, _LibraryNotFound):
         return f"{where}: {text}"
     return f"{where}: {name}: {text}"

@@ -16,11 +16,11 @@ listener can require its API keys: a request the hook refuses gets 401 and nothi
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import Any, Final, Protocol
 
 import trio
@@ -78,8 +78,13 @@ class ObserveBackend(Protocol):
     def mesh(self) -> dict[str, Any]: ...
 
 
+@functools.cache
 def _static_files() -> dict[str, tuple[bytes, str]]:
-    """Every asset, read once: a request can only ever name one of these."""
+    """Every asset, read once, at the first request for one: a request can only ever
+    name one of these. (Not at start-up: importlib.resources and the zipfile module it
+    loads cost an idle node half a MiB.)"""
+    from importlib import resources
+
     files: dict[str, tuple[bytes, str]] = {}
     root = resources.files(__package__ or "populi_p2p.observe") / "static"
     for entry in root.iterdir():
@@ -150,7 +155,6 @@ async def _stream_events(events: EventService, receive: Receive, send: Send) -> 
 def make_observe_app(backend: ObserveBackend, *, authorize: Authorize | None = None) -> AsgiApp:
     """The ASGI app of the routes above. `authorize` None lets every request in (the
     local socket: the file mode already says who may connect)."""
-    static = _static_files()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # served on its own, the server asks this first
@@ -173,10 +177,10 @@ def make_observe_app(backend: ObserveBackend, *, authorize: Authorize | None = N
         head = method == "HEAD"
         try:
             if path in ("/", "/index.html"):
-                body, kind = static["index.html"]
+                body, kind = _static_files()["index.html"]
                 await _respond(send, 200, body, kind, head)
             elif path.startswith(_STATIC_PREFIX):
-                asset = static.get(path[len(_STATIC_PREFIX) :])
+                asset = _static_files().get(path[len(_STATIC_PREFIX) :])
                 if asset is None:
                     await _json(send, 404, {"error": f"no such asset {path}"})
                 else:

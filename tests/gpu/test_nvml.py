@@ -181,6 +181,26 @@ def test_library_missing(tmp_path):
     assert result.error == "nvmlInit: NVML Shared Library Not Found"
 
 
+def test_library_missing_leaves_the_binding_unloaded(tmp_path):
+    """Without the library the probe answers as nvidia-ml-py would, and its 2 MiB module
+    stays out of memory (idle RSS, issue 23), probe after probe."""
+    if real_nvml_present():
+        pytest.skip("a real libnvidia-ml is installed here; cannot simulate its absence")
+    code = (
+        "import sys\n"
+        "from populi_p2p.gpu import NvmlProbe\n"
+        "probe = NvmlProbe()\n"
+        "errors = [probe.probe().error for _ in range(2)]\n"
+        "print(errors, 'pynvml' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(LD_LIBRARY_PATH=str(tmp_path)),
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    error = "nvmlInit: NVML Shared Library Not Found"
+    assert proc.stdout.split("\n")[0] == f"{[error, error]} False"
+
+
 def test_cli_json_end_to_end(fake_nvml_dir: Path):
     proc = subprocess.run(
         [sys.executable, "-m", "populi_p2p.gpu", "--json", "--label", "region=eu-west",
