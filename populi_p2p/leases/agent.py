@@ -787,7 +787,12 @@ class LeaseAgent:
                 self._need_since.pop(tid, None)
                 nxt = min(nxt, now + live_for)
                 continue
-            rank = [r for r in rec.spec.replicas if r in live].index(self.me)
+            expired = {rec.owner} if rec.epoch and rec.ended is Ended.NO else set()
+            # The owner whose lease lapsed is dead, cut off or stalled: not the one to
+            # propose, though it may still look live (with sets drawn per owner it is
+            # often the primary). Every granter of its epoch names the same owner.
+            proposers = [r for r in rec.spec.replicas if r in live and r not in expired]
+            rank = proposers.index(self.me) if self.me in proposers else len(proposers)
             # Progress restarts the count: a grant or renewal here since we started it.
             since = max(self._need_since.setdefault(tid, now), rec.heard_at + self._wait)
             due = max(since + rank * self.config.lease_ttl, self._retry_at.get(tid, 0.0))
@@ -796,7 +801,6 @@ class LeaseAgent:
                 continue
             entry = self.table.get(tid)
             epoch = max(rec.epoch, 0 if entry is None else entry.epoch) + 1
-            expired = {rec.owner} if rec.epoch and rec.ended is Ended.NO else set()
             failed = {rec.owner} if rec.ended is Ended.FAILED else set()
             out += self._propose(tid, epoch, expired, now, failed)
         for tid, (_spec, _sig) in self._offers.items():  # first epochs we still owe

@@ -110,8 +110,10 @@ class Cluster:
         self.answers: list[Acknowledged] = []  # every Acknowledged, in order
         self.final_at: dict[str, float] = {}  # success or cancel acknowledged at
         self.violations: list[str] = []
-        self.sent: list[tuple[float, str, str, int]] = []  # (at, from, to, bytes) of SendTo
+        self.sent_log: list[tuple[float, str, str, int]] = []  # (at, from, to, bytes) of SendTo
         self._payloads: list[bytes] = []
+        #: Crashed members others still list as live (SWIM has not declared them yet).
+        self.ghosts: set[str] = set()
         self.nodes: dict[str, Node] = {}
         for i in range(n):
             name = f"n{i}"
@@ -139,7 +141,10 @@ class Cluster:
         )  # fmt: skip
 
     def live_view(self, name: str) -> list[str]:
-        return [m for m, n in self.nodes.items() if n.up and self.can_talk(name, m)]
+        return [
+            m for m, n in self.nodes.items()
+            if (n.up or m in self.ghosts) and self.can_talk(name, m)
+        ]  # fmt: skip
 
     def can_talk(self, a: str, b: str) -> bool:
         return a == b or frozenset((a, b)) not in self.cut
@@ -206,7 +211,7 @@ class Cluster:
         for cmd in cmds:
             match cmd:
                 case SendTo(dst, payload):
-                    self.sent.append((self.now, node.name, dst, len(payload)))
+                    self.sent_log.append((self.now, node.name, dst, len(payload)))
                     self._payloads.append(payload)
                     if self.rng.random() >= self.loss:
                         at = self.now + self.rng.uniform(*self.delay)
@@ -350,13 +355,13 @@ class Cluster:
         return out
 
     def clear_sent(self) -> None:
-        self.sent.clear()
+        self.sent_log.clear()
         self._payloads.clear()
 
     def renewals(self) -> list[tuple[float, str, str, int]]:
         """The `sent` messages that are renewals (`Renew`, `RenewDigest`)."""
         return [
-            m for m, payload in zip(self.sent, self._payloads, strict=True)
+            m for m, payload in zip(self.sent_log, self._payloads, strict=True)
             if isinstance(decode(payload, verify)[1], Renew | RenewDigest)
         ]  # fmt: skip
 
