@@ -73,7 +73,7 @@ class Sim:
 class World:
     def __init__(self, nodes: int, *, up: bool = True) -> None:
         self.sim = Sim(nodes)
-        self.metrics = Metrics(self.sim, capacity=nodes)  # type: ignore[arg-type]
+        self.metrics = Metrics(self.sim, capacity=nodes)
         if up:
             for node in range(nodes):
                 self.set(0.0, node, UP)
