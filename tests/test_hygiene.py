@@ -270,9 +270,6 @@ ABOUT_THE_PACKAGE = {
 #: yet: they are tested, if at all, through others. This list only shrinks: a new
 #: module comes with `tests/<folder>/test_<module>.py`.
 NO_TEST_FILE_YET = {
-    "simulations": "_lease_history _metrics _plot _tasks churn demo lease_sweep"
-    " lifeguard_grid",
-    "node": "cli_models cli_tasks demo",
     "services": "api_backend app_channel gpus inference_host revocations status",
     "executor": "_cgroup _config _leftovers _proc _record _supervisor _types _wrapper"
     " results runner",

@@ -1,4 +1,4 @@
-"""`populi-sim` and the demo: outputs, and one clear line for every bad argument."""
+"""`populi-sim`: outputs, and one clear line for every bad argument."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 import simulations
 from simulations import churn
 from simulations.cli import main
-from simulations.demo import main as demo_main
 
 TINY = """
 name = "tiny"
@@ -153,14 +152,6 @@ def test_console_entry_point_runs_as_a_module(tiny: Path) -> None:
     )
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
-
-
-def test_demo_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
-    assert demo_main(["--members", "12", "--lifeguard-only"]) == 0
-    out = capsys.readouterr().out
-    assert "12 members" in out
-    assert "crash of m000" in out
-    assert "traffic:" in out and "OK" in out
 
 
 def test_package_exports_match_all() -> None:
