@@ -10,11 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import attrs
 import trio
 
 from populi_p2p.executor._leftovers import Leftovers
-from populi_p2p.executor.service import ExecutorConfig, ExecutorService
+from populi_p2p.executor.service import ExecutorService
 
 from .helpers import PY, alive, children, executor, next_exit, python
 
@@ -146,23 +145,6 @@ async def test_a_running_task_has_a_record_until_it_ends(tmp_path: Path) -> None
         ex.stop("rec", "done", grace=0)
         await next_exit(ex)
         assert list(running.iterdir()) == []
-
-
-def test_fence_grace_is_validated(tmp_path: Path) -> None:
-    assert ExecutorConfig(tasks_dir=tmp_path).fence_grace == 1.0
-    try:
-        ExecutorConfig(tasks_dir=tmp_path, fence_grace=-1)
-    except ValueError as exc:
-        assert "fence_grace" in str(exc)
-    else:
-        raise AssertionError("a negative fence_grace was accepted")
-
-
-def test_the_docs_state_the_kill_grace_the_code_uses() -> None:
-    grace = attrs.fields(ExecutorConfig).grace_period.default
-    docs = Path(__file__).resolve().parents[2] / "docs"
-    assert f"SIGKILL {grace:g} s later" in (docs / "operations.md").read_text()
-    assert f"| `grace_period` | {grace:.1f} s |" in (docs / "executor.md").read_text()
 
 
 async def test_a_deadline_already_past_fences_at_once_and_nonsense_is_refused(

@@ -17,7 +17,7 @@ import trio
 from populi_p2p.api import ApiClient, ApiError, ConflictError, make_app, serve_api
 from populi_p2p.cli import _build_parser, main
 from populi_p2p.cli_tasks import TaskCliError, build_spec
-from populi_p2p.executor.results import START_FAILED_CODE, result_of
+from populi_p2p.executor.results import START_FAILED_CODE
 from populi_p2p.executor.service import TaskExited
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
@@ -33,7 +33,7 @@ from populi_p2p.leases import (
     TaskSpec,
     cancel_refusal,
 )
-from populi_p2p.leases._entry import OUTPUT_TAIL_MAX, Phase
+from populi_p2p.leases._entry import Phase
 from populi_p2p.leases.driver.service import SubmitError, hands_back
 from populi_p2p.leases.driver.view import (
     LeaseSection,
@@ -447,35 +447,7 @@ async def test_node_backend_refuses_a_finished_cancel_and_forwards_the_rest() ->
 
 
 ########################################################################################
-# Results from the executor's ends
-
-
-def _exited(code: int | None, reason: str, detail: str = "", out: bytes = b"") -> TaskExited:
-    return TaskExited("t", 1, code, reason, out, b"", 10.0, 12.5, detail)
-
-
-def test_results_say_why_and_never_succeed_by_accident() -> None:
-    ok = result_of(_exited(0, "exited", "exited with code 0", b"done\n"))
-    assert (ok.exit_code, ok.output_tail, ok.duration) == (0, b"done\n", 2.5)
-    never_ran = result_of(_exited(None, "start_failed", "no such command: nope"))
-    assert never_ran.exit_code == START_FAILED_CODE
-    assert never_ran.output_tail.endswith(b"[populi] start_failed: no such command: nope")
-    oom = result_of(_exited(-9, "memory", "used more than its memory limit of 268435456 bytes"))
-    assert oom.exit_code == -9 and b"[populi] memory: used more" in oom.output_tail
-    # A limit that struck as the command exited 0 is still a failure.
-    assert result_of(_exited(0, "timeout", "ran past its timeout")).exit_code != 0
-    # Bounded whatever the tails and the detail (results gossip).
-    huge = result_of(_exited(1, "cpu", "x" * 10_000, b"y" * 100_000))
-    assert len(huge.output_tail) <= OUTPUT_TAIL_MAX and b"[populi] cpu: " in huge.output_tail
-
-
-def test_a_command_that_cannot_run_makes_a_final_result_that_says_so() -> None:
-    detail = "cannot run 'pyhton3': command not found in PATH=/usr/bin:/bin"
-    final = result_of(attrs.evolve(_exited(127, "start_failed", detail), final=True))
-    assert final.final and final.exit_code == 127
-    assert final.output_tail.endswith(f"[populi] start_failed: {detail}; not retried".encode())
-    other = result_of(_exited(127, "start_failed", "cannot join the task cgroup"))
-    assert not other.final and not other.output_tail.endswith(b"not retried")
+# The no-network flag, and what an executor's end hands back
 
 
 def test_no_network_is_in_the_spec_and_old_specs_keep_their_ids() -> None:
