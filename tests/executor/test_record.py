@@ -12,18 +12,9 @@ from typing import Any, cast
 import trio
 
 from populi_p2p.executor._cgroup import TaskCgroup
-from populi_p2p.executor._record import TaskRecord, memory_detail, tail
+from populi_p2p.executor._record import memory_detail, tail
 
-from .helpers import spec
-
-
-def _record(tmp_path: Path, **changes: Any) -> TaskRecord:
-    fields: dict[str, Any] = {
-        "task_id": "t", "epoch": 2, "spec": spec("true"), "gpu_uuids": [],
-        "no_network": False, "memory": None, "cpu_time": 60.0, "started_at": 100.0,
-        "epoch_dir": tmp_path / "t" / "2",
-    }  # fmt: skip
-    return TaskRecord(**{**fields, **changes})
+from .helpers import record
 
 
 def _file(tmp_path: Path, name: str, data: bytes) -> int:
@@ -33,7 +24,7 @@ def _file(tmp_path: Path, name: str, data: bytes) -> int:
 
 
 def test_the_first_stop_reason_wins(tmp_path: Path) -> None:
-    task = _record(tmp_path)
+    task = record(tmp_path)
     assert not task.stop_requested.is_set()
     task.request("timeout", "ran past its timeout", grace=0.5)
     task.request("memory", "later")
@@ -42,7 +33,7 @@ def test_the_first_stop_reason_wins(tmp_path: Path) -> None:
 
 
 def test_a_fence_move_wakes_those_waiting_and_arms_a_new_event(tmp_path: Path) -> None:
-    task = _record(tmp_path)
+    task = record(tmp_path)
     waiting = task.fence_moved
     task.move_fence(123.0)
     assert waiting.is_set() and task.deadline == 123.0
@@ -65,7 +56,7 @@ def test_tail_reads_the_last_bytes_of_an_open_file(tmp_path: Path) -> None:
 
 def test_the_end_carries_the_tails_and_final_only_for_a_failed_start(tmp_path: Path) -> None:
     out, err = _file(tmp_path, "o", b"out" * 10), _file(tmp_path, "e", b"err")
-    task = _record(tmp_path, out_fd=out, err_fd=err, final=True)
+    task = record(tmp_path, out_fd=out, err_fd=err, final=True)
     ended = task.exited("start_failed", "not found", tail_bytes=4)
     assert (ended.task_id, ended.epoch, ended.exit_code) == ("t", 2, None)
     assert (ended.stdout_tail, ended.stderr_tail) == (b"tout", b"err")
@@ -80,7 +71,7 @@ def test_the_end_carries_the_tails_and_final_only_for_a_failed_start(tmp_path: P
 def test_release_closes_every_file_once_and_removes_the_cgroup(tmp_path: Path) -> None:
     calls: list[str] = []
     fds = [_file(tmp_path, name, b"x") for name in ("o", "e", "c")]
-    task = _record(tmp_path, out_fd=fds[0], err_fd=fds[1], control_fd=fds[2])
+    task = record(tmp_path, out_fd=fds[0], err_fd=fds[1], control_fd=fds[2])
     task.cgroup = cast(Any, SimpleNamespace(kill=lambda: calls.append("kill"),
                                             remove=lambda: calls.append("remove")))  # fmt: skip
     task.release()
@@ -98,7 +89,7 @@ def test_release_closes_every_file_once_and_removes_the_cgroup(tmp_path: Path) -
 
 async def test_release_closes_the_status_stream(tmp_path: Path) -> None:
     read, write = os.pipe()
-    task = _record(tmp_path, status_stream=trio.lowlevel.FdStream(read))
+    task = record(tmp_path, status_stream=trio.lowlevel.FdStream(read))
     task.release()
     assert task.status_stream is None
     os.close(write)
@@ -110,7 +101,7 @@ async def test_release_closes_the_status_stream(tmp_path: Path) -> None:
 
 
 def test_the_view_shows_the_limits_and_where_it_runs(tmp_path: Path) -> None:
-    task = _record(tmp_path, memory=1 << 20, no_network=True, user="task-1")
+    task = record(tmp_path, memory=1 << 20, no_network=True, user="task-1")
     view = task.view()
     assert view.pid is None and view.limiter == "rlimit"
     assert view.workdir == str(tmp_path / "t" / "2" / "work") == str(task.work_dir)
