@@ -274,7 +274,6 @@ NO_TEST_FILE_YET = {
     " lifeguard_grid",
     "node": "cli_models cli_tasks demo",
     "services": "api_backend app_channel gpus inference_host revocations status",
-    "executor": "_wrapper",
 }  # fmt: skip
 
 
