@@ -273,7 +273,6 @@ NO_TEST_FILE_YET = {
     "simulations": "_lease_history _metrics _plot _tasks churn demo lease_sweep"
     " lifeguard_grid",
     "node": "cli_models cli_tasks demo",
-    "services": "inference_host",
 }  # fmt: skip
 
 
