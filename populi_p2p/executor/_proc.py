@@ -55,9 +55,9 @@ def group_usage(pgid: int, skip: Iterable[int | None] = ()) -> GroupUsage:
         try:
             if int(fields[2]) != pgid or fields[0] == b"Z":
                 continue
-            ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-            rss += int(fields[21]) * _PAGE
+            used = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+            pages = int(fields[21])
         except ValueError:
-            continue
-        members += 1
+            continue  # skipped whole: nothing of a malformed line is counted
+        members, rss, ticks = members + 1, rss + pages * _PAGE, ticks + used
     return GroupUsage(members, rss, ticks / _TICKS)

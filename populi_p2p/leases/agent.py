@@ -276,17 +276,12 @@ class LeaseAgent:
         return tid, out
 
     def _replica_set(self, spec: TaskSpec, live: set[str], now: float) -> Replicas:
-        """The member we place the task on first (the **primary**), then the members that
-        rank first for *that member* by rendezvous hash (`quorum.neighbours`).
-
-        Why the owner's neighbours and not the task's: an owner renews its leases with
-        every replica, one message per replica node per round. Sets drawn per task
-        spread an owner's leases over the whole mesh (19 messages a round at 20
-        members); sets drawn per owner keep them on `replica_count - 1` nodes, so the
-        renewal traffic grows with neither the tasks nor the mesh. The primary first also
-        lets an even set decide with half of it, its primary included
-        (`quorum.is_quorum`): in a mesh of two the machine that runs the work needs
-        nobody else. If nothing fits now, the task's own rendezvous set."""
+        """The member we place the task on (the **primary**), then its rendezvous
+        `quorum.neighbours`: an owner renews with every replica node each round, so sets
+        drawn per owner (not per task) keep that to `replica_count - 1` nodes whatever
+        the tasks and members. An even set decides with half of it, its primary
+        included: in a mesh of two the machine that runs the work needs nobody else.
+        If nothing fits now, the task's own rendezvous set."""
         count = self.config.replica_count
         chosen = self._placement(spec.task_id(), spec, set(), now, set()).chosen
         if chosen is None or chosen not in live:

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from populi_p2p.executor._record import TaskRecord
 from populi_p2p.executor.service import ExecutorConfig, ExecutorService, TaskExited
 from populi_p2p.leases import Requirements, TaskKind, TaskSpec
 
@@ -32,6 +33,16 @@ def spec(*command: str, timeout: float = 60.0, cpus: float = 0.0, **env: str) ->
 
 def python(code: str, **kw: Any) -> TaskSpec:
     return spec(PY, "-c", code, **kw)
+
+
+def record(tmp_path: Path, **changes: Any) -> TaskRecord:
+    """A `TaskRecord` of task "t", epoch 2, as the service makes one before spawning."""
+    fields: dict[str, Any] = {
+        "task_id": "t", "epoch": 2, "spec": spec("true"), "gpu_uuids": [],
+        "no_network": False, "memory": None, "cpu_time": 60.0, "started_at": 100.0,
+        "epoch_dir": tmp_path / "t" / "2",
+    }  # fmt: skip
+    return TaskRecord(**{**fields, **changes})
 
 
 @asynccontextmanager

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from populi_p2p.executor._cgroup import probe
-from populi_p2p.executor.service import ExecutorConfig, TaskLimits
+from populi_p2p.executor.service import TaskLimits
 
 from .helpers import alive as _alive
 from .helpers import children, executor, next_exit, python, run_one, spec
@@ -257,13 +257,6 @@ async def test_cgroup_limits_when_the_node_may_use_them(tmp_path: Path) -> None:
     assert ended.reason == "memory", ended
 
 
-def test_config_rejects_bad_values_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="grace_period"):
-        ExecutorConfig(tasks_dir=tmp_path, grace_period=0)
-    with pytest.raises(ValueError, match="tail_bytes"):
-        ExecutorConfig(tasks_dir=tmp_path, tail_bytes=-1)
-
-
 async def test_cgroup_path_against_a_fake_hierarchy(tmp_path: Path) -> None:
     """The cgroup code path with files standing in for the kernel's: limits written, the
     wrapper joins, an OOM kill counted in memory.events ends the task as `memory`."""
@@ -306,10 +299,3 @@ async def test_running_shows_the_limits_and_a_stop_before_spawn_runs_nothing(
     assert view.workdir == str(tmp_path / "tasks" / "early" / "3" / "work")
     assert ended.reason == "cancelled" and ended.exit_code is None
     assert not (tmp_path / "tasks" / "early" / "3" / "work" / "ran").exists()
-
-
-def test_task_limits_refuse_nonsense() -> None:
-    with pytest.raises(ValueError, match="memory"):
-        TaskLimits(memory=0)
-    with pytest.raises(ValueError, match="cpu_time"):
-        TaskLimits(cpu_time=-1.0)

@@ -1,26 +1,22 @@
 """Who may cancel, at the CLI and the control API (issue 18): `cluster operator` makes an
 operator key; `cancel --operator-key FILE` signs a proof for that one task and sends it;
-a cancel this node may not make is a 403 and one line on stderr; the backend turns the
-proof's JSON into an `OperatorProof` and refuses a malformed one with a 400."""
+a cancel this node may not make is a 403 and one line on stderr (the backend's part:
+tests/services/test_api_backend.py)."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import trio
 
 from populi_p2p.api import ForbiddenError, make_app, serve_api
 from populi_p2p.cli import main
-from populi_p2p.leases import Requirements, TaskEntry, TaskKind, TaskSpec
-from populi_p2p.leases._cancel import OperatorProof
-from populi_p2p.services.api_backend import NodeBackend
 from populi_p2p.trust.authority import ClusterAuthority
-from populi_p2p.trust.operator import OperatorKey, operator_checker, proof_to_json
+from populi_p2p.trust.operator import OperatorKey, operator_checker
 
 TID = "0123456789abcdef0123456789abcdef"
 FORBIDDEN = (
@@ -166,30 +162,3 @@ def test_cluster_operator_needs_an_authority_and_a_good_expiry(
     assert code == 1 and "exists already" in _err_line(err)
     key = OperatorKey.read(out)
     assert key.certificate and key.key_id in out.read_text()
-
-
-async def test_the_backend_passes_the_proof_through_and_refuses_a_malformed_one() -> None:
-    spec = TaskSpec(TaskKind.BATCH, Requirements(), ("x",), submitted_by="n")
-    running = TaskEntry(spec.task_id(), spec, b"sig")
-    got: list[tuple[str, OperatorProof | None]] = []
-
-    class _Leases:
-        def find(self, task_id: str) -> TaskEntry:
-            return running
-
-        async def cancel(self, task_id: str, operator: OperatorProof | None = None) -> Any:
-            got.append((task_id, operator))
-            return {"id": task_id, "cancelled": True}
-
-    backend = NodeBackend(cast(Any, SimpleNamespace(leases=_Leases())))
-    key, _ = OperatorKey.create(ClusterAuthority.generate(), now=1e9)
-    proof = key.prove_cancel(running.task_id, 1e9)
-    await backend.cancel("r", proof_to_json(proof))
-    await backend.cancel("r")
-    assert got == [(running.task_id, proof), (running.task_id, None)]
-    for bad in ("x", {"certificate": "zz", "signed_at": 1, "signature": "00" * 64},
-                {**proof_to_json(proof), "signature": "00" * 63},
-                {**proof_to_json(proof), "signed_at": "now"}):  # fmt: skip
-        with pytest.raises(ValueError, match="operator"):
-            await backend.cancel("r", bad)
-    assert len(got) == 2

@@ -1,5 +1,5 @@
-"""The lease service's parts on their own: the app channel mux, the placement view built
-from records, spec checks in the CLI and the API, and results from the executor's ends."""
+"""The lease service's parts on their own: the placement view built from records, spec
+checks in the CLI and the API, and what an executor's end hands back."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import argparse
 import os
 import random
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import attrs
 import pytest
@@ -17,7 +16,7 @@ import trio
 from populi_p2p.api import ApiClient, ApiError, ConflictError, make_app, serve_api
 from populi_p2p.cli import _build_parser, main
 from populi_p2p.cli_tasks import TaskCliError, build_spec
-from populi_p2p.executor.results import START_FAILED_CODE, result_of
+from populi_p2p.executor.results import START_FAILED_CODE
 from populi_p2p.executor.service import TaskExited
 from populi_p2p.gpu import build_report
 from populi_p2p.gpu._facts import GpuDevice, HardwareFacts, Source, Vendor
@@ -25,7 +24,6 @@ from populi_p2p.leases import (
     Cancel,
     ClaimRecord,
     LeaseConfig,
-    LeaseTable,
     Requirements,
     TaskEntry,
     TaskKind,
@@ -33,93 +31,21 @@ from populi_p2p.leases import (
     TaskSpec,
     cancel_refusal,
 )
-from populi_p2p.leases._entry import OUTPUT_TAIL_MAX, Phase
+from populi_p2p.leases._entry import Phase
 from populi_p2p.leases.driver.service import SubmitError, hands_back
 from populi_p2p.leases.driver.view import (
-    LeaseSection,
     candidate,
     gpu_slots,
     spec_from,
 )
 from populi_p2p.leases.placement import place
-from populi_p2p.services.api_backend import NodeBackend
-from populi_p2p.services.app_channel import AppChannel, AppKind, AppSections
 from populi_p2p.trust.identity import NodeIdentity
 from populi_p2p.trust.record import Capabilities, NodeRecord, NodeStatus
-from swim import AppMessage, Member, MemberState
-
-########################################################################################
-# The app channel: kinds and the multiplexed sync section
-
-
-def _table(me: str) -> LeaseTable:
-    return LeaseTable(LeaseConfig.local(), me, lambda d: b"s" * 64, lambda n, d, s: True)
+from swim import Member, MemberState
 
 
 def _spec(me: str, n: int) -> TaskSpec:
     return TaskSpec(TaskKind.BATCH, Requirements(), ("echo", str(n)), submitted_by=me)
-
-
-def _channel(table: LeaseTable) -> AppSections:
-    sections = AppSections()
-
-    async def ignore(message: AppMessage, body: bytes) -> None:
-        pass
-
-    async def refuse(key: str, payload: bytes) -> None:
-        raise ValueError("not sent in this test")
-
-    channel = AppChannel(sections, refuse)
-    channel.register(AppKind.LEASES, ignore, LeaseSection(table, lambda _e: None, lambda: 0.0))
-    return sections
-
-
-def test_sync_section_converges_two_tables_digest_first() -> None:
-    a, b = _table("a"), _table("b")
-    for n in range(40):
-        a.submit(_spec("a", n), 0.0)
-    for n in range(40, 45):
-        b.submit(_spec("b", n), 0.0)
-    ca, cb = _channel(a), _channel(b)
-    assert len(ca.digest()) <= 256, "must fit SwimConfig.app_digest_size_max"
-    # The swim sync: leg 0 A's digest; leg 1 B answers with what A lacks; leg 2 back.
-    to_a = cb.state_for(ca.digest())
-    to_b = ca.state_for(cb.digest())
-    assert to_a is not None and to_b is not None
-    ca.merge(to_a)
-    cb.merge(to_b)
-    assert {e.task_id for e in a} == {e.task_id for e in b}
-    assert len(a) == 45
-    # In agreement: two digests, no state.
-    assert ca.state_for(cb.digest()) is None and cb.state_for(ca.digest()) is None
-
-
-async def test_channel_routes_by_kind_and_counts_junk() -> None:
-    sent: list[tuple[str, bytes]] = []
-
-    async def broadcast(key: str, payload: bytes) -> None:
-        sent.append((key, payload))
-
-    channel = AppChannel(AppSections(), broadcast)
-    got: list[bytes] = []
-
-    async def on_ack(message: AppMessage, body: bytes) -> None:
-        got.append(body)
-
-    channel.register(AppKind.LEASE_AGENT, on_ack)
-    await channel.deliver(AppMessage("x", "k", bytes([AppKind.LEASE_AGENT]) + b"hello"))
-    await channel.deliver(AppMessage("x", "k", bytes([AppKind.LEASES]) + b"nobody"))
-    await channel.deliver(AppMessage("x", "k", b""))
-    assert got == [b"hello"]
-    assert channel.dropped == 2
-    sections = channel.sections
-    sections.merge(b"\xc1junk")  # never raises
-    sections.merge(b"\x81\x07\xc4\x01x")  # {7: b"x"}: an unknown kind
-    assert sections.dropped == 2 and channel.dropped == 2
-    assert sections.state_for(b"\xff\xff") is None
-    # Sent with the kind's byte first, through the membership's broadcast.
-    assert await channel.broadcast(AppKind.LEASE_AGENT, "k1", b"hi")
-    assert sent == [("k1", bytes([AppKind.LEASE_AGENT]) + b"hi")]
 
 
 ########################################################################################
@@ -425,57 +351,8 @@ def test_cancel_refusal_lets_unfinished_tasks_be_cancelled(claims: tuple[ClaimRe
     assert cancel_refusal(_entry(*claims)) is None
 
 
-async def test_node_backend_refuses_a_finished_cancel_and_forwards_the_rest() -> None:
-    done = _entry(_claim(1, Phase.SUCCEEDED, 0))
-    running = _entry(_claim(1, Phase.RUNNING), retries=2)
-    cancelled: list[str] = []
-
-    class _Leases:
-        def find(self, task_id: str) -> TaskEntry:
-            return {"d": done, "r": running}[task_id]
-
-        async def cancel(self, task_id: str, operator: object = None) -> dict[str, Any]:
-            cancelled.append(task_id)
-            return {"id": task_id, "cancelled": True}
-
-    backend = NodeBackend(cast(Any, SimpleNamespace(leases=_Leases())))
-    with pytest.raises(ConflictError, match="already succeeded at epoch 1"):
-        await backend.cancel("d")
-    assert cancelled == []
-    assert await backend.cancel("r") == {"id": running.task_id, "cancelled": True}
-    assert cancelled == [running.task_id]
-
-
 ########################################################################################
-# Results from the executor's ends
-
-
-def _exited(code: int | None, reason: str, detail: str = "", out: bytes = b"") -> TaskExited:
-    return TaskExited("t", 1, code, reason, out, b"", 10.0, 12.5, detail)
-
-
-def test_results_say_why_and_never_succeed_by_accident() -> None:
-    ok = result_of(_exited(0, "exited", "exited with code 0", b"done\n"))
-    assert (ok.exit_code, ok.output_tail, ok.duration) == (0, b"done\n", 2.5)
-    never_ran = result_of(_exited(None, "start_failed", "no such command: nope"))
-    assert never_ran.exit_code == START_FAILED_CODE
-    assert never_ran.output_tail.endswith(b"[populi] start_failed: no such command: nope")
-    oom = result_of(_exited(-9, "memory", "used more than its memory limit of 268435456 bytes"))
-    assert oom.exit_code == -9 and b"[populi] memory: used more" in oom.output_tail
-    # A limit that struck as the command exited 0 is still a failure.
-    assert result_of(_exited(0, "timeout", "ran past its timeout")).exit_code != 0
-    # Bounded whatever the tails and the detail (results gossip).
-    huge = result_of(_exited(1, "cpu", "x" * 10_000, b"y" * 100_000))
-    assert len(huge.output_tail) <= OUTPUT_TAIL_MAX and b"[populi] cpu: " in huge.output_tail
-
-
-def test_a_command_that_cannot_run_makes_a_final_result_that_says_so() -> None:
-    detail = "cannot run 'pyhton3': command not found in PATH=/usr/bin:/bin"
-    final = result_of(attrs.evolve(_exited(127, "start_failed", detail), final=True))
-    assert final.final and final.exit_code == 127
-    assert final.output_tail.endswith(f"[populi] start_failed: {detail}; not retried".encode())
-    other = result_of(_exited(127, "start_failed", "cannot join the task cgroup"))
-    assert not other.final and not other.output_tail.endswith(b"not retried")
+# The no-network flag, and what an executor's end hands back
 
 
 def test_no_network_is_in_the_spec_and_old_specs_keep_their_ids() -> None:

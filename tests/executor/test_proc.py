@@ -1,0 +1,105 @@
+"""`group_usage`: a process group's live members, summed RSS and CPU time, from /proc.
+
+Against a fake /proc for the parsing (a command name with spaces and ')', zombies,
+malformed lines, other groups, skipped pids), and against real processes for what the
+kernel writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from populi_p2p.executor import _proc
+from populi_p2p.executor._proc import GroupUsage, group_usage
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(
+    pid: int, comm: str, state: str, pgrp: int, times: tuple[object, ...], rss: object
+) -> str:
+    """A /proc/PID/stat line: fields 14-17 are utime, stime, cutime, cstime; 24 is RSS."""
+    fields = [state, "1", str(pgrp), "0", "0", "0", "0", "0", "0", "0", "0"]
+    fields += [str(t) for t in times] + ["20", "0", "1", "0", "0", "0", str(rss), "0"]
+    return f"{pid} ({comm}) " + " ".join(fields)
+
+
+@pytest.fixture
+def fake_proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(_proc, "_PROC", tmp_path)
+    return tmp_path
+
+
+def _process(proc: Path, pid: int | str, line: str) -> None:
+    (proc / str(pid)).mkdir()
+    (proc / str(pid) / "stat").write_text(line)
+
+
+def test_the_group_is_summed_over_its_live_members(fake_proc: Path) -> None:
+    _process(fake_proc, 10, _stat(10, "wrapper", "S", 10, (1, 1, 0, 0), 100))
+    _process(fake_proc, 11, _stat(11, "a ) tricky (name", "R", 10, (2 * TICKS, TICKS, 0, 0), 5))
+    _process(fake_proc, 12, _stat(12, "child", "S", 10, (0, 0, TICKS, TICKS), 7))
+    _process(fake_proc, 13, _stat(13, "zombie", "Z", 10, (TICKS, 0, 0, 0), 0))
+    _process(fake_proc, 14, _stat(14, "other", "R", 99, (TICKS, 0, 0, 0), 50))
+    _process(fake_proc, 15, "15 (short) S 1 10 0")  # too few fields
+    _process(fake_proc, 16, _stat(16, "bad", "S", 10, ("x", 1, 1, 1), 1))
+    _process(fake_proc, 17, _stat(17, "bad", "S", 10, (1, 1, 1, 1), "nope"))
+    (fake_proc / "self").mkdir()  # not a pid
+    (fake_proc / "18").mkdir()  # gone mid-read: no stat
+    usage = group_usage(10, skip=[10, None])
+    assert usage == GroupUsage(members=2, rss=12 * PAGE, cpu_time=5.0)
+    everyone = group_usage(10)
+    assert everyone.members == 3 and everyone.rss == 112 * PAGE
+
+
+def test_no_proc_means_nothing_to_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_proc, "_PROC", tmp_path / "missing")
+    assert group_usage(1) == GroupUsage(0, 0, 0.0)
+
+
+def _wait_for(condition: object, what: str) -> None:
+    deadline = time.monotonic() + 30.0
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_real_group_with_a_child_and_then_as_zombies() -> None:
+    """A leader and its child in a group of their own; once both have exited (the
+    leader not yet reaped), the group has no live member left."""
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 300 & echo $!; read line; kill $!"],
+        start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert leader.stdout is not None and leader.stdin is not None
+        child = int(leader.stdout.readline())
+        usage = group_usage(leader.pid)
+        assert usage.members == 2 and usage.rss > 0
+        assert group_usage(leader.pid, skip=[leader.pid, child]).members == 0
+        leader.stdin.write(b"done\n")
+        leader.stdin.close()
+        stat = Path(f"/proc/{leader.pid}/stat")
+        _wait_for(lambda: stat.read_bytes().rpartition(b")")[2].split()[0] == b"Z", "no zombie")
+        _wait_for(lambda: group_usage(leader.pid).members == 0, "the child lives on")
+    finally:
+        leader.kill()
+        leader.wait()
+
+
+def test_cpu_time_counts_what_the_group_burnt() -> None:
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", burn + "input()"], start_new_session=True, stdin=subprocess.PIPE
+    )
+    try:
+        _wait_for(lambda: group_usage(worker.pid).cpu_time >= 0.3, "no CPU time counted")
+    finally:
+        worker.kill()
+        worker.wait()
