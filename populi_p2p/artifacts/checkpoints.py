@@ -130,6 +130,7 @@ class Checkpointer:
         """
         ck = self._latest(run.task_id)
         await trio.to_thread.run_sync(_clear, staging)
+        staging.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
         if ck is None or not ck.sha256 or ck.epoch >= run.epoch:
             staging.mkdir(mode=0o755)
             await self._record_start(run, None)
