@@ -136,6 +136,7 @@ class Checkpointer:
             await self._record_start(run, None)
             return
         blobs = self._store()
+        began = time.monotonic()
         digest = bytes.fromhex(ck.sha256)
         holders = [h for h in ck.holders if h != self._me]
         await blobs.fetch(digest, holders, name=f"{run.task_id[:16]}-ckpt", kind=CHECKPOINT_KIND)
@@ -148,7 +149,8 @@ class Checkpointer:
         run.restored, run.sha256, run.pinned = ck, ck.sha256, ck.sha256
         self.stats["checkpoints_restored"] += 1
         event(_log, 20, "checkpoint.restored", task=run.task_id, epoch=run.epoch,
-              taken_in=ck.taken_in, size=ck.size)  # fmt: skip
+              taken_in=ck.taken_in, size=ck.size,
+              seconds=round(time.monotonic() - began, 4))  # fmt: skip
         await self._record_start(run, ck)
 
     async def _record_start(self, run: CheckpointRun, ck: Checkpoint | None) -> None:
