@@ -10,7 +10,9 @@ clock (the daemons and the task run on this machine):
 * **resumed**: kill -> the resumed run's first line (the task's own ``resume`` line,
   written after the snapshot was restored and the process started);
 * **restore**: the new owner's fetch and unpack of the snapshot (its
-  ``checkpoint.restored`` log line), and the snapshot's size;
+  ``checkpoint.restored`` log line), the snapshot's size, and whether the new owner
+  held it already (with 3 daemons and k = 2 every survivor does; `--daemons 5` makes a
+  fetch likely);
 * the step it resumed from, against the step logged before the kill.
 
 Prints one line per run, then the medians and the load average. Usage::
@@ -37,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.history import trainer
 from tests.history.scenario import Lab, poll, task_python
 
-_RESTORED = re.compile(r"checkpoint\.restored .*size=(\d+) seconds=([0-9.]+)")
+_RESTORED = re.compile(r"checkpoint\.restored .*size=(\d+) seconds=([0-9.]+) local=(\w+)")
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -50,8 +52,8 @@ def _last_step(path: Path) -> int:
     return max((r["step"] for r in _lines(path) if r["event"] == "step"), default=0)
 
 
-def one_run(kill_at: int, timeout: float) -> dict[str, Any]:
-    lab = Lab(3)
+def one_run(kill_at: int, timeout: float, daemons: int = 3) -> dict[str, Any]:
+    lab = Lab(daemons)
     try:
         lab.start(timeout=120)
         script = lab.root / "trainer.py"
@@ -87,6 +89,7 @@ def one_run(kill_at: int, timeout: float) -> dict[str, Any]:
             "resumed": resumed["time"] - killed.killed_at,
             "restore": float(restore[0].group(2)) if restore else float("nan"),
             "size": int(restore[0].group(1)) if restore else 0,
+            "local": restore[0].group(3) == "True" if restore else None,
             "from_step": resumed["from_step"],
             "logged_step": before,
         }
@@ -98,16 +101,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--kill-at", type=int, default=30)
+    parser.add_argument("--daemons", type=int, default=3, help="3: every survivor holds it")
     parser.add_argument("--timeout", type=float, default=120.0, help="each wait's deadline")
     args = parser.parse_args()
     load_before = os.getloadavg()
     rows = []
     for run in range(args.runs):
-        row = one_run(args.kill_at, args.timeout)
+        row = one_run(args.kill_at, args.timeout, args.daemons)
         rows.append(row)
         print(f"run {run}: SWIM detection {row['detected']:.2f} s, resumed start"
               f" {row['resumed']:.2f} s after the kill, restore {row['restore'] * 1000:.0f} ms"
-              f" ({row['size']} bytes), resumed from step {row['from_step']}"
+              f" ({row['size']} bytes, {'held already' if row['local'] else 'fetched'}),"
+              f" resumed from step {row['from_step']}"
               f" (step {row['logged_step']} logged at the kill)", flush=True)  # fmt: skip
     load_after = os.getloadavg()
     med = {k: statistics.median(r[k] for r in rows) for k in ("detected", "resumed", "restore")}

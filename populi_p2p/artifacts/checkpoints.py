@@ -139,6 +139,8 @@ class Checkpointer:
         began = time.monotonic()
         digest = bytes.fromhex(ck.sha256)
         holders = [h for h in ck.holders if h != self._me]
+        held = blobs.store.get(digest)
+        local = held is not None and held.complete
         await blobs.fetch(digest, holders, name=f"{run.task_id[:16]}-ckpt", kind=CHECKPOINT_KIND)
         blobs.store.pin(digest, CHECKPOINT_PIN + run.task_id)
         path = blobs.store.path(digest)
@@ -150,7 +152,7 @@ class Checkpointer:
         self.stats["checkpoints_restored"] += 1
         event(_log, 20, "checkpoint.restored", task=run.task_id, epoch=run.epoch,
               taken_in=ck.taken_in, size=ck.size,
-              seconds=round(time.monotonic() - began, 4))  # fmt: skip
+              seconds=round(time.monotonic() - began, 4), local=local)  # fmt: skip
         await self._record_start(run, ck)
 
     async def _record_start(self, run: CheckpointRun, ck: Checkpoint | None) -> None:
