@@ -67,6 +67,15 @@ def add_task_commands(sub: Any, add_state_dir: Callable[[argparse.ArgumentParser
         help="a file or directory (relative to the work dir) kept when the task succeeds,"
         " held by k members: populi-node fetch TASK (repeatable)",
     )  # fmt: skip
+    s.add_argument(
+        "--checkpoint", action="store_true",
+        help="snapshot $POPULI_CHECKPOINT_DIR when the task touches its .request file and"
+        " on a handoff; the next owner restores the latest (docs/artifacts.md)",
+    )  # fmt: skip
+    s.add_argument(
+        "--checkpoint-every", metavar="DURATION",
+        help="--checkpoint, and a snapshot every DURATION too (e.g. 60s, 10m)",
+    )  # fmt: skip
     s.add_argument("--wait", action="store_true", help="follow the task; exit with its code")
     s.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...")
     t = sub.add_parser("tasks", help="the tasks the mesh holds")
@@ -142,6 +151,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
                 raise TaskCliError(f"{flag} {label!r}: expected k=v")
     # Namespaces built by callers other than the parser may lack the artifact flags.
     inputs, outputs = getattr(args, "input", []), getattr(args, "output", [])
+    checkpoint_every = _checkpoint_every(args)
     major, dot, minor = args.min_cc.partition(".")
     if not (major.isdigit() and (not dot or minor.isdigit())):
         raise TaskCliError(f"--min-cc {args.min_cc!r}: expected a version like 8.0")
@@ -151,6 +161,8 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         "timeout": timeout, "retries": args.retries, "env": env, "command": command,
         "no_network": args.no_network, "outputs": outputs,
     }  # fmt: skip
+    if checkpoint_every is not None:
+        spec["checkpoint_every"] = checkpoint_every
     if inputs:
         from .artifacts.service import parse_input_arg
 
@@ -167,6 +179,7 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             retry_limit=args.retries,
             submitted_by="cli",
             outputs=outputs,
+            checkpoint_every=checkpoint_every,
         )
     except ValueError as exc:
         raise TaskCliError(f"bad task: {exc}") from None
@@ -175,6 +188,20 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     except ValueError as exc:  # its line already names the flags and the fix
         raise TaskCliError(str(exc)) from None
     return spec
+
+
+def _checkpoint_every(args: argparse.Namespace) -> float | None:
+    """``--checkpoint-every`` in seconds, 0.0 for ``--checkpoint`` alone, None: off."""
+    every = getattr(args, "checkpoint_every", None)
+    if every is None:
+        return 0.0 if getattr(args, "checkpoint", False) else None
+    try:
+        seconds = parse_duration(every)
+    except ValueError as exc:
+        raise TaskCliError(f"--checkpoint-every: {exc}") from None
+    if seconds <= 0:
+        raise TaskCliError("--checkpoint-every: give a duration above 0, e.g. 60s")
+    return float(seconds)
 
 
 def _client(args: argparse.Namespace, timeout: float | None = None) -> ApiClient:
@@ -368,6 +395,7 @@ def _cmd_task(args: argparse.Namespace) -> None:
         lines.append(f"epoch {e['epoch']}: {_owner_name(e['owner'], names)} {e['phase']}{code}")
     if task.get("why"):
         lines.append(f"pending  {task['why']}")
+    lines += _checkpoint_lines(task.get("checkpoint"), spec, names)
     result = task.get("result")
     if result is not None:
         lines.append(f"result   exit {result['exit_code']} in {result['duration']:.1f}s")
@@ -382,6 +410,19 @@ def _cmd_task(args: argparse.Namespace) -> None:
         # The task's own output: its lines kept, anything that would drive the terminal
         # (escapes, carriage returns) shown escaped.
         print(terminal_safe(result["output_tail"], keep_newlines=True))
+
+
+def _checkpoint_lines(ck: Any, spec: dict[str, Any], names: dict[str, str]) -> list[str]:
+    """``checkpoint`` lines of ``task``: the latest snapshot, or why there is none."""
+    if spec.get("checkpoint_every") is None:
+        return []
+    if not ck:
+        return ["checkpoint none recorded yet"]
+    if not ck["sha256"]:
+        return [f"checkpoint none: epoch {ck['epoch']} started with nothing to restore"]
+    held = " ".join(_owner_name(h, names) for h in ck["holders"])
+    return [f"checkpoint epoch {ck['taken_in']} (recorded at epoch {ck['epoch']}, #{ck['seq']})"
+            f" {ck['size']} bytes sha256 {ck['sha256'][:16]} held by {held}"]  # fmt: skip
 
 
 def _cmd_explain(args: argparse.Namespace) -> None:

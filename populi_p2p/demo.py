@@ -24,10 +24,11 @@ engine that reads the fetched blob (``--deploy-engine standin``, said in one lin
 If ``llama-server`` is built, node1 also serves a real engine it runs itself on the
 tiny model (``--gguf``), and a stream from node2 comes from it.
 Then tasks: a few short tasks submitted through the control API run on their owners
-(the ``populi-node tasks`` table), then a longer one whose owner is killed; it runs
-again at the next epoch on another node and finishes (the epochs and their owners are
-printed). Each part has a deadline: a part that does not finish says why and the demo
-goes on.
+(the ``populi-node tasks`` table), then a longer one, a counter that checkpoints each
+step, whose owner is killed once a snapshot is recorded; it runs again at the next epoch
+on another node, resumes from the restored checkpoint (``$POPULI_RESUMED_FROM``) and
+finishes (the epochs and their owners are printed). Each part has a deadline: a part
+that does not finish says why and the demo goes on.
 Every wait polls the daemons' control API with a deadline; nothing sleeps for a guessed
 time. Everything lives in a temporary directory
 that is removed at the end, and every process started is stopped, even on Ctrl-C.
@@ -49,7 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .api import ApiClient, ApiError
 from .cli import format_members
@@ -86,6 +87,23 @@ SHORT_TASKS = 3
 
 class DemoError(Exception):
     """A step did not happen in time; the message says which."""
+
+
+#: Seconds between the steps of the demo's long task.
+LONG_STEP: Final = 0.25
+
+
+def _counter(steps: int) -> str:
+    """A shell task that counts to `steps`, its count in its checkpoint dir (written,
+    renamed, then a snapshot asked for), and says where it resumed."""
+    return (
+        'c="$POPULI_CHECKPOINT_DIR"; s=$(cat "$c/step" 2>/dev/null || echo 0);'
+        ' [ -n "$POPULI_RESUMED_FROM" ] && echo "resumed from epoch $POPULI_RESUMED_FROM'
+        ' at step $s";'
+        f' while [ "$s" -lt {steps} ]; do sleep {LONG_STEP}; s=$((s+1));'
+        ' echo "$s" > "$c/s.tmp"; mv "$c/s.tmp" "$c/step"; touch "$c/.request"; done;'
+        ' echo "done at step $s"'
+    )
 
 
 def _wait(condition: Callable[[], Any], what: str, timeout: float = STEP_TIMEOUT) -> Any:
@@ -497,12 +515,23 @@ class _Demo:
             "the survivors to hold the killed nodes dead",
         )  # fmt: skip
         # Submitted to the last node, so that the first (the dashboard's) likely stays up.
-        command = f"sleep {self.long_task:g}; echo done"
-        long = self.submit(alive[-1], ["sh", "-c", command], retries=0)
-        print(f"\n   long task {long[:12]} ({command}) submitted to {alive[-1]}")
+        # A counter that checkpoints each step: the next owner resumes where it was.
+        steps = max(4, int(self.long_task / LONG_STEP))
+        long = self.submit(alive[-1], ["sh", "-c", _counter(steps)], retries=0,
+                           checkpoint_every=0.0)  # fmt: skip
+        print(f"\n   long task {long[:12]} (counts to {steps}, a step every {LONG_STEP} s,"
+              f" a checkpoint each step) submitted to {alive[-1]}")  # fmt: skip
         running = _wait(
             lambda: (t := self.task(long))["phase"] == "running" and t, "the long task to run"
         )
+        ck = _wait(
+            lambda: (c := self.task(long)["checkpoint"]) and c["sha256"] and c["seq"] >= 2
+            and c["epoch"] == running["epoch"] and c,
+            "the long task to record a checkpoint",
+        )  # fmt: skip
+        held = ", ".join(self.name_of(h) for h in ck["holders"])
+        print(f"   checkpoint #{ck['seq']} of epoch {ck['epoch']}: {ck['size']} bytes,"
+              f" held by {held}")  # fmt: skip
         owner = self.name_of(running["owner"])
         if owner not in self.procs or owner in self.killed:
             raise DemoError(f"the long task's owner {owner} is not one of the demo's nodes")
@@ -526,6 +555,7 @@ class _Demo:
         result = done.get("result") or {}
         output = (result.get("output_tail") or "").split("[stderr]")[0].strip()
         print(f"   finished: {done['phase']}, output {output!r}; its epochs:")
+        print(f"   (the restored checkpoint: {output.splitlines()[0] if output else '-'})")
         self.epochs(long)
         if done["phase"] != "succeeded":
             raise DemoError(f"the long task ended {done['phase']}")

@@ -304,7 +304,7 @@ class Node:
         self.artifact_runner = artifact_runner(
             self.deploy_runner, state_dir=config.state_dir, me=node_id,
             blobs=lambda: self.blobs, service=lambda: self.artifacts,
-            retention=config.output_retention,
+            retention=config.output_retention, table=lambda: self._leases,
         )  # fmt: skip
         return self.artifact_runner
 
@@ -561,7 +561,9 @@ class Node:
         if self.blobs is not None:
             status["blobs"] = self.blobs.statistics()
         if self.artifacts is not None and self.artifact_runner is not None:
-            status["artifacts"] = {**self.artifacts.statistics(), **self.artifact_runner.stats}
+            runner = self.artifact_runner
+            status["artifacts"] = {**self.artifacts.statistics(), **runner.stats,
+                                   **runner.checkpoints_of().stats}  # fmt: skip
         host = self.inference_host
         if host is not None:
             status["http"] = host.http_statistics()

@@ -18,6 +18,9 @@ straight through. For the others, on the owner:
    them. The lease is still held meanwhile (the owner renews it), so a stop, a fence
    or a superseded claim still ends the epoch as it would the process: the late
    outputs are then never posted (fencing by the epoch, docs/leases.md).
+3. *checkpoints* (`checkpoints.Checkpointer`): the latest snapshot restored before the
+   start (``$POPULI_CHECKPOINT_DIR``, ``$POPULI_RESUMED_FROM``), snapshots while the
+   process runs, and one after it ended on a handoff drain, before the end is posted.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ import trio
 
 from .._log import event, get_logger
 from ..executor.runner import TaskExited, TaskRunner
-from ..leases import TaskOutput, TaskSpec
+from ..leases import Checkpoint, TaskOutput, TaskSpec
+from .checkpoints import CheckpointRun
 from .files import OutputError, extract_tar, open_output, place_file
 
 if TYPE_CHECKING:
     from ..blobs.service import BlobService
+    from .checkpoints import Checkpointer
 
 __all__ = ["INPUT_DIR", "OUTPUT_KIND", "RUN_PIN", "ArtifactRunner", "artifact_runner"]
 
@@ -63,8 +68,17 @@ class Replicator(Protocol):
     """What has outputs held (`ArtifactService`; typed here, not imported)."""
 
     async def replicate(
-        self, tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
-    ) -> list[str]: ...
+        self, tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput], *,
+        checkpoint: bool = False,
+    ) -> list[str]: ...  # fmt: skip
+
+
+class CheckpointTable(Protocol):
+    """Where checkpoints are recorded (`LeaseService`; typed here, not imported)."""
+
+    async def record_checkpoint(self, task_id: str, checkpoint: Checkpoint) -> None: ...
+
+    def latest_checkpoint(self, task_id: str) -> Checkpoint | None: ...
 
 
 @attrs.define
@@ -80,6 +94,7 @@ class _Run:
     pinned: list[bytes] = attrs.field(factory=list)
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     began: float = attrs.field(factory=time.time)
+    checkpoint: CheckpointRun | None = None  # a task submitted with checkpoints
 
 
 class ArtifactRunner:
@@ -90,13 +105,16 @@ class ArtifactRunner:
     blobs: the blob service, once it runs (None before).
     replicate: has the outputs held by k members (`ArtifactService.replicate`).
     retention: seconds outputs stay pinned (`NodeConfig.output_retention`).
+    checkpoints: snapshots and restores (None: tasks asking for them fail to start).
     """
 
     def __init__(
         self, inner: TaskRunner, *, tasks_dir: Path, me: str,
         blobs: Callable[[], BlobService | None], replicate: Replicate, retention: float,
+        checkpoints: Checkpointer | None = None,
     ) -> None:  # fmt: skip
         self._inner = inner
+        self.checkpoints = checkpoints
         self._tasks_dir = tasks_dir
         self._me = me
         self._blobs = blobs
@@ -114,10 +132,14 @@ class ArtifactRunner:
         self, task_id: str, epoch: int, spec: TaskSpec, gpu_uuids: list[str], *,
         deadline: float | None = None,
     ) -> None:  # fmt: skip
-        if spec.deployment is not None or not (spec.inputs or spec.outputs):
+        checkpointed = spec.checkpoint_every is not None
+        if spec.deployment is not None or not (spec.inputs or spec.outputs or checkpointed):
             self._inner.start(task_id, epoch, spec, gpu_uuids, deadline=deadline)
             return
         run = self.runs[task_id] = _Run(task_id, epoch, spec, deadline)
+        if checkpointed:
+            work = self.work_dir(task_id, epoch)
+            run.checkpoint = CheckpointRun(task_id, epoch, spec, work, deadline=deadline)
         assert self._nursery is not None, "the artifact runner is not running"
         self._nursery.start_soon(self._bring_up, run, gpu_uuids)
 
@@ -133,6 +155,8 @@ class ArtifactRunner:
         run = self.runs.get(task_id)
         if run is not None and run.epoch == epoch:
             run.deadline = deadline
+            if run.checkpoint is not None:
+                run.checkpoint.deadline = deadline
         self._inner.fence(task_id, epoch, deadline)
 
     async def reap_leftovers(self) -> list[tuple[str, int]]:
@@ -162,6 +186,7 @@ class ArtifactRunner:
         from ..blobs.store import QuotaError
 
         staging = self._tasks_dir / ".inputs" / f"{run.task_id}-{run.epoch}"
+        ck_staging = self._tasks_dir / ".inputs" / f"{run.task_id}-{run.epoch}.ckpt"
         failure = ""
         ready = False
         with run.scope:
@@ -169,6 +194,8 @@ class ArtifactRunner:
                 nursery.start_soon(self._watch_fence, run)
                 try:
                     await self._stage(run, staging)
+                    if run.checkpoint is not None:
+                        await self._restore(run.checkpoint, ck_staging)
                     ready = True
                 except (FetchError, QuotaError, OutputError, LookupError, OSError,
                         ValueError) as exc:  # fmt: skip
@@ -177,6 +204,7 @@ class ArtifactRunner:
         if not ready:
             self._unpin(run)
             shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(ck_staging, ignore_errors=True)
             self.runs.pop(run.task_id, None)
             reason = "cancelled" if run.stop else "start_failed"
             await self._send.send(TaskExited(
@@ -186,6 +214,8 @@ class ArtifactRunner:
             return
         work = self.work_dir(run.task_id, run.epoch)
         env = {"POPULI_INPUT_DIR": str(work / INPUT_DIR)} if run.spec.inputs else {}
+        if run.checkpoint is not None:
+            env.update(_checkpoint_env(run.checkpoint, work))
         spec = attrs.evolve(run.spec, env={**run.spec.env, **env})
         run.started = True
         self._inner.start(run.task_id, run.epoch, spec, gpus, deadline=run.deadline)
@@ -194,6 +224,20 @@ class ArtifactRunner:
         if staging.is_dir() and work.is_dir():
             os.rename(staging, work / INPUT_DIR)
         shutil.rmtree(staging, ignore_errors=True)
+        if run.checkpoint is not None and ck_staging.is_dir() and work.is_dir():
+            self.checkpoints_of().place(ck_staging, work)
+            assert self._nursery is not None
+            self._nursery.start_soon(self.checkpoints_of().watch, run.checkpoint)
+        shutil.rmtree(ck_staging, ignore_errors=True)
+
+    def checkpoints_of(self) -> Checkpointer:
+        assert self.checkpoints is not None, "checkpoints are not wired"
+        return self.checkpoints
+
+    async def _restore(self, run: CheckpointRun, staging: Path) -> None:
+        if self.checkpoints is None:
+            raise LookupError("this node does not run checkpointed tasks")
+        await self.checkpoints.restore(run, staging)
 
     async def _stage(self, run: _Run, staging: Path) -> None:
         """Fetch, pin and lay out every input under `staging`."""
@@ -244,13 +288,28 @@ class ArtifactRunner:
                 await self._send.send(ended)
                 continue
             self._unpin(run)
-            if not (run.spec.outputs and ended.succeeded):
+            if run.checkpoint is not None:
+                run.checkpoint.scope.cancel()
+            handoff = run.checkpoint is not None and ended.detail == "handoff"
+            if not handoff and not (run.spec.outputs and ended.succeeded):
                 self.runs.pop(run.task_id, None)
                 await self._send.send(ended)
                 continue
             run.stop, run.scope = "outputs", trio.CancelScope()
             assert self._nursery is not None
-            self._nursery.start_soon(self._finish, run, ended)
+            self._nursery.start_soon(self._handoff if handoff else self._finish, run, ended)
+
+    async def _handoff(self, run: _Run, ended: TaskExited) -> None:
+        """A drain stopped the process: snapshot its checkpoint dir (the lease is still
+        ours until the end is posted), then hand the end on."""
+        assert run.checkpoint is not None
+        with run.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_fence, run)
+                await self.checkpoints_of().snapshot(run.checkpoint)
+                nursery.cancel_scope.cancel()
+        self.runs.pop(run.task_id, None)
+        await self._send.send(ended)
 
     async def _finish(self, run: _Run, ended: TaskExited) -> None:
         """Store and replicate the outputs, then hand the end on (with them, or as a
@@ -307,6 +366,16 @@ class ArtifactRunner:
         return outputs, notes
 
 
+def _checkpoint_env(run: CheckpointRun, work: Path) -> dict[str, str]:
+    """``$POPULI_CHECKPOINT_DIR``, and ``$POPULI_RESUMED_FROM`` when one was restored."""
+    from .checkpoints import CHECKPOINT_DIR
+
+    env = {"POPULI_CHECKPOINT_DIR": str(work / CHECKPOINT_DIR)}
+    if run.restored is not None:
+        env["POPULI_RESUMED_FROM"] = str(run.restored.taken_in)
+    return env
+
+
 def output_pin(task_id: str, expires: float) -> str:
     """The pin that keeps a task's outputs until `expires` (realtime seconds)."""
     return f"out:{task_id}:{int(expires)}"
@@ -322,18 +391,41 @@ def _add_output(blobs: BlobService, work: Path, path: str, tmp: Path, task_id: s
 def artifact_runner(
     inner: TaskRunner, *, state_dir: Path, me: str, blobs: Callable[[], BlobService | None],
     service: Callable[[], Replicator | None], retention: float,
+    table: Callable[[], CheckpointTable | None],
 ) -> ArtifactRunner:  # fmt: skip
-    """The node's task runner: inputs and outputs around `inner`."""
+    """The node's task runner: inputs, outputs and checkpoints around `inner`."""
+    from .checkpoints import Checkpointer
+
+    def replicator() -> Replicator:
+        artifacts = service()
+        if artifacts is None:
+            raise LookupError("the node is still starting")
+        return artifacts
+
+    def leases() -> CheckpointTable:
+        found = table()
+        if found is None:
+            raise LookupError("the node is still starting")
+        return found
 
     async def replicate(
         tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
     ) -> list[str]:
-        artifacts = service()
-        if artifacts is None:
-            raise LookupError("the node is still starting")
-        return await artifacts.replicate(tid, epoch, spec, outputs)
+        return await replicator().replicate(tid, epoch, spec, outputs)
 
+    async def replicate_checkpoint(
+        tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
+    ) -> list[str]:
+        return await replicator().replicate(tid, epoch, spec, outputs, checkpoint=True)
+
+    async def record(tid: str, checkpoint: Checkpoint) -> None:
+        await leases().record_checkpoint(tid, checkpoint)
+
+    checkpoints = Checkpointer(
+        me=me, blobs=blobs, latest=lambda tid: leases().latest_checkpoint(tid), record=record,
+        replicate=replicate_checkpoint,
+    )  # fmt: skip
     return ArtifactRunner(
         inner, tasks_dir=state_dir / "tasks", me=me, blobs=blobs, replicate=replicate,
-        retention=retention,
+        retention=retention, checkpoints=checkpoints,
     )  # fmt: skip

@@ -16,6 +16,10 @@ anywhere (docs/artifacts.md).
   live members).
 * **Fetch** (``populi-node fetch TASK``): the accepted result names the outputs and
   their holders; fetch each from any holder and write it under the target dir.
+* **Checkpoints** (`checkpoints.py`): a snapshot is held the same way (``"checkpoint":
+  true`` in the hold request: one tar, for a task whose spec asks for checkpoints),
+  pinned ``ckpt:<task>`` until the task has finished; a holder keeps the pins of the
+  last two snapshots of a task it was asked to hold (and of the table's latest).
 * **Sweep**: output pins past their retention are dropped (the blob removed when
   nothing else pins it); ``in:`` pins of finished tasks and ``run:`` pins that no run
   holds any more are dropped.
@@ -41,6 +45,7 @@ from ..inference.peer_client import peer_base_url
 from ..leases import TaskEntry, TaskOutput, TaskSpec
 from ..leases._spec import INPUT_NAME
 from ..leases.grants import Ended, GrantRecord
+from .checkpoints import CHECKPOINT_DIR, CHECKPOINT_KIND, CHECKPOINT_PIN
 from .files import OutputError, extract_tar, pack_dir
 from .runner import INPUT_KIND, OUTPUT_KIND, RUN_PIN, output_pin
 
@@ -67,6 +72,11 @@ OUTPUT_BLOBS_MAX: Final = 4096
 ASK_EVERY: Final = 0.3
 #: Seconds between sweeps of pins.
 SWEEP_EVERY: Final = 5.0
+#: Seconds a checkpoint hold request waits for its fetch before it answers (a small
+#: snapshot is then held in one round trip).
+CHECKPOINT_HOLD_WAIT: Final = 2.0
+#: Snapshots of one task a holder keeps pinned (besides the table's latest).
+CHECKPOINTS_KEPT: Final = 2
 _log = get_logger("artifacts")
 
 
@@ -105,12 +115,15 @@ class ArtifactService:
         self._submit = submit
         self._address_of, self._peer_client = address_of, peer_client
         self._running = running
-        self._jobs: dict[tuple[str, int], dict[str, Any]] = {}
+        # (task, epoch, snapshot sha256 or "" for outputs) -> the hold job
+        self._jobs: dict[tuple[str, int, str], dict[str, Any]] = {}
+        self._snapshots: dict[str, list[bytes]] = {}  # task -> snapshots held, oldest first
         self._submitting: set[str] = set()  # pins of submits waiting for their replicas
         self._nursery: trio.Nursery | None = None
         self.stats = dict.fromkeys((
             "holds_refused_stale", "holds_refused_not_owner", "holds_refused_room",
             "holds_refused_bad", "holds_refused_not_member", "held_outputs", "expired",
+            "held_checkpoints",
         ), 0)  # fmt: skip
 
     def _store(self) -> Any:
@@ -204,24 +217,30 @@ class ArtifactService:
             body = json.loads(request.body[: 64 * 1024])
             tid, epoch = str(body["task"]), int(body["epoch"])
             outputs = [TaskOutput(*o) for o in body["outputs"]]
+            checkpoint = body.get("checkpoint", False) is True
         except (ValueError, KeyError, TypeError) as exc:
             return self._refuse("bad", 400, f"bad hold request: {exc}")
-        job = self._jobs.get((tid, epoch))
-        if job is not None and job["owner"] == request.caller:
-            return PeerResponse(200, json.dumps(job["row"]).encode())
-        spec, why = self._owned_by(tid, epoch, request.caller)
-        if spec is None:
-            stale = why.startswith("stale")
-            return self._refuse("stale" if stale else "not_owner", 409, why)
-        if len(outputs) > len(spec.outputs) or any(o.path not in spec.outputs for o in outputs):
-            return self._refuse("bad", 400, "outputs the task's spec does not declare")
-        room = self._room(sum(o.size for o in outputs), len(outputs))
-        if room is not None:
-            return self._refuse("room", 503, room)
-        job = {"owner": request.caller, "row": {"state": "fetching"}, "ended": False}
-        self._remember((tid, epoch), job)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._hold, tid, request.caller, outputs, job)
+        key = (tid, epoch, outputs[0].sha256 if checkpoint and outputs else "")
+        job = self._jobs.get(key)
+        if job is None or job["owner"] != request.caller:
+            spec, why = self._owned_by(tid, epoch, request.caller)
+            if spec is None:
+                stale = why.startswith("stale")
+                return self._refuse("stale" if stale else "not_owner", 409, why)
+            bad = _undeclared(spec, outputs, checkpoint)
+            if bad:
+                return self._refuse("bad", 400, bad)
+            room = self._room(sum(o.size for o in outputs), len(outputs))
+            if room is not None:
+                return self._refuse("room", 503, room)
+            job = {"owner": request.caller, "row": {"state": "fetching"}, "ended": False,
+                   "done": trio.Event()}  # fmt: skip
+            self._remember(key, job)
+            assert self._nursery is not None
+            self._nursery.start_soon(self._hold, tid, request.caller, outputs, job, checkpoint)
+        if checkpoint:  # small and often: answer once held, in one round trip
+            with trio.move_on_after(CHECKPOINT_HOLD_WAIT):
+                await job["done"].wait()
         return PeerResponse(200, json.dumps(job["row"]).encode())
 
     def _owned_by(self, tid: str, epoch: int, caller: str) -> tuple[TaskSpec | None, str]:
@@ -245,14 +264,14 @@ class ArtifactService:
     def _room(self, size: int, count: int) -> str | None:
         """Why others' outputs of `size` bytes may not be held here (None: they may)."""
         store = self._store().store
-        held = [e for e in store.entries() if e.kind == OUTPUT_KIND]
+        held = [e for e in store.entries() if e.kind in (OUTPUT_KIND, CHECKPOINT_KIND)]
         if len(held) + count > OUTPUT_BLOBS_MAX:
             return f"holds {len(held)} output blobs already (at most {OUTPUT_BLOBS_MAX})"
         if store.quota and sum(e.size for e in held) + size > store.quota * OUTPUT_SHARE:
             return f"outputs may take {OUTPUT_SHARE:.0%} of the {store.quota}-byte blob quota"
         return None
 
-    def _remember(self, key: tuple[str, int], job: dict[str, Any]) -> None:
+    def _remember(self, key: tuple[str, int, str], job: dict[str, Any]) -> None:
         self._jobs[key] = job
         while len(self._jobs) > HOLD_JOBS_MAX:
             old = next((k for k, j in self._jobs.items() if j["ended"]), None)
@@ -261,23 +280,44 @@ class ArtifactService:
             del self._jobs[old]
 
     async def _hold(
-        self, tid: str, owner: str, outputs: list[TaskOutput], job: dict[str, Any]
-    ) -> None:
+        self, tid: str, owner: str, outputs: list[TaskOutput], job: dict[str, Any],
+        checkpoint: bool = False,
+    ) -> None:  # fmt: skip
         from ..blobs.fetcher import FetchError
         from ..blobs.store import QuotaError
 
         blobs = self._store()
         pin = output_pin(tid, time.time() + self.retention)
+        kind, name = OUTPUT_KIND, f"{tid[:16]}-out"
+        if checkpoint:
+            pin, kind, name = CHECKPOINT_PIN + tid, CHECKPOINT_KIND, f"{tid[:16]}-ckpt"
         try:
             for out in outputs:
                 digest = bytes.fromhex(out.sha256)
-                await blobs.fetch(digest, [owner], name=f"{tid[:16]}-out", kind=OUTPUT_KIND)
+                await blobs.fetch(digest, [owner], name=name, kind=kind)
                 blobs.store.pin(digest, pin)
+                if checkpoint:
+                    self._keep_latest(tid, digest)
             job["row"] = {"state": "held"}
-            self.stats["held_outputs"] += len(outputs)
+            self.stats["held_checkpoints" if checkpoint else "held_outputs"] += len(outputs)
         except (FetchError, QuotaError, ValueError, LookupError, OSError) as exc:
             job["row"] = {"state": "failed", "error": str(exc)[:300]}
         job["ended"] = True
+        job["done"].set()
+
+    def _keep_latest(self, tid: str, digest: bytes) -> None:
+        """Unpin the snapshots of `tid` held here before the last `CHECKPOINTS_KEPT`,
+        except the one the table names as the latest."""
+        held = self._snapshots.setdefault(tid, [])
+        if digest in held:
+            held.remove(digest)
+        held.append(digest)
+        entry = self._entry_of(tid)
+        latest = None if entry is None or entry.checkpoint is None else entry.checkpoint.sha256
+        while len(held) > CHECKPOINTS_KEPT:
+            old = held.pop(0)
+            if old.hex() != latest:
+                self._store().store.unpin(old, CHECKPOINT_PIN + tid)
 
     ####################################################################################
     # Replicate: the owner has its outputs held
@@ -289,15 +329,20 @@ class ArtifactService:
         return first + sorted(live - set(first))
 
     async def replicate(
-        self, tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
-    ) -> list[str]:
-        """Have k members besides us hold every output; the holders, us first.
+        self, tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput], *,
+        checkpoint: bool = False,
+    ) -> list[str]:  # fmt: skip
+        """Have k members besides us hold every output (or the one snapshot of the
+        checkpoint dir); the holders, us first.
 
         Raises:
             OutputError: every member asked refused or failed (one line).
         """
-        body = json.dumps({"task": tid, "epoch": epoch,
-                           "outputs": [o.to_wire() for o in outputs]}).encode()  # fmt: skip
+        fields: dict[str, Any] = {"task": tid, "epoch": epoch,
+                                  "outputs": [o.to_wire() for o in outputs]}  # fmt: skip
+        if checkpoint:
+            fields["checkpoint"] = True
+        body = json.dumps(fields).encode()
         targets = self.targets(spec)
         need = min(self.k, len(targets))
         held: list[str] = []
@@ -390,16 +435,28 @@ class ArtifactService:
         running = self._running()
         for entry in store.entries():
             for pin in list(entry.pins):
-                if _expired(pin, now) or self._input_done(pin) or (
+                if _expired(pin, now) or self._input_done(pin) or self._checkpoint_done(pin) or (
                     pin.startswith(RUN_PIN) and pin[len(RUN_PIN):] not in running
                 ):  # fmt: skip
                     store.unpin(entry.digest, pin)
-            if entry.kind == OUTPUT_KIND and not entry.pins and entry.complete:
+            removable = entry.kind in (OUTPUT_KIND, CHECKPOINT_KIND)
+            if removable and not entry.pins and entry.complete:
                 try:
                     store.remove(entry.digest)
                     self.stats["expired"] += 1
                 except (LookupError, ValueError):
                     pass
+
+    def _checkpoint_done(self, pin: str) -> bool:
+        """A snapshot pin of a finished (or forgotten) task."""
+        if not pin.startswith(CHECKPOINT_PIN):
+            return False
+        tid = pin[len(CHECKPOINT_PIN) :]
+        entry = self._entry_of(tid)
+        if entry is None or entry.finished():
+            self._snapshots.pop(tid, None)
+            return True
+        return False
 
     def _input_done(self, pin: str) -> bool:
         """An input pin of a finished (or unknown) task, or of a submit no longer
@@ -410,6 +467,19 @@ class ArtifactService:
             return pin not in self._submitting
         entry = self._entry_of(pin[len(INPUT_PIN) :])
         return entry is None or entry.finished()
+
+
+def _undeclared(spec: TaskSpec, outputs: list[TaskOutput], checkpoint: bool) -> str:
+    """Why a hold request names what the spec does not allow ("" when it does not)."""
+    if checkpoint:
+        if spec.checkpoint_every is None:
+            return "the task's spec asks for no checkpoints"
+        if len(outputs) != 1 or outputs[0].path != CHECKPOINT_DIR or not outputs[0].unpack:
+            return f"a checkpoint is one tar of {CHECKPOINT_DIR}"
+        return ""
+    if len(outputs) > len(spec.outputs) or any(o.path not in spec.outputs for o in outputs):
+        return "outputs the task's spec does not declare"
+    return ""
 
 
 def _expired(pin: str, now: float) -> bool:

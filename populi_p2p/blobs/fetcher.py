@@ -272,12 +272,17 @@ async def _fetch_chunks(
         wake.set()
 
     report()
+    stuck: str | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(whole.run)
         while not plan.finished:
             stuck = plan.stuck()
             if stuck is not None and not plan.inflight():
-                raise FetchError(f"blob {manifest.hex}: {stuck}")
+                # Raised below, outside the nursery: raised here it would come out
+                # wrapped in an ExceptionGroup (the whole hash's task still runs).
+                nursery.cancel_scope.cancel()
+                break
+            stuck = None
             for a in plan.assign(trio.current_time()):
                 nursery.start_soon(one, a.chunk, a.holder)
             deadline = plan.next_deadline(trio.current_time())
@@ -285,6 +290,8 @@ async def _fetch_chunks(
                 await wake.wait()
             wake = trio.Event()
         progress.state = "verifying"  # the nursery waits for the last of the whole hash
+    if stuck is not None:
+        raise FetchError(f"blob {manifest.hex}: {stuck}")
     if whole.digest() != manifest.digest:
         store.drop_partial(partial, discard=True)
         givers = ", ".join(h[:12] for h, s in plan.holders.items() if s.skipped is None)

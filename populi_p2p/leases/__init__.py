@@ -6,6 +6,7 @@ docs/leases.md.
 """
 
 from ._entry import Cancel as Cancel
+from ._entry import Checkpoint as Checkpoint
 from ._entry import ClaimRecord as ClaimRecord
 from ._entry import Phase as Phase
 from ._entry import TaskEntry as TaskEntry
@@ -38,6 +39,7 @@ from .wire import DecodeError as DecodeError
 __all__ = [
     "BlobInput",
     "Cancel",
+    "Checkpoint",
     "ClaimRecord",
     "DecodeError",
     "Deployment",

@@ -32,6 +32,15 @@ product:
     did complete.)
     Keeping the top K keys of a union is itself associative, so the bound costs no law.
 
+``checkpoint`` (``None`` < a `Checkpoint`, records ordered by `Checkpoint.key`)
+    Only the latest snapshot of the task's checkpoint dir is kept: the record of the
+    greatest (epoch, sequence) wins, so one entry holds one record whatever the number
+    of snapshots. Each is signed by the owner of its epoch; the table checks that
+    signer against its claim of that epoch, and refuses a record of an epoch older than
+    the one it holds, before merging (`checkpoint_refusal`). Every owner records one at
+    its start (what it restored, or nothing), so a late snapshot of an earlier epoch
+    loses to it everywhere, whatever the delivery order.
+
 ``cancel`` (``None`` < a cancel record, records ordered by (by, signature, proof))
     Cancelled stands above every phase: once any replica has seen a cancel, the task's
     phase is `CANCELLED` everywhere, whatever else arrives later. A cancel record is
@@ -72,6 +81,7 @@ CLAIM_CONTEXT = b"populi-lease-claim\x00"
 RESULT_CONTEXT = b"populi-lease-result\x00"
 CANCEL_CONTEXT = b"populi-lease-cancel\x00"
 PROGRESS_CONTEXT = b"populi-lease-progress\x00"
+CHECKPOINT_CONTEXT = b"populi-lease-checkpoint\x00"
 
 
 def _pack(value: Any) -> bytes:
@@ -289,6 +299,80 @@ def cancel_bytes(task_id: str, by: str) -> bytes:
     return CANCEL_CONTEXT + _pack([task_id, by])
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+@attrs.frozen
+class Checkpoint:
+    """The latest snapshot of a task's checkpoint dir (docs/artifacts.md), recorded by
+    the owner of `epoch` (signed by it): the tar's sha256 and size, the nodes that held
+    it when it was recorded (the owner first), and `taken_in`, the epoch whose run
+    wrote it (earlier than `epoch` for the record an owner makes at its start of the
+    snapshot it restored). `sha256` empty: the epoch started with nothing to restore.
+    `seq` orders one epoch's records (0 at the start, then one per snapshot)."""
+
+    epoch: int
+    seq: int
+    owner: str
+    sha256: str = ""
+    size: int = 0
+    holders: tuple[str, ...] = attrs.field(default=(), converter=_holders)
+    taken_in: int = 0
+    signature: bytes = b""
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.sha256, str) or (
+            self.sha256 and (len(self.sha256) != 64 or not _HEX.issuperset(self.sha256))
+        ):
+            raise ValueError("checkpoint sha256 must be empty or 64 lower-case hex characters")
+        if len(self.holders) > OUTPUT_HOLDERS_MAX:
+            raise ValueError(f"a checkpoint names at most {OUTPUT_HOLDERS_MAX} holders")
+        if not self.sha256 and (self.size or self.holders or self.taken_in):
+            raise ValueError("a checkpoint with no snapshot has no size, holders or epoch")
+        if self.sha256 and not (self.holders and 0 < self.taken_in <= self.epoch):
+            raise ValueError("a snapshot names its holders and an epoch up to its own")
+
+    def key(self) -> tuple[int, int, str, int, tuple[str, ...], int, str, bytes]:
+        """The join order: the greatest (epoch, seq) is the latest; the rest only makes
+        the order total (two records of one (epoch, seq) come from a faulty owner)."""
+        return (self.epoch, self.seq, self.sha256, self.size, self.holders, self.taken_in,
+                self.owner, self.signature)  # fmt: skip
+
+    def signed_bytes(self, task_id: str) -> bytes:
+        body = [task_id, self.epoch, self.seq, self.owner, self.sha256, self.size,
+                list(self.holders), self.taken_in]  # fmt: skip
+        return CHECKPOINT_CONTEXT + _pack(body)
+
+    def to_wire(self) -> list[Any]:
+        return [self.epoch, self.seq, self.owner, self.sha256, self.size, list(self.holders),
+                self.taken_in, self.signature]  # fmt: skip
+
+
+def checkpoint_refusal(
+    task_id: str, ck: Checkpoint, claims: Iterable[ClaimRecord], held: Checkpoint | None,
+    verify: Verifier,
+) -> str | None:  # fmt: skip
+    """Why a replica refuses a checkpoint record that arrived (None: it may merge it):
+
+    - ``stale``: its epoch is older than the epoch of the record held (a late snapshot
+      of an owner that was superseded: the next owner's start record is newer);
+    - ``not_owner``: no claim of its epoch by its signer in the entry (claims known
+      and arriving with it);
+    - ``forged``: its signature is not its signer's.
+    """
+    if held is not None and ck.epoch < held.epoch:
+        return "stale"
+    if not any(c.epoch == ck.epoch and c.owner == ck.owner for c in claims):
+        return "not_owner"
+    if not verify(ck.owner, ck.signed_bytes(task_id), ck.signature):
+        return "forged"
+    return None
+
+
+#: Why a checkpoint record is refused (`checkpoint_refusal`), as counted.
+CHECKPOINT_REFUSALS = ("stale", "not_owner", "forged")
+
+
 @attrs.frozen
 class TaskEntry:
     """One replica's knowledge of one task: an element of the lattice described above."""
@@ -298,6 +382,7 @@ class TaskEntry:
     spec_signature: bytes = b""
     claims: tuple[ClaimRecord, ...] = ()  # ascending epochs, unique, <= HISTORY_EPOCHS_MAX
     cancel: Cancel | None = None
+    checkpoint: Checkpoint | None = None  # the latest snapshot (checked by the table)
 
     @property
     def current(self) -> ClaimRecord | None:
@@ -412,7 +497,7 @@ def verify_entry(
         cancel, dropped = None, dropped + 1
     if dropped == 0:
         return entry, 0
-    return TaskEntry(tid, spec, spec_sig, tuple(claims), cancel), dropped
+    return TaskEntry(tid, spec, spec_sig, tuple(claims), cancel, entry.checkpoint), dropped
 
 
 def sign_result(
@@ -472,9 +557,18 @@ def merge(a: TaskEntry, b: TaskEntry) -> TaskEntry:
         cancel = a.cancel
     else:
         cancel = a.cancel if a.cancel.key() >= b.cancel.key() else b.cancel
-    if spec is a.spec and sig == a.spec_signature and claims is a.claims and cancel is a.cancel:
+    ck = a.checkpoint
+    if ck is None or (b.checkpoint is not None and b.checkpoint.key() > ck.key()):
+        ck = b.checkpoint
+    if (
+        spec is a.spec
+        and sig == a.spec_signature
+        and claims is a.claims
+        and cancel is a.cancel
+        and ck is a.checkpoint
+    ):
         return a
-    return TaskEntry(a.task_id, spec, sig, claims, cancel)
+    return TaskEntry(a.task_id, spec, sig, claims, cancel, ck)
 
 
 def cancel_refusal(entry: TaskEntry) -> str | None:

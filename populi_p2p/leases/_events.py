@@ -80,3 +80,8 @@ class LeaseStatistics:
     #: Cancel records by a node other than the accepting one, with no operator proof
     #: that holds (`_cancel.may_cancel`): dropped, as the granters refuse them.
     cancels_refused: int = 0
+    #: Checkpoint records refused (`_entry.checkpoint_refusal`): of an epoch older than
+    #: the record held, not signed by the owner of their epoch, or with a bad signature.
+    checkpoints_refused_stale: int = 0
+    checkpoints_refused_not_owner: int = 0
+    checkpoints_refused_forged: int = 0

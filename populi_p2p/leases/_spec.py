@@ -238,6 +238,10 @@ class TaskSpec:
     #: Paths (relative to the work dir) the owner stores as blobs when the task ends
     #: (`submit --output`), sorted. Encoded as a fourteenth element only when set.
     outputs: tuple[str, ...] = attrs.field(default=(), converter=_outputs)
+    #: Checkpoints (docs/artifacts.md): None, off; 0.0, snapshots when the task asks
+    #: and on a handoff; > 0, also every that many seconds (`submit --checkpoint-every`).
+    #: Encoded as a fifteenth element only when set (the outputs then always present).
+    checkpoint_every: float | None = None
 
     def input(self, name: str) -> BlobInput | None:
         return next((i for i in self.inputs if i.name == name), None)
@@ -281,6 +285,9 @@ class TaskSpec:
             raise ValueError("no_network must be true or false")
         if not 0 < len(self.submitted_by) <= NODE_ID_CHARS_MAX:
             raise ValueError(f"submitted_by must be a node id of 1..{NODE_ID_CHARS_MAX} chars")
+        every = self.checkpoint_every
+        if every is not None and (type(every) is not float or not 0 <= every <= TIMEOUT_MAX):
+            raise ValueError(f"checkpoint_every must be 0..{TIMEOUT_MAX:.0f} s (0: on request)")
 
     def to_wire(self) -> list[Any]:
         """The canonical layout: a fixed array, version first, labels and env sorted;
@@ -308,10 +315,12 @@ class TaskSpec:
         ]
 
     def _tail(self) -> list[Any]:
-        if self.outputs:
+        if self.outputs or self.checkpoint_every is not None:
             deployment = None if self.deployment is None else self.deployment.to_wire()
             blobs = [i.to_wire() for i in self.inputs]
-            return [self.no_network, list(self.replicas), blobs, deployment, list(self.outputs)]
+            tail = [self.no_network, list(self.replicas), blobs, deployment, list(self.outputs)]
+            every = self.checkpoint_every
+            return tail if every is None else [*tail, float(every)]
         if self.inputs or self.deployment is not None:
             deployment = None if self.deployment is None else self.deployment.to_wire()
             blobs = [i.to_wire() for i in self.inputs]
@@ -325,7 +334,7 @@ class TaskSpec:
         """Rebuild from `to_wire`'s layout; any mismatch raises `ValueError`/`TypeError`."""
         if (
             not isinstance(raw, list)
-            or len(raw) not in (9, 10, 11, 13, 14)
+            or len(raw) not in (9, 10, 11, 13, 14, 15)
             or raw[0] != SPEC_VERSION
         ):
             raise ValueError("not a version-1 task spec")
@@ -370,6 +379,7 @@ class TaskSpec:
             inputs=inputs,
             deployment=deployment,
             outputs=_outputs_from_wire(raw),
+            checkpoint_every=_checkpoint_from_wire(raw),
         )
 
     def canonical(self) -> bytes:
@@ -407,15 +417,25 @@ def _inputs_from_wire(raw: list[Any]) -> tuple[list[BlobInput], Deployment | Non
 
 
 def _outputs_from_wire(raw: list[Any]) -> tuple[str, ...]:
-    """The fourteenth element: the declared outputs, present only when set."""
-    if len(raw) != 14:
+    """The fourteenth element: the declared outputs, present only when set (or when a
+    fifteenth element follows: then possibly empty)."""
+    if len(raw) < 14:
         return ()
     paths = raw[13]
-    if not isinstance(paths, list) or not paths or len(paths) > OUTPUTS_MAX:
+    if not isinstance(paths, list) or (len(raw) == 14 and not paths) or len(paths) > OUTPUTS_MAX:
         raise ValueError("bad outputs layout")
     if paths != sorted(set(paths)) or not all(isinstance(p, str) for p in paths):
         raise ValueError("outputs are encoded sorted, once each")  # one spec, one encoding
     return tuple(check_output_path(p) for p in paths)
+
+
+def _checkpoint_from_wire(raw: list[Any]) -> float | None:
+    """The fifteenth element: seconds between checkpoints, present only when set."""
+    if len(raw) < 15:
+        return None
+    if not isinstance(raw[14], float):
+        raise ValueError("checkpoint_every is encoded as a float")  # one spec, one encoding
+    return float(raw[14])
 
 
 def check_new_requirements(req: Requirements) -> None:

@@ -23,11 +23,13 @@ from ._entry import (
     EXPLANATION_CHARS_MAX,
     HISTORY_EPOCHS_MAX,
     Cancel,
+    Checkpoint,
     ClaimRecord,
     Phase,
     TaskEntry,
     TaskResult,
     cancel_bytes,
+    checkpoint_refusal,
     claim_bytes,
     merge,
     sign_result,
@@ -262,6 +264,23 @@ class LeaseTable:
         """Hand the task back (drain, shutdown): the next epoch re-places it."""
         return self._advance(task_id, now, phase=Phase.RELEASED)
 
+    def record_checkpoint(self, task_id: str, ck: Checkpoint, now: float) -> bytes:
+        """Record the latest snapshot of our current epoch (`ck`, unsigned, by us),
+        signed; the delta carries the claim it belongs to.
+
+        Raises:
+            LeaseError: we do not hold the task's live lease of `ck.epoch`, or a record
+                as late or later is held.
+        """
+        cur = self._mine(task_id)
+        if ck.owner != self.me or ck.epoch != cur.epoch or cur.phase not in _LIVE:
+            raise LeaseError(f"{task_id}: epoch {ck.epoch} is not our live lease")
+        held = self._need(task_id).checkpoint
+        if held is not None and (held.epoch, held.seq) >= (ck.epoch, ck.seq):
+            raise LeaseError(f"{task_id}: checkpoint {held.epoch}.{held.seq} is held already")
+        signed = attrs.evolve(ck, signature=self._sign(ck.signed_bytes(task_id)))
+        return self._local(TaskEntry(task_id, claims=(cur,), checkpoint=signed), now)
+
     def post_result(self, task_id: str, result: TaskResult, now: float) -> bytes:
         """Record this owner's result, signed, with SUCCEEDED (exit 0) or FAILED."""
         cur = self._mine(task_id)
@@ -355,7 +374,22 @@ class LeaseTable:
         entry = self._bounded(entry, old)
         checked, dropped = verify_entry(entry, self._verify, old)
         self._stats["forged_parts_dropped"] += dropped
-        self._install(self._cancel_allowed(checked, old), now, events)
+        checked = self._checkpoint_allowed(self._cancel_allowed(checked, old), old)
+        self._install(checked, now, events)
+
+    def _checkpoint_allowed(self, entry: TaskEntry, old: TaskEntry | None) -> TaskEntry:
+        """Drop (and count) a checkpoint record that its epoch's owner did not sign, or
+        that is older than the one held (`_entry.checkpoint_refusal`)."""
+        ck = entry.checkpoint
+        held = None if old is None else old.checkpoint
+        if ck is None or ck == held:
+            return entry
+        claims = entry.claims if old is None else (*old.claims, *entry.claims)
+        why = checkpoint_refusal(entry.task_id, ck, claims, held, self._verify)
+        if why is None:
+            return entry
+        self._stats[f"checkpoints_refused_{why}"] += 1
+        return attrs.evolve(entry, checkpoint=None)
 
     def _cancel_allowed(self, entry: TaskEntry, old: TaskEntry | None) -> TaskEntry:
         """Drop a cancel record that the granters would refuse: not by the accepting

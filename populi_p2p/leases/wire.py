@@ -25,6 +25,7 @@ from ._entry import (
     RENEWALS_MAX,
     SIGNATURE_BYTES_MAX,
     Cancel,
+    Checkpoint,
     ClaimRecord,
     Phase,
     TaskEntry,
@@ -61,13 +62,16 @@ def _pack(value: Any) -> bytes:
 
 
 def entry_to_wire(entry: TaskEntry) -> list[Any]:
-    return [
+    """Five elements, and the checkpoint as a sixth only when there is one (entries
+    without one keep their bytes, hashes and stored form)."""
+    out = [
         entry.task_id,
         None if entry.spec is None else entry.spec.to_wire(),
         entry.spec_signature,
         [c.to_wire() for c in entry.claims],
         None if entry.cancel is None else _cancel_to_wire(entry.cancel),
     ]
+    return out if entry.checkpoint is None else [*out, entry.checkpoint.to_wire()]
 
 
 def _cancel_to_wire(cancel: Cancel) -> list[Any]:
@@ -167,10 +171,28 @@ def _claim(raw: Any) -> ClaimRecord:
     )
 
 
+def _checkpoint(raw: Any) -> Checkpoint:
+    """An entry's sixth element: ``[epoch, seq, owner, sha256, size, holders, taken_in,
+    signature]``."""
+    _need(isinstance(raw, list) and len(raw) == 8, "bad checkpoint layout")
+    epoch, seq, owner, sha, size, holders, taken_in, sig = raw
+    _need(isinstance(sha, str) and isinstance(holders, list), "bad checkpoint")
+    _need(len(holders) <= OUTPUT_HOLDERS_MAX, "bad checkpoint holders")
+    try:
+        return Checkpoint(
+            _int(epoch, EPOCH_MAX), _int(seq, RENEWALS_MAX), _node_id(owner), sha,
+            _int(size, 1 << 50), tuple(_node_id(h) for h in holders), _int(taken_in, EPOCH_MAX),
+            _sig(sig),
+        )  # fmt: skip
+    except ValueError as exc:
+        raise DecodeError(f"bad checkpoint: {exc}") from None
+
+
 def entry_from_wire(raw: Any) -> TaskEntry:
     """Validate and rebuild one entry; raises `DecodeError`."""
-    _need(isinstance(raw, list) and len(raw) == 5, "bad entry layout")
-    tid_raw, spec_raw, spec_sig, claims_raw, cancel_raw = raw
+    _need(isinstance(raw, list) and len(raw) in (5, 6), "bad entry layout")
+    tid_raw, spec_raw, spec_sig, claims_raw, cancel_raw = raw[:5]
+    checkpoint = _checkpoint(raw[5]) if len(raw) == 6 else None
     tid = task_id_from_wire(tid_raw)
     spec = None
     if spec_raw is not None:
@@ -195,7 +217,8 @@ def entry_from_wire(raw: Any) -> TaskEntry:
             except ValueError as exc:
                 raise DecodeError(f"bad cancel: {exc}") from None
         cancel = Cancel(_node_id(cancel_raw[0]), _sig(cancel_raw[1]), proof)
-    return TaskEntry(tid, spec, _sig(spec_sig) if spec is not None else b"", claims, cancel)
+    spec_sig = _sig(spec_sig) if spec is not None else b""
+    return TaskEntry(tid, spec, spec_sig, claims, cancel, checkpoint)
 
 
 def decode_message(data: bytes, size_max: int = STATE_BYTES_MAX) -> tuple[MessageType, Any]:

@@ -48,6 +48,8 @@ class Holders:
         kind = self.kinds[holder]
         if kind == "liar":
             raise SourceError(ChunkFailure.MISSING, "no")
+        if kind == "gone":  # gave the manifest, then died (kill -9 mid-fetch)
+            raise SourceError(ChunkFailure.UNREACHABLE, "connection refused")
         off, n = self.real.chunk_span(index)
         body = bytearray(self.data[off : off + n])
         if kind == "corrupt":
@@ -102,6 +104,18 @@ async def test_only_liars_is_one_clear_error(tmp_path: Path, blob: tuple[bytes, 
     with pytest.raises(FetchError, match="no holder gave the manifest"):
         await fetch_blob(store, holders, manifest.digest, ["x", "y"], name="m", kind="model")
     assert store.get(manifest.digest) is None
+
+
+async def test_a_holder_gone_mid_fetch_is_one_clear_error(
+    tmp_path: Path, blob: tuple[bytes, Manifest], autojump_clock: Any
+) -> None:
+    """Not an ExceptionGroup out of the fetcher's nursery: its callers catch FetchError
+    (a holder of a snapshot whose owner was killed while it fetched, issue 22)."""
+    data, manifest = blob
+    holders = Holders(data, manifest, {"owner": "gone"})
+    store = BlobStore(tmp_path / "blobs", 0)
+    with pytest.raises(FetchError, match="every holder was skipped"):
+        await fetch_blob(store, holders, manifest.digest, ["owner"], name="m", kind="model")
 
 
 async def test_cancelled_fetch_resumes_without_refetching_done_chunks(

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from populi_p2p.leases import (
     Cancel,
+    Checkpoint,
     ClaimRecord,
     Phase,
     Requirements,
@@ -95,6 +96,19 @@ cancels = st.builds(
 )
 
 
+checkpoints = st.builds(
+    Checkpoint,
+    epoch=st.integers(1, 4),
+    seq=st.integers(0, 2),
+    owner=st.sampled_from(OWNERS),
+    sha256=st.just("ab" * 32),
+    size=st.integers(1, 3),
+    holders=st.sampled_from([("a",), ("a", "b")]),
+    taken_in=st.just(1),
+    signature=st.sampled_from([b"k1", b"k2"]),
+)
+
+
 @st.composite
 def entries(draw: st.DrawFn) -> TaskEntry:
     records = draw(st.lists(claim_records(), max_size=4))
@@ -109,6 +123,7 @@ def entries(draw: st.DrawFn) -> TaskEntry:
         draw(st.sampled_from([b"x", b"y"])) if has_spec else b"",
         tuple(by_epoch[e] for e in sorted(by_epoch)),
         cancel,
+        draw(st.none() | checkpoints),
     )
 
 

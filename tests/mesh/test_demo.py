@@ -5,7 +5,8 @@ survives its serving node's kill -9 (through the official `openai` client), a st
 from llama.cpp's llama-server when it is built (`make engine`), a deployment of 2 replicas
 (on llama-server when it is built) whose replica is placed again after its owner's
 kill -9, with streams giving the same text throughout, and tasks
-that run on their owners, one of them again at the next epoch after its owner's kill -9.
+that run on their owners, one of them again at the next epoch after its owner's kill -9,
+resuming from its checkpoint.
 """
 
 from __future__ import annotations
@@ -103,7 +104,13 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     again = re.search(r"running again at epoch (\d+) on (node\d)", out)
     assert again and again.group(2) != killed.group(2), out
     assert int(again.group(1)) > int(killed.group(1)), out
-    assert "finished: succeeded, output 'done'" in out
+    # It resumed from its checkpoint, not from 0, and counted to the end.
+    resumed = re.search(
+        r"output 'resumed from epoch (\d+) at step (\d+)\\ndone at step (\d+)'", out
+    )
+    assert resumed and resumed.group(1) == killed.group(1), out
+    assert 0 < int(resumed.group(2)) < int(resumed.group(3)), out
+    assert re.search(r"checkpoint #\d+ of epoch \d+: \d+ bytes, held by node\d", out), out
     assert f"epoch {killed.group(1)}: owner {killed.group(2)}, " in out
     assert f"epoch {again.group(1)}: owner {again.group(2)}, succeeded, exit 0" in out
 

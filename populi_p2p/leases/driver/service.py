@@ -40,6 +40,7 @@ from ...services.app_channel import AppChannel, AppKind
 from ...trust.identity import NodeIdentity, verify_signature
 from ...trust.record import NodeRecord
 from .. import (
+    Checkpoint,
     LeaseConfig,
     LeaseEvent,
     LeaseTable,
@@ -50,6 +51,7 @@ from .. import (
     TaskSpec,
 )
 from .._cancel import OperatorCheck, OperatorProof, no_operators
+from .._entry import CHECKPOINT_REFUSALS
 from ..agent import LeaseAgent
 from ..agent_commands import (
     Acknowledged,
@@ -403,6 +405,20 @@ class LeaseService:
             raise (ForbiddenError if ack.forbidden else ConflictError)(ack.refusal)
         return {"id": task_id, "cancelled": True}
 
+    def latest_checkpoint(self, task_id: str) -> Checkpoint | None:
+        """The latest checkpoint record of a task in our table."""
+        entry = self.table.get(task_id)
+        return None if entry is None else entry.checkpoint
+
+    async def record_checkpoint(self, task_id: str, checkpoint: Checkpoint) -> None:
+        """Record (signed, durable) and gossip the latest snapshot of a task we own.
+
+        Raises:
+            LeaseError: we do not hold its live lease of that epoch any more.
+        """
+        delta = self.table.record_checkpoint(task_id, checkpoint, trio.current_time())
+        await self._channel.broadcast(AppKind.LEASES, f"k/{task_id}", delta)
+
     async def drain(self, handoff: bool) -> dict[str, Any]:
         self.agent.draining = True
         await self._set_draining(True)
@@ -445,6 +461,12 @@ class LeaseService:
             "known": len(self.table),
             "stale_results_rejected": self.table.statistics().stale_results_rejected,
             "cancels_refused": self.table.statistics().cancels_refused,
+            **{
+                f"checkpoints_refused_{why}": getattr(
+                    self.table.statistics(), f"checkpoints_refused_{why}"
+                )
+                for why in CHECKPOINT_REFUSALS
+            },
             "agent": self.agent.statistics(),
         }
 

@@ -205,6 +205,7 @@ def spec_view(spec: TaskSpec) -> dict[str, Any]:
             for i in spec.inputs
         ],
         "outputs": list(spec.outputs),
+        "checkpoint_every": spec.checkpoint_every,
         "deployment": None if spec.deployment is None else attrs.asdict(spec.deployment),
         "requirements": {
             "gpus": r.gpu_count,
@@ -259,6 +260,7 @@ def entry_detail(entry: TaskEntry, why: str | None) -> dict[str, Any]:
         "spec": None if entry.spec is None else spec_view(entry.spec),
         "epochs": epochs,
         "cancelled_by": None if entry.cancel is None else entry.cancel.by,
+        "checkpoint": checkpoint_view(entry),
         "result": None
         if result is None
         else {
@@ -274,6 +276,16 @@ def entry_detail(entry: TaskEntry, why: str | None) -> dict[str, Any]:
             "holders": list(result.holders),
         },
     }
+
+
+def checkpoint_view(entry: TaskEntry) -> dict[str, Any] | None:
+    """The latest checkpoint record (None: none yet): the epoch that recorded it, the
+    epoch whose run wrote the snapshot, its sha256 and size, and its holders."""
+    ck = entry.checkpoint
+    if ck is None:
+        return None
+    return {"epoch": ck.epoch, "seq": ck.seq, "owner": ck.owner, "taken_in": ck.taken_in,
+            "sha256": ck.sha256, "size": ck.size, "holders": list(ck.holders)}  # fmt: skip
 
 
 def fits(g: Gpu, req: Requirements) -> bool:
@@ -320,6 +332,7 @@ def spec_from(fields: dict[str, Any], me: str, now_real: float) -> TaskSpec:
             inputs=_inputs_from(fields.get("inputs", [])),
             deployment=_deployment_from(fields.get("deployment")),
             outputs=_outputs_from(fields.get("outputs", [])),
+            checkpoint_every=_checkpoint_every_from(fields.get("checkpoint_every")),
         )
     except (TypeError, IndexError) as exc:
         raise ValueError(f"bad task spec: {exc}") from None
@@ -341,6 +354,15 @@ def _outputs_from(raw: Any) -> list[str]:
     if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
         raise ValueError("outputs must be a list of paths relative to the work dir")
     return [check_output_path(p) for p in raw]
+
+
+def _checkpoint_every_from(raw: Any) -> float | None:
+    """Seconds between checkpoints (None: off; 0: only when the task asks)."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ValueError("checkpoint_every must be a number of seconds (0: on request only)")
+    return float(raw)
 
 
 def _deployment_from(raw: Any) -> Deployment | None:
