@@ -16,6 +16,7 @@ packet is dropped and counted for that lane. Memory is bounded by
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -58,6 +59,8 @@ class Incoming:
         vouch: for a frame on an inbound TCP connection, call it once the payload
             authenticated: the connection then counts as a member's (its keepalives
             renew it, and it is never evicted to make room). None otherwise.
+        received_at: `time.monotonic()` when the reader queued it (0: not stamped), so a
+            trace can say how long it waited for the driver.
     """
 
     source: Address
@@ -65,6 +68,7 @@ class Incoming:
     reliable: bool = False
     lane: int = BULK
     vouch: Callable[[], None] | None = attrs.field(default=None, eq=False, repr=False)
+    received_at: float = attrs.field(default=0.0, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -263,6 +267,6 @@ def classify_and_offer(
         lane = classify(payload)
     except Exception:
         return "unclassified"
-    if inbox.offer(Incoming(source, payload, reliable, lane, vouch)):
+    if inbox.offer(Incoming(source, payload, reliable, lane, vouch, time.monotonic())):
         return "queued"
     return "queue_full"
