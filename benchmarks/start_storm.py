@@ -2,7 +2,7 @@
 until everyone sees everyone alive, and what the logs said meanwhile.
 
     python benchmarks/start_storm.py --n 100 [--preset lan] [--base-port 27000] [--hold 15]
-        [--keep DIR]
+        [--keep DIR [--trace]]
 
 Every daemon gets fixed ports (swim on `--base-port` + 2i, its peer API on the next
 one: the default peer port is the swim port + 1, which would race the next daemon's
@@ -24,6 +24,15 @@ their membership does, and blurs what it measures. Reported:
   `member.dead`, `self.refuted` and `udp.blocked` lines (none of them is true here:
   nothing fails and nothing blocks UDP), and those after the first convergence.
 
+With `--trace` every daemon also writes a packet trace (`populi_p2p._trace`), copied
+into `--keep`'s directory; `benchmarks/storm_trace.py DIR` then says where news waited.
+
+The daemons run from compiled bytecode, as an installed package does: the sources are
+compiled into their `__pycache__` before the storm (an interpreter reads bytecode even
+under `PYTHONDONTWRITEBYTECODE`, which only stops it writing). Without that, where
+`PYTHONDONTWRITEBYTECODE` is set, each of the N interpreters compiles every module of
+the node itself, about a third of its start-up CPU, and the storm measures the compiler.
+
 A daemon that exits ends the run with its log. Every daemon is SIGKILLed on the way
 out. Printed, not asserted; on a shared machine the times are noisy.
 """
@@ -31,23 +40,26 @@ out. Printed, not asserted; on a shared machine the times are noisy.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from populi_p2p._trace import TRACE_DIR_ENV  # noqa: E402
 from populi_p2p.api import ApiClient, ApiError  # noqa: E402
 from tests.node.harness import Mesh  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from _mesh import log_events  # noqa: E402
+from _mesh import CLOCK_TICKS, log_events  # noqa: E402
 
 COUNTED = ("member.suspect", "member.dead", "self.refuted", "udp.blocked")
 _ALIVE = ("member.joined", "member.recovered")
@@ -115,6 +127,51 @@ def meshes(logs: list[list[tuple[float, str, dict[str, str]]]]) -> list[int]:
     return sorted(sizes.values(), reverse=True)
 
 
+class CpuSampler:
+    """Samples the daemons' CPU seconds (user + system, from /proc) every `interval`, in
+    a thread, so the report can say how busy they were between two moments."""
+
+    def __init__(self, pids: list[int], interval: float = 0.25) -> None:
+        self._pids = pids
+        self._interval = interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _cpu(self) -> float:
+        total = 0
+        for pid in self._pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / CLOCK_TICKS
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.samples.append((time.time(), self._cpu()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds the daemons used from `start` to `end` (nearest samples)."""
+
+        def at(when: float) -> float:
+            return min(self.samples, key=lambda s: abs(s[0] - when))[1]
+
+        return at(end) - at(start) if self.samples else float("nan")
+
+
+def _compile_sources() -> None:
+    """Compile the repository's packages into their `__pycache__` (git ignores them)."""
+    for package in ("swim", "overlay", "populi_p2p"):
+        compileall.compile_dir(REPO / package, quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20)
@@ -125,12 +182,20 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=Path, default=None, help="copy the daemons' logs into this directory"
     )
+    parser.add_argument(
+        "--trace", action="store_true", help="packet traces too, into --keep's directory"
+    )
     args = parser.parse_args()
+    if args.trace and args.keep is None:
+        parser.error("--trace needs --keep DIR: the traces are kept there")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     port = [args.base_port + 2 * i for i in range(args.n)]
     seeds = [f"127.0.0.1:{port[i]}" for i in range(min(2, args.n))]
     with tempfile.TemporaryDirectory() as tmp:
         mesh = Mesh(Path(tmp))
+        _compile_sources()
+        if args.trace:
+            env[TRACE_DIR_ENV] = str(Path(tmp) / "trace")
         states = [mesh.prepare(f"n{i:03d}") for i in range(args.n)]
         procs: list[subprocess.Popen[bytes]] = []
         logs = [Path(tmp) / f"n{i:03d}.log" for i in range(args.n)]
@@ -149,6 +214,7 @@ def main() -> None:
                 with logs[i].open("wb") as out:
                     procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=out))
             clients = [ApiClient(s / "api.sock", timeout=30.0) for s in states]
+            sampler = CpuSampler([proc.pid for proc in procs])
 
             def check_running() -> None:
                 for i, proc in enumerate(procs):
@@ -196,6 +262,7 @@ def main() -> None:
             parsed = [parse(log) for log in logs]
             still = all_alive_now()
             load_after = os.getloadavg()
+            sampler.stop()
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGKILL)
@@ -205,11 +272,24 @@ def main() -> None:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 for path in logs:
                     shutil.copy(path, args.keep / path.name)
+                for path in sorted((Path(tmp) / "trace").glob("*.trace")):
+                    shutil.copy(path, args.keep / path.name)
     apis = max(ready) - started
     after = converged - started
     print(f"daemons                        {args.n} ({args.preset})")
     print(f"every API answers after        {apis:.2f} s (node.ready lines)")
     print(f"all see {args.n} alive after        {after:.2f} s ({after - apis:.2f} s more)")
+    busy = sampler.between(max(ready), converged)
+    cores = os.cpu_count() or 1
+    print(
+        f"daemons' CPU meanwhile          {busy:.2f} s in {converged - max(ready):.2f} s"
+        f" ({busy / max(converged - max(ready), 1e-9) / cores:.0%} of {cores} cores)"
+    )
+    steps = range(int(converged - max(ready)) + 2)
+    print(
+        "  per second after the last API   "
+        + " ".join(f"{sampler.between(max(ready) + k, max(ready) + k + 1):.1f}" for k in steps)
+    )
     print(f"{args.hold:.0f} s later, all see all alive {still}")
     print(f"meshes (sizes) at the end       {meshes(parsed)}")
     print(f"load average before, after    {load_before}, {load_after}")

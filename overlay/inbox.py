@@ -6,6 +6,15 @@ consumer cannot wait on both and still prefer one. So this is a small queue of i
 one bounded deque per lane, a `ParkingLot` for the consumer, and strict priority on
 receive (the lowest lane number that has something wins).
 
+Within a lane, first in first out while the daemon keeps up; newest first once it falls
+behind (`LaneLimit.newest_first_after`, "adaptive LIFO"). Why: a starved daemon's FIFO
+turns too little CPU into seconds of latency for every packet, and a ping answered
+after its prober gave up, or a suspicion of us read after it became a death, is work
+for nothing that costs the member its place in the mesh. Served newest first, the
+fresh probe is acked in time and the fresh suspicion refuted; what waited longest
+(gossip that its other copies have spread already) waits on, and is what a full lane
+drops.
+
 The producers are the socket readers. They must never wait on the consumer, or a slow
 daemon would stop reading its socket and the kernel would drop packets blindly, urgent
 ones included. So `offer` never blocks: when a lane is full (by count or by bytes) the
@@ -16,6 +25,7 @@ packet is dropped and counted for that lane. Memory is bounded by
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -58,6 +68,8 @@ class Incoming:
         vouch: for a frame on an inbound TCP connection, call it once the payload
             authenticated: the connection then counts as a member's (its keepalives
             renew it, and it is never evicted to make room). None otherwise.
+        received_at: `time.monotonic()` when the reader queued it (0: not stamped), so a
+            trace can say how long it waited for the driver.
     """
 
     source: Address
@@ -65,6 +77,7 @@ class Incoming:
     reliable: bool = False
     lane: int = BULK
     vouch: Callable[[], None] | None = attrs.field(default=None, eq=False, repr=False)
+    received_at: float = attrs.field(default=0.0, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -78,11 +91,19 @@ class LaneLimit:
 
     max_items: int
     max_bytes: int
+    #: Seconds the oldest packet may wait before the lane serves the newest first and,
+    #: when full, drops its oldest rather than the newcomer; None: always FIFO, and a
+    #: full lane drops the newcomer.
+    newest_first_after: float | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.max_items < 1 or self.max_bytes < 1:
             raise ValueError(
                 f"lane limits must be positive, got {self.max_items}, {self.max_bytes}"
+            )
+        if self.newest_first_after is not None and not self.newest_first_after >= 0:
+            raise ValueError(
+                f"newest_first_after must be None or >= 0 seconds, got {self.newest_first_after}"
             )
 
 
@@ -94,8 +115,10 @@ class InboxStatistics:
         queued: packets waiting now.
         queued_bytes: payload bytes waiting now.
         accepted: packets ever queued.
-        dropped_full: packets refused because the lane was full (count or bytes).
+        dropped_full: packets dropped because the lane was full (count or bytes): the
+            newcomer, or in a newest-first lane the oldest waiting.
         delivered: packets ever handed to a consumer.
+        newest_first: of those, delivered newest first because the lane was behind.
     """
 
     queued: tuple[int, ...]
@@ -103,6 +126,7 @@ class InboxStatistics:
     accepted: tuple[int, ...]
     dropped_full: tuple[int, ...]
     delivered: tuple[int, ...]
+    newest_first: tuple[int, ...]
 
 
 class PriorityInbox:
@@ -113,19 +137,25 @@ class PriorityInbox:
 
     Args:
         lanes: one `LaneLimit` per lane; lane 0 is served first.
+        clock: monotonic seconds, for how long the oldest packet of a lane has waited.
     """
 
-    def __init__(self, lanes: Sequence[LaneLimit]) -> None:
+    def __init__(
+        self, lanes: Sequence[LaneLimit], *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if not lanes:
             raise ValueError("an inbox needs at least one lane")
         self._limits = tuple(lanes)
-        self._queues: tuple[collections.deque[Incoming], ...] = tuple(
+        self._clock = clock
+        # Each lane: (queued at, item), oldest on the left.
+        self._queues: tuple[collections.deque[tuple[float, Incoming]], ...] = tuple(
             collections.deque() for _ in lanes
         )
         self._bytes = [0] * len(lanes)
         self._accepted = [0] * len(lanes)
         self._dropped = [0] * len(lanes)
         self._delivered = [0] * len(lanes)
+        self._newest_first = [0] * len(lanes)
         self._lot = trio.lowlevel.ParkingLot()
         self._closed = False
 
@@ -151,10 +181,16 @@ class PriorityInbox:
         limit = self._limits[lane]
         queue = self._queues[lane]
         size = len(item.payload)
-        if len(queue) >= limit.max_items or self._bytes[lane] + size > limit.max_bytes:
+        if limit.newest_first_after is not None and size <= limit.max_bytes:
+            # Make room by dropping the oldest: in this lane it is the least useful.
+            while len(queue) >= limit.max_items or self._bytes[lane] + size > limit.max_bytes:
+                _, oldest = queue.popleft()
+                self._bytes[lane] -= len(oldest.payload)
+                self._dropped[lane] += 1
+        elif len(queue) >= limit.max_items or self._bytes[lane] + size > limit.max_bytes:
             self._dropped[lane] += 1
             return False
-        queue.append(item)
+        queue.append((self._clock(), item))
         self._bytes[lane] += size
         self._accepted[lane] += 1
         self._lot.unpark()
@@ -169,7 +205,12 @@ class PriorityInbox:
         """
         for lane, queue in enumerate(self._queues):
             if queue:
-                item = queue.popleft()
+                behind = self._limits[lane].newest_first_after
+                if behind is not None and self._clock() - queue[0][0] > behind:
+                    _, item = queue.pop()
+                    self._newest_first[lane] += 1
+                else:
+                    _, item = queue.popleft()
                 self._bytes[lane] -= len(item.payload)
                 self._delivered[lane] += 1
                 return item
@@ -178,7 +219,8 @@ class PriorityInbox:
         raise trio.WouldBlock
 
     async def receive(self) -> Incoming:
-        """Wait for and take the most urgent item (lane 0 before lane 1, FIFO within a lane).
+        """Wait for and take the most urgent item (lane 0 before lane 1; within a lane
+        FIFO, or newest first while the lane is behind).
 
         Raises:
             trio.EndOfChannel: closed and drained.
@@ -242,6 +284,7 @@ class PriorityInbox:
             accepted=tuple(self._accepted),
             dropped_full=tuple(self._dropped),
             delivered=tuple(self._delivered),
+            newest_first=tuple(self._newest_first),
         )
 
 
@@ -263,6 +306,6 @@ def classify_and_offer(
         lane = classify(payload)
     except Exception:
         return "unclassified"
-    if inbox.offer(Incoming(source, payload, reliable, lane, vouch)):
+    if inbox.offer(Incoming(source, payload, reliable, lane, vouch, time.monotonic())):
         return "queued"
     return "queue_full"

@@ -57,6 +57,11 @@ class TransportConfig:
         max_datagram_size: largest UDP payload, both directions, in bytes.
         urgent_queue_items: packets the urgent lane holds before dropping. Generous:
             membership messages are small and must survive a bulk storm.
+        urgent_newest_first_after: seconds the oldest urgent packet may wait before the
+            lane serves the newest first (`LaneLimit.newest_first_after`); None keeps it
+            FIFO. 0.2 s is far beyond a packet's wait in a daemon that keeps up (under a
+            millisecond) and below the LAN preset's probe timeout (0.5 s), so a starved
+            daemon acks the probes still waiting for an answer.
         bulk_queue_items: packets the bulk lane holds before dropping.
         queue_bytes: payload bytes each lane holds before dropping; bounds memory when
             large TCP frames pile up.
@@ -65,6 +70,7 @@ class TransportConfig:
 
     max_datagram_size: int = DEFAULT_MAX_DATAGRAM_SIZE
     urgent_queue_items: int = 1024
+    urgent_newest_first_after: float | None = 0.2
     bulk_queue_items: int = 256
     queue_bytes: int = 4 << 20
     tcp: TcpConfig = attrs.field(factory=TcpConfig)
@@ -83,7 +89,7 @@ class TransportConfig:
     def lanes(self) -> tuple[LaneLimit, LaneLimit]:
         """The inbox lane limits: (urgent, bulk)."""
         return (
-            LaneLimit(self.urgent_queue_items, self.queue_bytes),
+            LaneLimit(self.urgent_queue_items, self.queue_bytes, self.urgent_newest_first_after),
             LaneLimit(self.bulk_queue_items, self.queue_bytes),
         )
 

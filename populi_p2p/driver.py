@@ -33,6 +33,7 @@ mock clocks); realtime (for packet timestamps and records) is the codec's busine
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -48,6 +49,8 @@ from ._log import event, get_logger
 if TYPE_CHECKING:
     from overlay.inbox import Incoming
     from swim import Membership, Output
+
+    from ._trace import PacketTrace
 
 __all__ = ["Driver", "DriverStatistics", "PacketCodec", "PacketTransport"]
 
@@ -133,6 +136,7 @@ class Driver:
             event task (so a long run of events never holds up the receive loop). When
             it returns an awaitable (an async fan-out), that is awaited before the next.
         max_datagram_size: sealed payloads above this go over TCP instead of UDP.
+        trace: where to trace every packet and event (`populi_p2p._trace`), or None.
     """
 
     def __init__(
@@ -143,8 +147,10 @@ class Driver:
         on_event: Callable[[Event], Awaitable[None] | None],
         *,
         max_datagram_size: int,
+        trace: PacketTrace | None = None,
     ) -> None:
         self.core = core
+        self._trace = trace
         self._transport = transport
         self._codec = codec
         self._on_event = on_event
@@ -225,6 +231,10 @@ class Driver:
         if payload is None:
             self._c.packets_dropped += 1
             return
+        trace = self._trace
+        if trace is not None:
+            waited = time.monotonic() - incoming.received_at if incoming.received_at else 0.0
+            trace.packet_in(incoming.source, incoming.reliable, waited, payload)
         now = trio.current_time()
         await self.apply(
             self.core.receive(
@@ -275,6 +285,8 @@ class Driver:
             if isinstance(output, Send):
                 await self._send(output.destination, output.payload, output.reliable)
             else:
+                if self._trace is not None:
+                    self._trace.event("ev", output)
                 try:
                     self._events_in.send_nowait(output)
                 except trio.WouldBlock:
@@ -283,11 +295,15 @@ class Driver:
     async def _deliver_events(self) -> None:
         # Each receive is a checkpoint: the receive loop runs between any two events.
         async for ev in self._events_out:
+            if self._trace is not None:
+                self._trace.event("evd", ev)
             result = self._on_event(ev)
             if result is not None:
                 await result
 
     async def _send(self, destination: Address, payload: bytes, reliable: bool) -> None:
+        if self._trace is not None:
+            self._trace.packet_out(destination, reliable, payload)
         sealed = self._codec.seal(destination, payload, reliable)
         if not reliable and len(sealed) > self._max_datagram:
             # Too big for one datagram (a large record): the core sized it for its budget,

@@ -268,6 +268,8 @@ class Simulator:
         self._start_incarnation: list[int] = []
         self._slow_delay: list[float] = []
         self._slow_jitter: list[float] = []
+        # (seconds per message, seconds per payload byte) a slow node spends on each.
+        self._slow_cost: list[tuple[float, float]] = []
         self._busy_until: list[float] = []
         self._paused_from: list[int] = []
         # The mode a stalled node goes back to (`stall`); a stalled node's `_tick_at`
@@ -332,6 +334,7 @@ class Simulator:
         self._start_incarnation.append(0)
         self._slow_delay.append(0.0)
         self._slow_jitter.append(0.0)
+        self._slow_cost.append((0.0, 0.0))
         self._busy_until.append(0.0)
         self._paused_from.append(_UP)
         self._stalled_from.append(_UP)
@@ -541,13 +544,28 @@ class Simulator:
         assert core is not None
         self._apply(node, core.tick(self.local_time(node)), self.now)
 
-    def set_slow(self, node: int, delay: float, *, jitter: float = 0.0) -> None:
+    def set_slow(
+        self,
+        node: int,
+        delay: float,
+        *,
+        jitter: float = 0.0,
+        cost: float = 0.0,
+        cost_per_byte: float = 0.0,
+    ) -> None:
         """Make `node` handle each incoming message `delay` (plus up to `jitter`) late.
 
         This is the CPU-starvation model the Lifeguard paper used to provoke false
         positives: the node's timers fire on time, but acks and pings sit in its
         receive queue, in order, until it gets around to them.
+
+        `cost` and `cost_per_byte` make it a CPU as well: each message then holds the
+        node for ``cost + cost_per_byte * len(payload)`` seconds, one at a time, so
+        that what arrives while it works waits its turn (a daemon's CPU time per
+        packet and per byte of records, divided by its share of a shared machine:
+        docs/simulations.md, "The cost of a start storm").
         """
+        self._slow_cost[node] = (cost, cost_per_byte)
         self._slow_delay[node] = delay
         self._slow_jitter[node] = jitter
         self._record("slow", node, delay)
@@ -818,6 +836,9 @@ class Simulator:
         if jitter:
             delay += jitter * self._slow_rng.random()
         when = max(self.now + delay, self._busy_until[node])
+        per_message, per_byte = self._slow_cost[node]
+        if per_message or per_byte:
+            when += per_message + per_byte * len(payload)
         self._busy_until[node] = when
         item = (node, self._life[node], source, payload, reliable)
         heapq.heappush(self._heap, (when, next(self._counter), _PROCESS, item, None, None))

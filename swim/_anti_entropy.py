@@ -69,6 +69,27 @@ class _AntiEntropy(_Probing):
         if targets:
             self._send_sync_open(targets[0].address, join=False, out=out)
 
+    def _catch_up_after_join(self, now: float) -> None:
+        """Our join was answered: open one extra exchange `join_sync_delay` from now.
+
+        Extra, not the next periodic one brought forward: that one comes at a random
+        point of the first interval, and a storm through two seeds that do not know
+        each other yet relies on it to join the two halves (moving it to the catch-up,
+        made while a joiner sees only its half, left them apart 10 s longer)."""
+        self._join_sync_pending = False
+        delay = self._config.join_sync_delay
+        if delay > 0 and self._push_pull_at is not None:
+            self._join_sync_at = now + delay
+
+    def _join_sync(self, out: list[Output]) -> None:
+        """The catch-up exchange after a join, with a random member."""
+        self._join_sync_at = None
+        if self._left:
+            return
+        targets = self._random_nodes(1, None, gossip=True)
+        if targets:
+            self._send_sync_open(targets[0].address, join=False, out=out)
+
     def _app_digest(self) -> bytes:
         app = self._app_state
         if app is None:
@@ -168,6 +189,8 @@ class _AntiEntropy(_Probing):
         if len(app_digest) > self._config.app_digest_size_max:
             self._counters.app_dropped += 1
             app_digest = b""
+        if message.leg == 1 and self._join_sync_pending:
+            self._catch_up_after_join(now)
         if message.leg == 0:
             digest = message.digest
             wanted = self._merge_digest(digest, message.source, now, out)

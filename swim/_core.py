@@ -131,6 +131,10 @@ class _Core:
         )
         self._timers: list[_TimerEntry] = []
         self._timer_counter = 0
+        # A join was sent and its answer has not come yet; the answer sets when the
+        # one catch-up exchange is opened (`join_sync_delay`), beside the periodic ones.
+        self._join_sync_pending = False
+        self._join_sync_at: float | None = None
 
     def _init_pending(self, meta: bytes) -> None:
         """What is outstanding (relays, pulls), RTTs, and the packet being handled."""

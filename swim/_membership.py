@@ -203,6 +203,7 @@ class Membership(_Invariants):
         for seed in seeds:
             if seed != self._address:
                 self._send_sync_open(seed, join=True, out=out)
+                self._join_sync_pending = True
         if self._check:
             self._check_invariants()
         return out
@@ -299,6 +300,8 @@ class Membership(_Invariants):
             self._gossip(now, out)
         if self._push_pull_at is not None and now >= self._push_pull_at:
             self._push_pull(now, out)
+        if self._join_sync_at is not None and now >= self._join_sync_at:
+            self._join_sync(out)
         timers = self._timers
         while timers and timers[0][0] <= now:
             entry = heapq.heappop(timers)
@@ -352,6 +355,9 @@ class Membership(_Invariants):
         deadline = self._push_pull_at
         if deadline is not None and (best is None or deadline < best):
             best = deadline
+        deadline = self._join_sync_at
+        if deadline is not None and (best is None or deadline < best):
+            best = deadline
         return best
 
     def leave(self, now: float) -> list[Output]:
@@ -370,6 +376,7 @@ class Membership(_Invariants):
         self._probe = None
         self._next_probe_at = None
         self._push_pull_at = None
+        self._join_sync_at = None
         left = encode_message(Left(self._name, self._self.incarnation))
         self._broadcast(self._name, left, now)
         out: list[Output] = []

@@ -71,6 +71,15 @@ class SwimConfig:
     #: (scaled up by log2(n/32) above 32 members); 0 disables. Repairs whatever gossip
     #: missed, e.g. after a partition, at O(n) bytes per exchange.
     push_pull_interval: float = attrs.field(default=30.0, validator=_non_negative)
+    #: After a join is answered, one state exchange with a random member this much
+    #: later (0: none; nothing either while push-pull is off). A join's answer is the
+    #: seed's view when it answered: a member whose record the seed was still pulling,
+    #: or that started meanwhile, reaches us only by gossip, from members that may not
+    #: know us yet, and its rumor stops being sent after `retransmit_mult` rounds. In
+    #: a start storm such pairs waited for the periodic push-pull (9 to 20 s after the
+    #: last daemon was up, at 50 daemons). Longer: the partner has heard more of what
+    #: was in flight; shorter: a straggler waits less. One exchange per join.
+    join_sync_delay: float = attrs.field(default=2.0, validator=_non_negative)
     #: Lifeguard's S: the awareness score ranges over 0..S-1 and multiplies probe
     #: interval and timeout by score + 1, so a struggling node slows itself down.
     awareness_max_multiplier: int = attrs.field(default=8, validator=_at_least_one)
@@ -207,6 +216,7 @@ class SwimConfig:
             gossip_nodes=3,  # fan-out of three per gossip round
             dead_retention=30.0,  # same as push-pull: one exchange to hear the news
             push_pull_interval=30.0,  # low-frequency full-state repair
+            join_sync_delay=2.0,  # ten gossip rounds: what was in flight has spread
             awareness_max_multiplier=8,  # probe interval backs off to at most 8 s
             pull_timeout=0.5,  # as the probe timeout: a LAN round trip, generously
             stall_threshold=0.25,  # half a probe timeout: a stall that eats half an ack's time
@@ -226,6 +236,7 @@ class SwimConfig:
             gossip_nodes=4,  # ... but to one more member per round
             dead_retention=60.0,  # slower gossip: remember the dead longer
             push_pull_interval=60.0,  # full-state exchange is expensive across the WAN
+            join_sync_delay=5.0,  # ten gossip rounds, as LAN
             awareness_max_multiplier=8,  # as LAN
             pull_timeout=3.0,  # as the probe timeout: long-haul round trips
             stall_threshold=1.5,  # half a probe timeout, as LAN
@@ -245,6 +256,7 @@ class SwimConfig:
             gossip_nodes=3,  # as LAN
             dead_retention=15.0,  # as push-pull
             push_pull_interval=15.0,  # cheap full-state exchange
+            join_sync_delay=1.0,  # ten gossip rounds, as LAN
             awareness_max_multiplier=8,  # as LAN
             pull_timeout=0.2,  # as the probe timeout: loopback
             stall_threshold=0.1,  # half a probe timeout, as LAN; one gossip interval

@@ -27,6 +27,7 @@ import trio
 from swim import Member
 
 from ..config import NodeConfig, parse_api_listen
+from ..inference._tls import tls_context
 from ..inference.engines import EngineService
 from ..inference.keys import ApiKeyChecker, request_authorizer
 from ..inference.peer_api import PeerApi, PeerRoutes
@@ -219,6 +220,10 @@ class InferenceHost:
                     ) from None
         assert bound is not None
         await self._publisher.set_section("peer", {"port": bound})
+        # The client's TLS context reads the whole CA bundle (about 40 ms of CPU, whole
+        # seconds on a starved host): in a worker thread, so the loop goes on handling
+        # membership packets (a start storm's traces showed it blocking a seed's loop).
+        await trio.to_thread.run_sync(tls_context)
         self.peer_client = PeerClient(
             PeerCallSigner(self._creds.identity, self._creds.certificate, clock=time.time)
         )

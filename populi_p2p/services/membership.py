@@ -20,6 +20,7 @@ import trio
 from overlay.base import Address
 from swim import AppState, Event, Member, Membership, MembershipStatistics, MemberState, SwimConfig
 
+from .._trace import PacketTrace
 from ..driver import Driver, DriverStatistics, PacketCodec, PacketTransport
 
 __all__ = ["SUBSCRIBER_BUFFER", "MembershipService"]
@@ -63,8 +64,9 @@ class MembershipService:
             meta=meta, incarnation=incarnation, app_state=app_state,
         )  # fmt: skip
         self._driver = Driver(
-            self._core, transport, codec, self._fan_out, max_datagram_size=max_datagram_size
-        )
+            self._core, transport, codec, self._fan_out, max_datagram_size=max_datagram_size,
+            trace=PacketTrace.from_environment(node_id),
+        )  # fmt: skip
         self._subscribers: list[trio.MemorySendChannel[Event]] = []
 
     ####################################################################################

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import attrs
 import pytest
 
@@ -16,7 +18,7 @@ from populi_p2p.leases import (
     TaskPhase,
     TaskResult,
 )
-from populi_p2p.leases.wire import encode_entries
+from populi_p2p.leases.wire import MessageType, encode_entries, encode_entry, encode_message
 
 from .helpers import anti_entropy, fake_sign, spec, table
 
@@ -235,6 +237,39 @@ def test_anti_entropy_is_bounded_per_message_and_finishes_over_rounds() -> None:
         rounds += 1
         assert rounds < 10
     assert rounds == 4
+
+
+def _digest_from_scratch(t, bits: int) -> bytes:
+    """The wire digest as the protocol defines it: per bucket of 2**bits task-id
+    prefixes, the xor of its entries' 8-byte blake2b hashes, cut to 32 bits."""
+    buckets = [0] * (1 << bits)
+    for entry in t:
+        h = hashlib.blake2b(encode_entry(entry), digest_size=8).digest()
+        buckets[int(entry.task_id[:4], 16) >> (16 - bits)] ^= int.from_bytes(h, "big")
+    blob = b"".join((h & 0xFFFFFFFF).to_bytes(4, "big") for h in buckets)
+    return encode_message(MessageType.DIGEST, [bits, blob])
+
+
+def test_the_kept_bucket_hashes_give_the_digest_computed_from_scratch() -> None:
+    """The bucket hashes are kept up to date change by change (not folded per call):
+    after submits, claims, results and compaction, every width still says what the
+    entries say, including widths first asked for before the changes."""
+    a = table("a")
+    tids = []
+    for i in range(200):
+        tids.append(a.submit(spec(i, by="a"), 0.0)[0])
+        if i == 3:  # widths asked for early, then kept through every later change
+            assert a.digest(5) == _digest_from_scratch(a, 5)
+            assert a.digest() == _digest_from_scratch(a, 8)
+    for k, tid in enumerate(tids[:40]):
+        a.claim(tid, 1, 0, "", 1.0)
+        if k % 2:
+            a.post_result(tid, TaskResult(0, b"ok", 2.0), 2.0)
+    a.tick(2.0 + a.config.finished_retention)
+    assert len(a) == 180  # the 20 finished ones were compacted away
+    for bits in range(17):
+        assert a.digest(bits) == _digest_from_scratch(a, bits), bits
+    a.check_invariants()
 
 
 def test_compacted_ids_are_not_wanted_back() -> None:

@@ -71,6 +71,48 @@ def test_inbox_limits_by_items_and_bytes() -> None:
         PriorityInbox([])
 
 
+def test_a_lane_that_falls_behind_serves_the_newest_first() -> None:
+    """A starved daemon's FIFO answered every ping after its prober gave up, and read
+    a suspicion of itself after it had become its death (a seed declared dead by 23
+    members in a storm of 100). Behind by more than `newest_first_after`, the lane
+    serves the newest packet first; caught up, FIFO again."""
+    now = [0.0]
+    inbox = PriorityInbox([LaneLimit(10, 1000, newest_first_after=0.2)], clock=lambda: now[0])
+    for p in (b"old1", b"old2", b"old3"):
+        inbox.offer(item(p, 0))
+    now[0] = 0.1  # keeping up: first in, first out
+    assert inbox.receive_nowait().payload == b"old1"
+    now[0] = 1.0
+    inbox.offer(item(b"fresh ping", 0))
+    assert inbox.receive_nowait().payload == b"fresh ping"  # behind: newest first
+    assert inbox.receive_nowait().payload == b"old3"
+    assert inbox.receive_nowait().payload == b"old2"
+    inbox.offer(item(b"a", 0))
+    inbox.offer(item(b"b", 0))
+    assert inbox.receive_nowait().payload == b"a"  # the backlog is gone: FIFO
+    stats = inbox.statistics()
+    assert stats.newest_first == (3,) and stats.delivered == (5,)
+
+
+def test_a_full_newest_first_lane_drops_its_oldest_not_the_newcomer() -> None:
+    now = [0.0]
+    inbox = PriorityInbox(
+        [LaneLimit(2, 10, newest_first_after=0.2), LaneLimit(2, 100)], clock=lambda: now[0]
+    )
+    for p in (b"1", b"2", b"3"):
+        assert inbox.offer(item(p, 0))  # the lane holds 2: "1" makes room for "3"
+    assert inbox.offer(item(b"0123456789", 0))  # the byte bound: both others go
+    assert not inbox.offer(item(b"0123456789a", 0))  # bigger than the lane: refused
+    for p in (b"x", b"y", b"z"):
+        inbox.offer(item(p, 1))  # a FIFO lane refuses the newcomer, as before
+    stats = inbox.statistics()
+    assert stats.dropped_full == (4, 1) and stats.queued == (1, 2)
+    assert inbox.receive_nowait().payload == b"0123456789"
+    assert [inbox.receive_nowait().payload for _ in range(2)] == [b"x", b"y"]
+    with pytest.raises(ValueError, match="newest_first_after"):
+        LaneLimit(1, 1, newest_first_after=-1.0)
+
+
 def test_classify_and_offer_is_the_one_step_to_the_inbox() -> None:
     """UDP and TCP both go through it (issue 8: the step was written twice)."""
     import overlay.tcp

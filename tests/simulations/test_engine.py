@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -201,6 +202,28 @@ def test_slow_node_handles_messages_late_and_in_order() -> None:
     assert offset > 0
     sim.clear_slow(0)
     assert sim.status(0) == NodeStatus.UP
+
+
+def test_a_slow_node_with_a_cost_handles_one_message_at_a_time() -> None:
+    """`cost` and `cost_per_byte` make a slow node a CPU: each message holds it for its
+    cost, so messages that arrive together are handled one cost apart, and a node
+    that receives more than it can handle falls further behind (the start storm)."""
+    config = NetworkConfig(latency_min=0.001, latency_mean=0.001)
+    sim, _ = make_sim(6, network=config)
+    for node in range(6):
+        sim.start(node)
+    sim.set_slow(0, 0.0, cost=0.05, cost_per_byte=0.001)
+    sim.run_until(20.0)
+    slow = core(sim, 0)
+    handled = [r[0] for r in slow.received]
+    assert handled == sorted(handled)
+    # Each message costs 0.05 s plus 1 ms per byte: consecutive ones at least that apart.
+    sizes = [len(r[2]) for r in slow.received]
+    gaps = [b - a for a, b in itertools.pairwise(handled)]
+    assert all(
+        gap >= 0.05 + 0.001 * size - 1e-9 for gap, size in zip(gaps, sizes[1:], strict=False)
+    )
+    assert len(handled) < 20.0 / (0.05 + 0.001 * min(sizes)) + 1
 
 
 def test_partition_blocks_datagrams_between_groups_only() -> None:

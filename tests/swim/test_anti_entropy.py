@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import attrs
 import pytest
 
 from swim import Membership, MemberState, Send
@@ -208,3 +209,36 @@ def test_an_opening_after_a_change_of_one_record_carries_the_new_record() -> Non
     entries = {entry[0]: entry for entry in sync.digest}
     assert entries["member-0007"][1:3] == (3, MemberState.SUSPECT)
     assert entries["member-0009"][1] == 5
+
+
+def _syncs_opened_after_a_join(delay: float) -> list[float]:
+    """A joiner answered at t=10 by a seed that holds one other member: the times at
+    which it opens a sync of its own (leg 0, not a join) up to t=20."""
+    config = attrs.evolve(TEST_CONFIG, push_pull_interval=300.0, join_sync_delay=delay)
+    seed = Membership(config, "s", ("10.0.0.1", 1), random.Random(1), 0.0, meta=META)
+    seed.receive(("x", 1), encode(Alive("b", 1, ("10.0.0.2", 1), META)), 0.0)
+    joiner = Membership(config, "j", ("10.0.0.3", 1), random.Random(5), 0.0, meta=META)
+    (opening,) = [o for o in joiner.join([seed.address], 10.0) if isinstance(o, Send)]
+    for answer in seed.receive(joiner.address, opening.payload, 10.0, reliable=opening.reliable):
+        if isinstance(answer, Send) and answer.destination == joiner.address:
+            joiner.receive(seed.address, answer.payload, 10.0, reliable=answer.reliable)
+    assert joiner.member("b") is not None  # the join's answer told it of b
+    opened = []
+    now = 10.0
+    while (deadline := joiner.next_deadline()) is not None and deadline <= 20.0:
+        now = max(now, deadline)
+        for out in joiner.tick(now):
+            if isinstance(out, Send):
+                message = decode_packet(out.payload)[0]
+                if isinstance(message, Sync) and message.leg == 0 and not message.join:
+                    opened.append(now)
+    return opened
+
+
+def test_a_joiner_catches_up_with_one_sync_join_sync_delay_after_its_answer() -> None:
+    """A join's answer is the seed's view as it stood; a member whose record the seed
+    was still pulling reaches the joiner only by gossip from members that may not know
+    it yet (start storm stragglers waited for the 30 s push-pull). One exchange with a
+    random member `join_sync_delay` later catches up, once; 0 turns it off."""
+    assert _syncs_opened_after_a_join(2.0) == [pytest.approx(12.0)]
+    assert _syncs_opened_after_a_join(0.0) == []
