@@ -47,9 +47,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(wildcard $(TYPED))
 
-# sysdeps first: the engine build needs g++ and cmake.
+# sysdeps first: the engine build needs g++ and cmake. Then the swim and simulator tests
+# again on the optional compiled build (`compiled`, below), so the same tests cover both.
 test: $(STAMP) sysdeps $(LLAMA_SERVER) lint
 	$(BIN)/python -m pytest
+	$(MAKE) test-compiled
 
 # Random exploration, kept out of `make test` (which is derandomized, see
 # tests/conftest.py and docs/testing.md): every Hypothesis test with random examples and
@@ -68,9 +70,9 @@ demo: $(STAMP)
 
 # Optional: swim/'s per-packet modules and the simulator's engine compiled by mypyc into
 # build/mypyc (simulations/compiled.py; needs a C compiler), for long simulations
-# (`populi-sim --compiled run ...`, about 1.4x faster, the same digests). The daemon and
-# `make test` run the interpreted sources; `make test-compiled` runs the swim and
-# simulator tests again on the build.
+# (`populi-sim --compiled run ...`, about 1.4x faster, the same digests). The daemon runs
+# the interpreted sources; `make test-compiled` runs the swim and simulator tests again on
+# the build (tests/simulations/test_compiled.py compares its digests with the sources').
 compiled: $(STAMP)
 	$(BIN)/python -m simulations.compiled
 

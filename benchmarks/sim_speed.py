@@ -5,7 +5,7 @@
     python benchmarks/sim_speed.py --only demo
     python benchmarks/sim_speed.py --only demo --demo-members 300   # quicker comparisons
     python benchmarks/sim_speed.py --only targets   # the no-fault and the demo figures
-    python benchmarks/sim_speed.py --compiled --only targets   # swim/ compiled by mypyc
+    python benchmarks/sim_speed.py --compiled --only targets   # on the mypyc build
 
 Targets: 1,000 members for 300 simulated seconds in under 60 s of CPU (one core), and
 10,000 members for 60 simulated seconds in under 5 minutes. The real `swim.Membership`
@@ -24,9 +24,9 @@ This machine's speed per CPU second varies from day to day (the same no-fault ru
 demo scaled by the no-fault run against `NO_FAULT_REFERENCE_CPU`: an estimate of the
 demo in the reference session's terms, to read next to the raw figure.
 
-`--compiled` runs the same on swim/'s per-packet modules compiled by mypyc (the
-daemon's sources, unchanged; built once under build/sim-mypyc, needs a C compiler):
-a measurement of what compiling the core would buy, not how the daemon runs today.
+`--compiled` runs the same on the optional mypyc build (`simulations.compiled`:
+swim/'s per-packet modules and the engine, the sources unchanged; built once under
+build/mypyc, needs a C compiler), which gives the same digests.
 
 Every member of an n-member cluster holds n entries, so memory grows as n^2 (about
 40 bytes per pair with `swim.SharedView` priming: 4 GB at 10,000); the 10,000-member
