@@ -70,7 +70,7 @@ demo: $(STAMP)
 
 # Optional: swim/'s per-packet modules and the simulator's engine compiled by mypyc into
 # build/mypyc (simulations/compiled.py; needs a C compiler), for long simulations
-# (`populi-sim --compiled run ...`, about 1.4x faster, the same digests). The daemon runs
+# (`populi-sim --compiled run ...`, about 1.3x faster, the same digests). The daemon runs
 # the interpreted sources; `make test-compiled` runs the swim and simulator tests again on
 # the build (tests/simulations/test_compiled.py compares its digests with the sources').
 compiled: $(STAMP)

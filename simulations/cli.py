@@ -99,7 +99,7 @@ def _parser() -> _Parser:
         "--compiled",
         action="store_true",
         help="run on swim/ and the engine compiled by mypyc (built once into build/mypyc; "
-        "the same digests, about 1.4x faster; needs a C compiler)",
+        "the same digests, about 1.3x faster; needs a C compiler)",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = commands.add_parser("run", help="run a scenario (or a sweep of them)")
