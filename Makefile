@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all test fuzz demo bench lint typecheck sysdeps engine clean
+.PHONY: all test fuzz demo bench lint typecheck sysdeps engine clean compiled test-compiled
 
 # `make`: the virtual environment and the engine (llama.cpp's llama-server, below), so
 # that a fresh machine can run `populi-node up --gguf MODEL.gguf` with nothing else.
@@ -47,9 +47,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(wildcard $(TYPED))
 
-# sysdeps first: the engine build needs g++ and cmake.
+# sysdeps first: the engine build needs g++ and cmake. Then the swim and simulator tests
+# again on the optional compiled build (`compiled`, below), so the same tests cover both.
 test: $(STAMP) sysdeps $(LLAMA_SERVER) lint
 	$(BIN)/python -m pytest
+	$(MAKE) test-compiled
 
 # Random exploration, kept out of `make test` (which is derandomized, see
 # tests/conftest.py and docs/testing.md): every Hypothesis test with random examples and
@@ -65,6 +67,17 @@ demo: $(STAMP)
 	@$(BIN)/python -c 'import openai' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[demo]'
 	$(BIN)/python -m populi_p2p.demo
 	$(BIN)/python -m simulations.demo
+
+# Optional: swim/'s per-packet modules and the simulator's engine compiled by mypyc into
+# build/mypyc (simulations/compiled.py; needs a C compiler), for long simulations
+# (`populi-sim --compiled run ...`, about 1.3x faster, the same digests). The daemon runs
+# the interpreted sources; `make test-compiled` runs the swim and simulator tests again on
+# the build (tests/simulations/test_compiled.py compares its digests with the sources').
+compiled: $(STAMP)
+	$(BIN)/python -m simulations.compiled
+
+test-compiled: compiled
+	POPULI_MYPYC_BUILD=build/mypyc $(BIN)/python -m pytest -q tests/swim tests/simulations
 
 bench: $(STAMP) $(LLAMA_SERVER)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

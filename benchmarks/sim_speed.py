@@ -5,7 +5,7 @@
     python benchmarks/sim_speed.py --only demo
     python benchmarks/sim_speed.py --only demo --demo-members 300   # quicker comparisons
     python benchmarks/sim_speed.py --only targets   # the no-fault and the demo figures
-    python benchmarks/sim_speed.py --compiled --only targets   # swim/ compiled by mypyc
+    python benchmarks/sim_speed.py --compiled --only targets   # on the mypyc build
 
 Targets: 1,000 members for 300 simulated seconds in under 60 s of CPU (one core), and
 10,000 members for 60 simulated seconds in under 5 minutes. The real `swim.Membership`
@@ -24,9 +24,9 @@ This machine's speed per CPU second varies from day to day (the same no-fault ru
 demo scaled by the no-fault run against `NO_FAULT_REFERENCE_CPU`: an estimate of the
 demo in the reference session's terms, to read next to the raw figure.
 
-`--compiled` runs the same on swim/'s per-packet modules compiled by mypyc (the
-daemon's sources, unchanged; built once under build/sim-mypyc, needs a C compiler):
-a measurement of what compiling the core would buy, not how the daemon runs today.
+`--compiled` runs the same on the optional mypyc build (`simulations.compiled`:
+swim/'s per-packet modules and the engine, the sources unchanged; built once under
+build/mypyc, needs a C compiler), which gives the same digests.
 
 Every member of an n-member cluster holds n entries, so memory grows as n^2 (about
 40 bytes per pair with `swim.SharedView` priming: 4 GB at 10,000); the 10,000-member
@@ -37,22 +37,19 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import hashlib
 import os
 import pstats
 import random
 import resource
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# The run `--compiled` starts: a copy of swim/ whose hot modules mypyc compiled (see
-# `_compile_swim`), imported instead of the sources (otherwise the root again).
-sys.path.insert(0, os.environ.get("POPULI_SIM_SPEED_COMPILED") or sys.path[0])
+# The run `--compiled` starts (`simulations.compiled.run_compiled`): the compiled build,
+# imported instead of the sources (otherwise the root again).
+sys.path.insert(0, os.environ.get("POPULI_MYPYC_BUILD") or sys.path[0])
 
 from simulations import (
     Network,
@@ -69,8 +66,8 @@ from simulations import (
 from simulations.cli import SCENARIOS
 from swim import Address, Output, Send
 
-_ROOT = Path(__file__).resolve().parents[1]
-_COMPILED = os.environ.get("POPULI_SIM_SPEED_COMPILED", "")
+_COMPILED = os.environ.get("POPULI_MYPYC_BUILD", "")
+
 
 TARGETS = {"small": (1000, 300.0, 60.0), "large": (10000, 60.0, 300.0)}
 #: CPU seconds of the primed no-fault run ("small") in the session the 60 s target was
@@ -274,43 +271,6 @@ def bench_size(members: int, duration: float, target: float, *, profile: bool) -
     return result
 
 
-#: The modules of swim/ that `--compiled` compiles (the per-packet path); the others
-#: stay interpreted. The sources are the daemon's, unchanged.
-_MYPYC_MODULES = (
-    "_math", "awareness", "broadcast", "probe", "suspicion", "wire", "_records", "_core",
-    "_pulling", "_rumors", "_probing", "_anti_entropy", "_timers", "_invariants", "_membership",
-)  # fmt: skip
-
-
-def _compile_swim() -> Path:
-    """Copy swim/ to build/sim-mypyc and compile its hot modules there with mypyc
-    (shipped with the project's mypy; needs a C compiler and Python's headers). Kept
-    while the sources are unchanged. A measurement aid, not how the daemon runs: note
-    that compiled code enforces annotations, so a `bytearray` where `bytes` is
-    annotated raises TypeError instead of being decoded (one swim test fails so)."""
-    target = _ROOT / "build" / "sim-mypyc"
-    sources = sorted((_ROOT / "swim").glob("*.py"))
-    stamp = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
-    stamp_file = target / "stamp"
-    if stamp_file.exists() and stamp_file.read_text() == stamp:
-        return target
-    shutil.rmtree(target, ignore_errors=True)
-    (target / "swim").mkdir(parents=True)
-    for path in sources:
-        shutil.copy2(path, target / "swim" / path.name)
-    (target / "mypy.ini").write_text(
-        "[mypy]\nstrict = True\n\n[mypy-msgpack.*]\nignore_missing_imports = True\n"
-    )
-    print(f"compiling {len(_MYPYC_MODULES)} swim modules with mypyc in {target} ...", flush=True)
-    command = [sys.executable, "-m", "mypyc", *(f"swim/{name}.py" for name in _MYPYC_MODULES)]
-    done = subprocess.run(command, cwd=target, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-5:])
-        raise SystemExit(f"--compiled: mypyc failed (exit {done.returncode}):\n{tail}")
-    stamp_file.write_text(stamp)
-    return target
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -330,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--compiled",
         action="store_true",
-        help="run on swim/ compiled by mypyc (same sources; built once under build/sim-mypyc)",
+        help="run on the mypyc build (`simulations.compiled`, built once under build/mypyc)",
     )
     parser.add_argument(
         "--size",
@@ -343,14 +303,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.demo_members is not None and args.demo_members < 2:
         parser.error(f"--demo-members must be at least 2, got {args.demo_members}")
     if args.compiled and not _COMPILED:
-        target = _compile_swim()
-        env = dict(os.environ, POPULI_SIM_SPEED_COMPILED=str(target))
-        rest = list(sys.argv[1:] if argv is None else argv)
-        return subprocess.run([sys.executable, __file__, *rest], env=env, check=False).returncode
+        from simulations.compiled import run_compiled
+
+        return run_compiled(__file__, list(sys.argv[1:] if argv is None else argv))
     if _COMPILED:
         import swim._membership
 
-        print(f"swim compiled by mypyc: {swim._membership.__file__}")
+        print(f"compiled by mypyc: {swim._membership.__file__}")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
     print(f"python {sys.version.split()[0]}, pinned to one core, {os.cpu_count()} cores here")

@@ -65,6 +65,7 @@ from swim import (
     SharedView,
 )
 
+from ._errors import InvariantViolation as InvariantViolation
 from ._network import Network
 from ._rng import child_rng
 
@@ -182,10 +183,6 @@ class Invariant(Observer, Protocol):
         """`node`'s core just handled a call (a receive, a tick, a join...)."""
 
 
-class InvariantViolation(AssertionError):
-    """A safety property broke; the message names the time, the node and the property."""
-
-
 @attrs.frozen
 class EngineStatistics:
     """Counters of what the engine did, for reports and for the speed benchmark."""
@@ -276,6 +273,8 @@ class Simulator:
         # is -inf, which also keeps `_reschedule` from giving it a tick.
         self._stalled_from: list[int] = []
         self._sleep: list[tuple[float, bool]] = []
+        #: Pauses so far, per node: tells the sleep a wake-up call was made for.
+        self._sleeps: list[int] = []
         self.sent_messages: list[int] = []
         self.sent_bytes: list[int] = []
         #: Bytes sent as the daemon would seal them (payload plus envelope); stays 0
@@ -339,6 +338,7 @@ class Simulator:
         self._paused_from.append(_UP)
         self._stalled_from.append(_UP)
         self._sleep.append((0.0, False))
+        self._sleeps.append(0)
         self.sent_messages.append(0)
         self.sent_bytes.append(0)
         self.sealed_bytes.append(0)
@@ -377,7 +377,8 @@ class Simulator:
     def nodes_with(self, *statuses: NodeStatus) -> list[int]:
         """Slot numbers of the nodes whose status is one of `statuses`, in order."""
         wanted = {int(status) for status in statuses}
-        return [index for index, mode in enumerate(self._mode) if mode in wanted]
+        modes = self._mode
+        return [index for index in range(len(modes)) if modes[index] in wanted]
 
     def start(self, node: int, seeds: Sequence[int] = ()) -> None:
         """Start (or restart) `node` with a fresh core and join it through `seeds`.
@@ -479,16 +480,17 @@ class Simulator:
             mode = self._stalled_from[node]
         self._paused_from[node] = mode
         self._sleep[node] = (self.now, clock_stops)
+        self._sleeps[node] += 1
         self._tick_seq[node] = -1
         self._tick_at[node] = _INF
         self._record("pause", node, duration)
         self._set_mode(node, _PAUSED)
-        self.call_at(self.now + duration, self._wake_call, (node, self._sleep[node]))
+        self.call_at(self.now + duration, self._wake_call, (node, self._sleeps[node]))
 
-    def _wake_call(self, arg: tuple[int, tuple[float, bool]]) -> None:
+    def _wake_call(self, arg: tuple[int, int]) -> None:
         node, sleep = arg
         # The same sleep (not an earlier one cut short, nor a crash and a new pause).
-        if self._mode[node] == _PAUSED and self._sleep[node] is sleep:
+        if self._mode[node] == _PAUSED and self._sleeps[node] == sleep:
             self._wake(node)
 
     def wake(self, node: int) -> None:

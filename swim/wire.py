@@ -842,7 +842,7 @@ class DecodeCache:
         """Rumor messages held."""
         return len(self._rumors)
 
-    def decode(self, packet: bytes) -> list[Message]:
+    def decode(self, packet: bytes | bytearray) -> list[Message]:
         """`decode_packet(packet)`, answered from the cache where it can be (the list
         is a fresh copy each time)."""
         if type(packet) is not bytes:
@@ -911,7 +911,7 @@ class DecodeCache:
         return messages
 
 
-def decode_packet(packet: bytes, cache: DecodeCache | None = None) -> list[Message]:
+def decode_packet(packet: bytes | bytearray, cache: DecodeCache | None = None) -> list[Message]:
     """The messages in one packet.
 
     Args:
@@ -927,7 +927,7 @@ def decode_packet(packet: bytes, cache: DecodeCache | None = None) -> list[Messa
     return _decode(packet)
 
 
-def _decode(packet: bytes) -> list[Message]:
+def _decode(packet: bytes | bytearray) -> list[Message]:
     if not packet:
         raise DecodeError("empty packet")
     if packet[0] != PROTOCOL_VERSION:

@@ -13,6 +13,11 @@ Hypothesis profiles (see docs/testing.md):
   found there becomes an ``@example(...)`` on the test, which the ``ci`` profile then
   runs every time.
 
+``POPULI_MYPYC_BUILD=build/mypyc`` (``make test-compiled``): the tests import swim/ and
+simulations/ from that compiled build (``simulations.compiled``) instead of the sources,
+so the same tests cover both; a build that is missing or older than the sources stops
+the run with one line.
+
 ``fake_nvml_dir``: the fake ``libnvidia-ml.so.1`` built from ``tests/gpu/fake_nvml.c``
 with gcc, once per session. The GPU unit tests (``tests/gpu``) load it in a child
 process; the process-level tests (``tests/node``) start daemons with ``LD_LIBRARY_PATH``
@@ -31,6 +36,20 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+
+_MYPYC_BUILD = os.environ.get("POPULI_MYPYC_BUILD")
+if _MYPYC_BUILD:
+    # Before anything imports swim: the compiled copy goes ahead of the sources.
+    sys.path.insert(0, str(Path(_MYPYC_BUILD).resolve()))
+    import simulations.compiled
+    import swim._membership
+
+    if not swim._membership.__file__ or not swim._membership.__file__.endswith(".so"):
+        raise pytest.UsageError(f"POPULI_MYPYC_BUILD={_MYPYC_BUILD}: no compiled swim there")
+    if not simulations.compiled.is_current(Path(_MYPYC_BUILD), Path(__file__).parents[1]):
+        raise pytest.UsageError(
+            f"POPULI_MYPYC_BUILD={_MYPYC_BUILD} is older than the sources: run `make compiled`"
+        )
 
 # `too_slow` measures wall time, which a loaded CI machine makes random: off in CI.
 settings.register_profile(

@@ -158,7 +158,7 @@ def test_package_exports_match_all() -> None:
     for name in simulations.__all__:
         assert hasattr(simulations, name), name
     public = {n for n in dir(simulations) if not n.startswith("_")}
-    modules = {"cli", "demo", "churn", "lifeguard_grid", "lease_sweep"}
+    modules = {"cli", "demo", "churn", "lifeguard_grid", "lease_sweep", "compiled"}
     assert public - modules - set(simulations.__all__) == set()
 
 

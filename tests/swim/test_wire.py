@@ -460,7 +460,7 @@ def test_large_packets_are_decoded_once_and_stay_bounded() -> None:
     for _ in range(2):
         with pytest.raises(DecodeError):
             decode_packet(garbled, cache)
-    assert decode_packet(bytearray(packet), cache) == decode_packet(packet)  # type: ignore[arg-type]
+    assert decode_packet(bytearray(packet), cache) == decode_packet(packet)
     with pytest.raises(ValueError, match="max_packets"):
         wire.DecodeCache(0)
 
