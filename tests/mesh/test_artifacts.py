@@ -5,7 +5,14 @@ node a run on node b (a label puts it there): the task checks the file's sha256 
 reads the directory from ``$POPULI_INPUT_DIR``. Its outputs (a file and a directory)
 are held by b and two other members before the task is succeeded; the result names
 them. Then b is killed with kill -9, and a node that does not hold them fetches them
-from the remaining holders with ``populi-node fetch``.
+from the remaining holders with ``populi-node fetch``; once b is dead, the lowest
+remaining holder has the fourth node hold them (pinned), so three copies remain, and
+``populi-node task`` shows who holds them now.
+
+A second test kills the accepting node itself: a task submitted on a with an input,
+for a label no live node has, is acknowledged only once two other members hold the
+input; a is killed with kill -9, a node with the label joins, and the task runs there
+with its input (hash checked), fetched from those holders.
 """
 
 from __future__ import annotations
@@ -44,6 +51,17 @@ def _cli(d: Daemon, command: str, *args: str) -> subprocess.CompletedProcess[str
 
 def _task(d: Daemon, tid: str) -> dict[str, Any]:
     return d.client.get(f"/v1/tasks/{tid}")  # type: ignore[no-any-return]
+
+
+def _pins(d: Daemon, sha256: str) -> list[str]:
+    """The pins `d` holds on a blob (none: it does not hold it)."""
+    rows = d.client.get("/v1/blobs")["local"]
+    return next((r["pins"] for r in rows if r["hash"] == sha256 and r["complete"]), [])
+
+
+def _holders_now(d: Daemon, tid: str) -> dict[str, list[str]]:
+    rows = d.client.get(f"/v1/artifacts/holders?task={tid}")["blobs"]
+    return {r["sha256"]: r["holders"] for r in rows}
 
 
 def test_inputs_run_elsewhere_and_outputs_outlive_their_owner(tmp_path: Path) -> None:
@@ -92,5 +110,52 @@ def test_inputs_run_elsewhere_and_outputs_outlive_their_owner(tmp_path: Path) ->
         assert not (dest / "sneaky").exists()
         again = _cli(fetcher, "fetch", tid, "--to", str(dest))
         assert again.returncode == 1 and "exists" in again.stderr
+
+        # Re-replication: b is gone, so the fourth node is asked to hold (pin) them.
+        outputs = [o["sha256"] for o in result["outputs"]]
+        wait_until(
+            lambda: all(any(p.startswith(f"out:{tid}:") for p in _pins(fetcher, o))
+                        for o in outputs), 60, "the outputs re-replicated on the fourth node",
+        )  # fmt: skip
+        live = sorted(d.node_id for d in (a, *others))
+        now = _holders_now(fetcher, tid)
+        assert all(now[o] == live for o in outputs), (now, live)
+        shown = _cli(fetcher, "task", tid).stdout
+        assert shown.count("held now output") == 2, shown
+    finally:
+        mesh.stop_all()
+
+
+def test_inputs_outlive_the_node_that_accepted_them(tmp_path: Path) -> None:
+    mesh = Mesh(tmp_path)
+    try:
+        data = tmp_path / "data.bin"
+        data.write_bytes(os.urandom(2 * MiB + 7))
+        digest = hashlib.sha256(data.read_bytes()).hexdigest()
+        a = mesh.start("a", "--peer-port", "0", "--label", "zone=a")
+        seed = ("--peer-port", "0", "--bootstrap", a.address)
+        c, d = (mesh.start(n, *seed, "--label", "zone=a") for n in ("c", "d"))
+        wait_until(lambda: len(a.members()) >= 3, 30, "three members")
+        out = _cli(
+            a, "submit", "--label", "zone=b", "--input", str(data), "--output", "result.txt",
+            "--", "sh", "-c", 'sha256sum "$POPULI_INPUT_DIR/data.bin" | cut -d" " -f1 > result.txt',
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        tid = out.stdout.strip()
+        # Acknowledged: two members besides a hold (pin) the input already.
+        assert all(f"in:{tid}" in _pins(n, digest) for n in (c, d)), [
+            _pins(n, digest) for n in (c, d)
+        ]
+        assert _task(c, tid)["phase"] == "pending"
+        a.kill()
+        b = mesh.start("b", "--peer-port", "0", "--bootstrap", c.address, "--label", "zone=b")
+        task = wait_until(lambda: (t := _task(c, tid))["finished"] and t, 90, "the task")
+        assert task["phase"] == "succeeded", task
+        assert task["owner"] == b.node_id
+        dest = tmp_path / "fetched"
+        dest.mkdir()
+        got = _cli(d, "fetch", tid, "--to", str(dest))
+        assert got.returncode == 0, got.stderr
+        assert (dest / "result.txt").read_text().split() == [digest]
     finally:
         mesh.stop_all()
