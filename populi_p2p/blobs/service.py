@@ -166,6 +166,7 @@ class BlobService:
         self.stats = {
             "served_chunks": 0, "served_bytes": 0, "refused_not_member": 0, "refused_busy": 0,
             "not_held": 0, "lacked": 0, "fetched_blobs": 0, "fetch_failures": 0,
+            "fetched_bytes": 0,
         }  # fmt: skip
         store.on_change = self._store_changed
 
@@ -391,15 +392,21 @@ class BlobService:
 
     async def fetch(self, digest: bytes, holders: list[str], *, name: str, kind: str,
                     progress: FetchProgress | None = None) -> None:  # fmt: skip
-        """Fetch a blob from `holders` (the API for deployments and tasks)."""
+        """Fetch a blob from `holders` (the API for deployments and tasks); the bytes
+        received count in ``fetched_bytes`` (a fetch that fails too)."""
         client = self._peer_client()
         if client is None:
             raise FetchError("the peer API is not running yet")
         source = PeerChunkSource(client.bulk(), self._address_of)
-        await fetch_blob(
-            self.store, source, digest, holders, name=name, kind=kind,
-            bucket=TokenBucket(self._bandwidth), progress=progress,
-        )  # fmt: skip
+        progress = progress or FetchProgress(digest, name)
+        before = progress.bytes_fetched
+        try:
+            await fetch_blob(
+                self.store, source, digest, holders, name=name, kind=kind,
+                bucket=TokenBucket(self._bandwidth), progress=progress,
+            )  # fmt: skip
+        finally:
+            self.stats["fetched_bytes"] += progress.bytes_fetched - before
 
     async def _pull(self, digest: bytes, progress: FetchProgress) -> None:
         try:

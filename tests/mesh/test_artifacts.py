@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.mesh.test_metrics import get, scrape, value
 from tests.node.harness import REPO, Daemon, Mesh, wait_until
 
 pytestmark = pytest.mark.slow
@@ -149,7 +150,11 @@ def test_inputs_outlive_the_node_that_accepted_them(tmp_path: Path) -> None:
         assert _task(c, tid)["phase"] == "pending"
         a.kill()
         b = mesh.start("b", "--peer-port", "0", "--bootstrap", c.address, "--label", "zone=b")
-        task = wait_until(lambda: (t := _task(c, tid))["finished"] and t, 90, "the task")
+        try:
+            task = wait_until(lambda: (t := _task(c, tid))["finished"] and t, 90, "the task")
+        except AssertionError:
+            why = c.client.get(f"/v1/tasks/{tid}/explain")
+            raise AssertionError(f"{_task(c, tid)}\n{why}\n{b.log()[-3000:]}") from None
         assert task["phase"] == "succeeded", task
         assert task["owner"] == b.node_id
         dest = tmp_path / "fetched"
@@ -157,5 +162,14 @@ def test_inputs_outlive_the_node_that_accepted_them(tmp_path: Path) -> None:
         got = _cli(d, "fetch", tid, "--to", str(dest))
         assert got.returncode == 0, got.stderr
         assert (dest / "result.txt").read_text().split() == [digest]
+
+        # Seeing it: b fetched the input (in), c and d served it (out).
+        size = data.stat().st_size
+        moved = "populi_blob_transferred_bytes_total"
+        assert value(scrape(b), moved, direction="in") >= size
+        assert sum(value(scrape(n), moved, direction="out") for n in (c, d)) >= size
+        assert value(scrape(b), "populi_blob_bytes") >= size
+        page = get(b, "/api/mesh").json()["blobs"]
+        assert page["in"] >= size and page["held"] >= size, page
     finally:
         mesh.stop_all()
