@@ -4,8 +4,9 @@ It is the node's `TaskRunner` around the deployment runner (which is around the
 executor). A task with no inputs and no outputs (and every deployed replica) passes
 straight through. For the others, on the owner:
 
-1. *inputs*: each input blob is fetched from any holder (the accepting node, then the
-   task's replicas: chunks and whole hash checked, docs/models.md) and pinned
+1. *inputs*: each input blob is fetched from any holder (the members that hold it now,
+   then the accepting node and the task's replicas: chunks and whole hash checked,
+   docs/models.md) and pinned
    (``run:<task>``) while the task runs; a directory's tar is unpacked into a staging
    dir. Then the process is started, and before it can run (its supervisor spawns it
    at the next checkpoint) the inputs are placed in ``work/inputs``, which the task

@@ -3,7 +3,8 @@ anywhere (docs/artifacts.md).
 
 * **Submit** (``submit --input FILE|DIR[:NAME]``): each input is copied into the blob
   store here (a directory as one reproducible tar), named in the signed spec by hash
-  and pinned (``in:<task>``) until the task has finished.
+  and pinned (``in:<task>``) until the task has finished; the submit is acknowledged
+  once k members hold them too (`keeper.Keeper.spread`).
 * **Hold** (peer route ``POST HOLD_PATH``, the owner's outputs): a member asked to hold
   a task's outputs checks that the caller owns that epoch now (its granter record, or
   the lease table), that the outputs are the ones the spec declares, and that its share
