@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from ..blobs.service import BlobService
     from ..inference.peer_client import PeerClient
 
-__all__ = ["HOLD_PATH", "INPUT_PIN", "ArtifactService"]
+__all__ = ["HOLD_PATH", "INPUT_PIN", "ArtifactService", "InputsNotHeld"]
 
 HOLD_PATH: Final = "/populi/v1/artifacts/hold"
 #: Pin of a task's inputs on the node that accepted it, until the task has finished.
@@ -80,6 +80,11 @@ CHECKPOINT_HOLD_WAIT: Final = 2.0
 #: Snapshots of one task a holder keeps pinned (besides the table's latest).
 CHECKPOINTS_KEPT: Final = 2
 _log = get_logger("artifacts")
+
+
+class InputsNotHeld(TimeoutError):
+    """A submit's inputs are not held by k members in time (the API's 504; the task
+    stands)."""
 
 
 class ArtifactService:
@@ -196,10 +201,8 @@ class ArtifactService:
         accepted here; {sha256: its holders, us first}.
 
         Raises:
-            SubmitError: fewer than k held one within the time (the task stands).
+            InputsNotHeld: fewer than k held one within the time (the task stands).
         """
-        from ..leases.driver.service import SubmitError
-
         entry = self._entry_of(tid)
         spec = None if entry is None else entry.spec
         if spec is None:
@@ -217,7 +220,7 @@ class ArtifactService:
         short = {sha: h for sha, h in holders.items() if len(h) <= need}
         if short:
             lines = ", ".join(f"{sha[:12]} by {len(h) - 1}" for sha, h in sorted(short.items()))
-            raise SubmitError(
+            raise InputsNotHeld(
                 f"task {tid} is accepted, but its inputs are held by fewer than {need} other"
                 f" members ({lines}); it runs while this node or a holder lives"
             )
