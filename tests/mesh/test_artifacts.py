@@ -113,6 +113,8 @@ def test_inputs_run_elsewhere_and_outputs_outlive_their_owner(tmp_path: Path) ->
         # The owner dies; a member that holds nothing fetches from the other holders.
         b.kill()
         fetcher = next(d for d in (a, *others) if d.node_id not in holders)
+        # The result reaches each table by gossip: the fetcher's may lag a's.
+        wait_until(lambda: _task(fetcher, tid)["result"], 30, "the result on the fetcher")
         dest = tmp_path / "fetched"
         dest.mkdir()
         got = _cli(fetcher, "fetch", tid, "--to", str(dest))
@@ -171,6 +173,7 @@ def test_inputs_outlive_the_node_that_accepted_them(tmp_path: Path) -> None:
         assert task["owner"] == b.node_id
         dest = tmp_path / "fetched"
         dest.mkdir()
+        wait_until(lambda: _task(d, tid)["result"], 30, "the result on d")
         got = _cli(d, "fetch", tid, "--to", str(dest))
         assert got.returncode == 0, got.stderr
         assert (dest / "result.txt").read_text().split() == [digest]
