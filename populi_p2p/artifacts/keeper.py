@@ -31,6 +31,7 @@ Who asks:
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -191,6 +192,8 @@ class Keeper:
             until = float(body.get("until") or time.time() + self.retention)
             if len(digest) != 32:
                 raise ValueError("sha256 is 64 hex characters")
+            if not math.isfinite(until):
+                raise ValueError("until is a time in seconds")
         except (ValueError, KeyError, TypeError) as exc:
             return self._refuse("bad", 400, f"bad keep request: {exc}")
         entry = self._entry_of(tid)

@@ -43,6 +43,9 @@ async def test_a_keep_cannot_stretch_an_outputs_retention(tmp_path: Path) -> Non
     assert (await k._serve_keep(request)).status == 200
     (pin,) = blobs.store.get(entry.digest).pins
     assert int(pin.split(":")[2]) <= time.time() + k.retention + 1, pin
+    nan = PeerRequest("n1", "POST", KEEP_PATH, "", b'{"task": "t", "sha256": "%s", "until": NaN}'
+                      % entry.hex.encode())  # fmt: skip
+    assert (await k._serve_keep(nan)).status == 400 and k.stats["keeps_refused_bad"] == 1
 
 
 async def test_keeps_past_the_running_cap_are_turned_away(tmp_path: Path) -> None:
