@@ -190,3 +190,22 @@ async def test_spread_replaces_a_member_that_fails(tmp_path: Path) -> None:
     k, _ = keeper(tmp_path, {}, peers=call)
     got = await k.spread("t", IN, ["n1", "n3", "n4"], 2)
     assert sorted(got) == ["n3", "n4"]
+
+
+def test_a_pass_looks_at_live_snapshots_and_inputs_not_superseded_ones(tmp_path: Path) -> None:
+    entries: dict[str, Any] = {}
+    k, blobs = keeper(tmp_path, entries)
+    src = tmp_path / "f"
+    digests = {}
+    for name, body, pin in (("latest", b"snap 2", "ckpt:t"), ("older", b"snap 1", "ckpt:t"),
+                            ("input", CONTENT, "in:t"), ("gone", b"snap x", "ckpt:u")):  # fmt: skip
+        src.write_bytes(body)
+        digests[name] = blobs.store.add_file(src, name, "checkpoint").hex
+        blobs.store.pin(bytes.fromhex(digests[name]), pin)
+    ck = Checkpoint(3, 2, "n1", digests["latest"], 6, ("n1", "n2"), 3)
+    entries["t"] = _entry(checkpoint=ck)
+    entries["u"] = _entry(task_id="u", done=True)  # finished: its snapshot is not needed
+    assert k._candidates() == {
+        digests["latest"]: ("t", "checkpoint", None),
+        digests["input"]: ("t", "input", None),
+    }
