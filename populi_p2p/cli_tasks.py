@@ -26,6 +26,8 @@ __all__ = ["TASK_COMMANDS", "add_task_commands"]
 WAIT_POLL: Final = 0.2
 #: How long `submit` waits for the daemon (the acks wait up to 10 s).
 SUBMIT_TIMEOUT: Final = 30.0
+#: A submit with inputs also waits for k members to hold them (docs/artifacts.md).
+INPUT_SUBMIT_TIMEOUT: Final = 300.0
 #: Seconds `submit --wait` keeps copying output after the task ended (its last bytes).
 DRAIN_WAIT: Final = 10.0
 #: The longest `fetch` waits for the daemon to fetch and write a task's outputs.
@@ -215,7 +217,8 @@ def _client(args: argparse.Namespace, timeout: float | None = None) -> ApiClient
 
 def _cmd_submit(args: argparse.Namespace) -> int | None:
     spec = build_spec(args)
-    client = _client(args, timeout=SUBMIT_TIMEOUT)
+    timeout = INPUT_SUBMIT_TIMEOUT if spec.get("input_files") else SUBMIT_TIMEOUT
+    client = _client(args, timeout=timeout)
     answer = client.post("/v1/tasks", spec)
     task_id = str(answer["id"])
     print(task_id, flush=True)
@@ -396,6 +399,7 @@ def _cmd_task(args: argparse.Namespace) -> None:
     if task.get("why"):
         lines.append(f"pending  {task['why']}")
     lines += _checkpoint_lines(task.get("checkpoint"), spec, names)
+    lines += _holder_lines(client, task["id"], names)
     result = task.get("result")
     if result is not None:
         lines.append(f"result   exit {result['exit_code']} in {result['duration']:.1f}s")
@@ -410,6 +414,20 @@ def _cmd_task(args: argparse.Namespace) -> None:
         # The task's own output: its lines kept, anything that would drive the terminal
         # (escapes, carriage returns) shown escaped.
         print(terminal_safe(result["output_tail"], keep_newlines=True))
+
+
+def _holder_lines(client: ApiClient, task_id: str, names: dict[str, str]) -> list[str]:
+    """``held now`` lines of ``task``: who holds each input, output and snapshot now
+    (the members asked at this moment, not the names the result or record gives)."""
+    try:
+        answer = client.get(f"/v1/artifacts/holders?task={task_id}")
+    except ApiError:
+        return []
+    lines = []
+    for row in answer.get("blobs", []):
+        held = " ".join(_owner_name(h, names) for h in row["holders"]) or "nobody reachable"
+        lines.append(f"held now {row['what']} {row['name']} sha256 {row['sha256'][:16]}: {held}")
+    return lines
 
 
 def _checkpoint_lines(ck: Any, spec: dict[str, Any], names: dict[str, str]) -> list[str]:

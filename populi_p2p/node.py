@@ -126,6 +126,13 @@ def _task_collector(leases: LeaseService) -> Collector:
     return TaskCollector(leases.statistics)
 
 
+def _blob_collector_of(statistics: Callable[[], dict[str, Any] | None]) -> Collector:
+    """The blob store's metric families (prometheus-client: at the first scrape)."""
+    from .observe.work_collector import BlobCollector
+
+    return BlobCollector(statistics)
+
+
 def _stop_api(events: EventService, api: ApiService) -> None:
     events.close()  # open event streams end now, not at the grace timeout
     api.stop()
@@ -308,9 +315,13 @@ class Node:
         )  # fmt: skip
         return self.artifact_runner
 
+    def _blob_collector(self) -> Collector:
+        return _blob_collector_of(lambda: None if self.blobs is None else self.blobs.statistics())
+
     def _api(self, parts: NodeParts, leases: LeaseService) -> ApiService:
         """The control API on its socket, with the page, events and metrics."""
         parts.metrics.register_factory(functools.partial(_task_collector, leases))
+        parts.metrics.register_factory(self._blob_collector)
         self.observe = ObserveView(parts.metrics, parts.events, self.status, self.member_rows)
         self.observe.provide("tasks", lambda: task_rows(leases.rows(), parts.roster.name_of))
         self.observe_app = make_observe_app(self.observe)

@@ -4,8 +4,9 @@ It is the node's `TaskRunner` around the deployment runner (which is around the
 executor). A task with no inputs and no outputs (and every deployed replica) passes
 straight through. For the others, on the owner:
 
-1. *inputs*: each input blob is fetched from any holder (the accepting node, then the
-   task's replicas: chunks and whole hash checked, docs/models.md) and pinned
+1. *inputs*: each input blob is fetched from any holder (the members that hold it now,
+   then the accepting node and the task's replicas: chunks and whole hash checked,
+   docs/models.md) and pinned
    (``run:<task>``) while the task runs; a directory's tar is unpacked into a staging
    dir. Then the process is started, and before it can run (its supervisor spawns it
    at the next checkpoint) the inputs are placed in ``work/inputs``, which the task
@@ -72,6 +73,12 @@ class Replicator(Protocol):
         checkpoint: bool = False,
     ) -> list[str]: ...  # fmt: skip
 
+    async def sources(self, spec: TaskSpec, sha256: str) -> list[str]: ...
+
+
+#: ``sources(spec, sha256) -> members``: whom to fetch an input from, in order.
+Sources = Callable[[TaskSpec, str], Awaitable[list[str]]]
+
 
 class CheckpointTable(Protocol):
     """Where checkpoints are recorded (`LeaseService`; typed here, not imported)."""
@@ -106,14 +113,16 @@ class ArtifactRunner:
     replicate: has the outputs held by k members (`ArtifactService.replicate`).
     retention: seconds outputs stay pinned (`NodeConfig.output_retention`).
     checkpoints: snapshots and restores (None: tasks asking for them fail to start).
+    sources: whom to fetch an input from (None: the submitter, then the replicas).
     """
 
     def __init__(
         self, inner: TaskRunner, *, tasks_dir: Path, me: str,
         blobs: Callable[[], BlobService | None], replicate: Replicate, retention: float,
-        checkpoints: Checkpointer | None = None,
+        checkpoints: Checkpointer | None = None, sources: Sources | None = None,
     ) -> None:  # fmt: skip
         self._inner = inner
+        self._sources = sources
         self.checkpoints = checkpoints
         self._tasks_dir = tasks_dir
         self._me = me
@@ -248,10 +257,14 @@ class ArtifactRunner:
         await trio.to_thread.run_sync(shutil.rmtree, staging, True)
         staging.mkdir(parents=True, mode=0o755)
         os.chmod(staging.parent, 0o711)
-        holders = [spec.submitted_by, *spec.replicas]
-        holders = [h for i, h in enumerate(holders) if h != self._me and h not in holders[:i]]
+        named = [spec.submitted_by, *spec.replicas]
+        named = [h for i, h in enumerate(named) if h != self._me and h not in named[:i]]
         for item in spec.inputs:
             digest = bytes.fromhex(item.sha256)
+            holders = named
+            held = blobs.store.get(digest)
+            if self._sources is not None and (held is None or not held.complete):
+                holders = await self._sources(spec, item.sha256)
             await blobs.fetch(digest, holders, name=item.name, kind=INPUT_KIND)
             blobs.store.pin(digest, RUN_PIN + run.task_id)
             run.pinned.append(digest)
@@ -413,6 +426,9 @@ def artifact_runner(
     ) -> list[str]:
         return await replicator().replicate(tid, epoch, spec, outputs)
 
+    async def sources(spec: TaskSpec, sha256: str) -> list[str]:
+        return await replicator().sources(spec, sha256)
+
     async def replicate_checkpoint(
         tid: str, epoch: int, spec: TaskSpec, outputs: list[TaskOutput]
     ) -> list[str]:
@@ -427,5 +443,5 @@ def artifact_runner(
     )  # fmt: skip
     return ArtifactRunner(
         inner, tasks_dir=state_dir / "tasks", me=me, blobs=blobs, replicate=replicate,
-        retention=retention, checkpoints=checkpoints,
+        retention=retention, checkpoints=checkpoints, sources=sources,
     )  # fmt: skip

@@ -3,7 +3,8 @@ anywhere (docs/artifacts.md).
 
 * **Submit** (``submit --input FILE|DIR[:NAME]``): each input is copied into the blob
   store here (a directory as one reproducible tar), named in the signed spec by hash
-  and pinned (``in:<task>``) until the task has finished.
+  and pinned (``in:<task>``) until the task has finished; the submit is acknowledged
+  once k members hold them too (`keeper.Keeper.spread`).
 * **Hold** (peer route ``POST HOLD_PATH``, the owner's outputs): a member asked to hold
   a task's outputs checks that the caller owns that epoch now (its granter record, or
   the lease table), that the outputs are the ones the spec declares, and that its share
@@ -47,13 +48,14 @@ from ..leases._spec import INPUT_NAME
 from ..leases.grants import Ended, GrantRecord
 from .checkpoints import CHECKPOINT_DIR, CHECKPOINT_KIND, CHECKPOINT_PIN
 from .files import OutputError, extract_tar, pack_dir
+from .keeper import Keeper
 from .runner import INPUT_KIND, OUTPUT_KIND, RUN_PIN, output_pin
 
 if TYPE_CHECKING:
     from ..blobs.service import BlobService
     from ..inference.peer_client import PeerClient
 
-__all__ = ["HOLD_PATH", "INPUT_PIN", "ArtifactService"]
+__all__ = ["HOLD_PATH", "INPUT_PIN", "ArtifactService", "InputsNotHeld"]
 
 HOLD_PATH: Final = "/populi/v1/artifacts/hold"
 #: Pin of a task's inputs on the node that accepted it, until the task has finished.
@@ -78,6 +80,11 @@ CHECKPOINT_HOLD_WAIT: Final = 2.0
 #: Snapshots of one task a holder keeps pinned (besides the table's latest).
 CHECKPOINTS_KEPT: Final = 2
 _log = get_logger("artifacts")
+
+
+class InputsNotHeld(TimeoutError):
+    """A submit's inputs are not held by k members in time (the API's 504; the task
+    stands)."""
 
 
 class ArtifactService:
@@ -120,6 +127,11 @@ class ArtifactService:
         self._snapshots: dict[str, list[bytes]] = {}  # task -> snapshots held, oldest first
         self._submitting: set[str] = set()  # pins of submits waiting for their replicas
         self._nursery: trio.Nursery | None = None
+        self.keeper = Keeper(
+            blobs=blobs, me=me, k=k, retention=retention, is_live=is_live,
+            live_members=live_members, entry_of=entry_of, address_of=address_of,
+            peer_client=peer_client, room=self._room,
+        )  # fmt: skip
         self.stats = dict.fromkeys((
             "holds_refused_stale", "holds_refused_not_owner", "holds_refused_room",
             "holds_refused_bad", "holds_refused_not_member", "held_outputs", "expired",
@@ -135,6 +147,7 @@ class ArtifactService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.keeper.run)
             task_status.started()
             while True:
                 await trio.sleep(SWEEP_EVERY)
@@ -143,9 +156,10 @@ class ArtifactService:
 
     def register_peer_routes(self, routes: PeerRoutes) -> None:
         routes.add("POST", HOLD_PATH, self._serve_hold)
+        self.keeper.register_peer_routes(routes)
 
     def statistics(self) -> dict[str, Any]:
-        return {**self.stats, "k": self.k, "holding": len(self._jobs)}
+        return {**self.stats, **self.keeper.stats, "k": self.k, "holding": len(self._jobs)}
 
     ####################################################################################
     # Submit with inputs
@@ -180,7 +194,57 @@ class ArtifactService:
             self._submitting.discard(waiting)
             for digest in digests:
                 blobs.store.unpin(digest, waiting)
-        return answer
+        return {**answer, "input_holders": await self._spread_inputs(answer["id"])}
+
+    async def _spread_inputs(self, tid: str) -> dict[str, list[str]]:
+        """Have k members (the task's replicas first) hold each input of a task just
+        accepted here; {sha256: its holders, us first}.
+
+        Raises:
+            InputsNotHeld: fewer than k held one within the time (the task stands).
+        """
+        entry = self._entry_of(tid)
+        spec = None if entry is None else entry.spec
+        if spec is None:
+            return {}
+        targets = self.targets(spec)
+        need = min(self.k, len(targets))
+        holders: dict[str, list[str]] = {}
+
+        async def spread(sha: str) -> None:
+            holders[sha] = [self.me, *await self.keeper.spread(tid, sha, targets, need)]
+
+        async with trio.open_nursery() as nursery:
+            for sha in dict.fromkeys(i.sha256 for i in spec.inputs):
+                nursery.start_soon(spread, sha)
+        short = {sha: h for sha, h in holders.items() if len(h) <= need}
+        if short:
+            lines = ", ".join(f"{sha[:12]} by {len(h) - 1}" for sha, h in sorted(short.items()))
+            raise InputsNotHeld(
+                f"task {tid} is accepted, but its inputs are held by fewer than {need} other"
+                f" members ({lines}); it runs while this node or a holder lives"
+            )
+        self.keeper.stats["inputs_spread"] += len(holders)
+        return holders
+
+    async def sources(self, spec: TaskSpec, sha256: str) -> list[str]:
+        """Whom an owner fetches an input from: the members that hold it now, then the
+        submitter and the task's replicas."""
+        named = [spec.submitted_by, *spec.replicas]
+        try:
+            found = (await self.keeper.holders_now([sha256]))[sha256]
+        except LookupError:
+            found = []
+        return [n for n in dict.fromkeys([*found, *named]) if n != self.me]
+
+    async def holders(self, query: Any) -> dict[str, Any]:
+        """``GET /v1/artifacts/holders?task=ID``: who holds each blob of a task now."""
+        task = query.get("task") if isinstance(query, dict) else None
+        if isinstance(task, list):
+            task = task[-1] if task else None
+        if not isinstance(task, str):
+            raise ValueError("give the task (?task=ID)")
+        return await self.keeper.task_holders(self._find(task))
 
     async def _add_input(self, blobs: BlobService, item: dict[str, Any]) -> tuple[Any, bool]:
         path, name = item.get("path"), item.get("name")
@@ -264,7 +328,8 @@ class ArtifactService:
     def _room(self, size: int, count: int) -> str | None:
         """Why others' outputs of `size` bytes may not be held here (None: they may)."""
         store = self._store().store
-        held = [e for e in store.entries() if e.kind in (OUTPUT_KIND, CHECKPOINT_KIND)]
+        kinds = (OUTPUT_KIND, CHECKPOINT_KIND, INPUT_KIND)
+        held = [e for e in store.entries() if e.kind in kinds]
         if len(held) + count > OUTPUT_BLOBS_MAX:
             return f"holds {len(held)} output blobs already (at most {OUTPUT_BLOBS_MAX})"
         if store.quota and sum(e.size for e in held) + size > store.quota * OUTPUT_SHARE:

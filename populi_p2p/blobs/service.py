@@ -163,9 +163,12 @@ class BlobService:
             self._token = trio.lowlevel.current_trio_token()
         self._nursery: trio.Nursery | None = None
         self._pulls: dict[bytes, FetchProgress] = {}
+        #: Fetches running, by digest: a second fetch of the same blob waits for the first.
+        self._fetching: dict[bytes, trio.Event] = {}
         self.stats = {
             "served_chunks": 0, "served_bytes": 0, "refused_not_member": 0, "refused_busy": 0,
             "not_held": 0, "lacked": 0, "fetched_blobs": 0, "fetch_failures": 0,
+            "fetched_bytes": 0,
         }  # fmt: skip
         store.on_change = self._store_changed
 
@@ -391,15 +394,34 @@ class BlobService:
 
     async def fetch(self, digest: bytes, holders: list[str], *, name: str, kind: str,
                     progress: FetchProgress | None = None) -> None:  # fmt: skip
-        """Fetch a blob from `holders` (the API for deployments and tasks)."""
+        """Fetch a blob from `holders` (the API for deployments and tasks); the bytes
+        received count in ``fetched_bytes`` (a fetch that fails too). A fetch of a blob
+        that is being fetched here already waits for that one (and tries itself only
+        when that one failed): a task's owner and a member asked to keep the same input
+        may fetch it at once."""
         client = self._peer_client()
         if client is None:
             raise FetchError("the peer API is not running yet")
+        while (running := self._fetching.get(digest)) is not None:
+            await running.wait()
+        held = self.store.get(digest)
+        if held is not None and held.complete:
+            if progress is not None:
+                progress.state = "done"
+            return
         source = PeerChunkSource(client.bulk(), self._address_of)
-        await fetch_blob(
-            self.store, source, digest, holders, name=name, kind=kind,
-            bucket=TokenBucket(self._bandwidth), progress=progress,
-        )  # fmt: skip
+        progress = progress or FetchProgress(digest, name)
+        before = progress.bytes_fetched
+        done = self._fetching[digest] = trio.Event()
+        try:
+            await fetch_blob(
+                self.store, source, digest, holders, name=name, kind=kind,
+                bucket=TokenBucket(self._bandwidth), progress=progress,
+            )  # fmt: skip
+        finally:
+            del self._fetching[digest]
+            done.set()
+            self.stats["fetched_bytes"] += progress.bytes_fetched - before
 
     async def _pull(self, digest: bytes, progress: FetchProgress) -> None:
         try:

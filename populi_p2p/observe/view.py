@@ -97,11 +97,21 @@ class ObserveView:
             "node": status.get("node", {}),
             "overlay": {"kind": overlay.get("kind"), "description": overlay.get("description")},
             "cluster": status.get("cluster", {}),
+            "blobs": _blobs(status.get("blobs")),
             "members": members,
             # None until a service provides the section: the page shows a placeholder.
             **{name: (rows() if (rows := self._sections.get(name)) else None)
                for name in _SECTIONS},
         }  # fmt: skip
+
+
+def _blobs(stats: dict[str, Any] | None) -> dict[str, int] | None:
+    """This node's blob store for the page: bytes held, the quota, bytes fetched from
+    members (in) and served to them (out). None while the blob service starts."""
+    if not stats:
+        return None
+    return {"held": stats.get("used", 0), "quota": stats.get("quota", 0),
+            "in": stats.get("fetched_bytes", 0), "out": stats.get("served_bytes", 0)}  # fmt: skip
 
 
 def _devices(gpu: dict[str, Any]) -> list[dict[str, Any]]:

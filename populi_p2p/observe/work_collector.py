@@ -20,7 +20,7 @@ from .sources import TaskStatistics
 if TYPE_CHECKING:
     from ..inference.stats import InferenceStatistics
 
-__all__ = ["InferenceCollector", "TaskCollector"]
+__all__ = ["BlobCollector", "InferenceCollector", "TaskCollector"]
 
 
 def _counter(name: str, doc: str, label: str, values: dict[str, int] | Any) -> Any:
@@ -99,3 +99,27 @@ class InferenceCollector(Collector):
         )
         failovers.add_metric([], s.failovers)
         yield failovers
+
+
+class BlobCollector(Collector):
+    """The blob store (docs/models.md, docs/artifacts.md): bytes held, the quota, and
+    bytes transferred in (fetched from members) and out (served to them)."""
+
+    def __init__(self, statistics: Callable[[], dict[str, Any] | None]) -> None:
+        self._statistics = statistics
+
+    def collect(self) -> Iterator[Any]:
+        s = self._statistics()
+        if s is None:  # the blob service is still starting
+            return
+        held = GaugeMetricFamily("populi_blob_bytes", "Bytes of blobs held in this node's store.")
+        held.add_metric([], s["used"])
+        yield held
+        quota = GaugeMetricFamily("populi_blob_quota_bytes", "The blob store's quota (0: none).")
+        quota.add_metric([], s["quota"])
+        yield quota
+        moved = {"in": s["fetched_bytes"], "out": s["served_bytes"]}
+        yield _counter(
+            "populi_blob_transferred_bytes",
+            "Blob bytes fetched from members (in) and served to them (out).", "direction", moved,
+        )  # fmt: skip

@@ -145,6 +145,7 @@ class NodeBackend:
             "/v1/deploy": ("POST", lambda body: self._deploy().deploy(body)),
             "/v1/undeploy": ("POST", lambda body: self._deploy().undeploy(body)),
             "/v1/artifacts/fetch": ("POST", lambda body: self._artifacts().fetch(body)),
+            "/v1/artifacts/holders": ("GET", lambda q: self._artifacts().holders(q)),
         }
 
     def _artifacts(self) -> ArtifactService:

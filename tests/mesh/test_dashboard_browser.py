@@ -60,6 +60,9 @@ def test_page_draws_the_mesh_and_shows_a_death_live(tmp_path: Path) -> None:
             10,
             "the event stream open",
         )
+        # The header shows this node's blob store (bytes held, in, out).
+        held = browser.evaluate("document.getElementById('blobs').textContent")
+        assert held.startswith("blobs ") and " held · " in held and held.endswith(" out"), held
         # A marker in the page's JS world: it survives only if the page is never reloaded.
         browser.evaluate("window.__populiMarker = 42")
 

@@ -74,3 +74,11 @@ def test_the_node_itself_without_an_overlay_is_not_shown_via_none() -> None:
     v = ObserveView(MetricsService(), EventService(), lambda: status, lambda: rows)
     by_name = {m["name"]: m for m in v.mesh()["members"]}
     assert by_name["me"]["via"] is None and by_name["lan"]["via"] == "lan"
+
+
+def test_the_blob_store_is_shown_held_and_transferred() -> None:
+    blobs = {"used": 300, "quota": 1000, "fetched_bytes": 200, "served_bytes": 100}
+    status = {"node": {"name": "me"}, "overlay": {}, "cluster": {}, "blobs": blobs}
+    v = ObserveView(MetricsService(), EventService(), lambda: status, lambda: [])
+    assert v.mesh()["blobs"] == {"held": 300, "quota": 1000, "in": 200, "out": 100}
+    assert view([]).mesh()["blobs"] is None  # the blob service is still starting

@@ -10,7 +10,7 @@ import trio
 from populi_p2p.inference.stats import TTFT_BUCKETS, InferenceStats
 from populi_p2p.observe import MetricsService, NodeCollector
 from populi_p2p.observe.sources import TaskStatistics
-from populi_p2p.observe.work_collector import InferenceCollector, TaskCollector
+from populi_p2p.observe.work_collector import BlobCollector, InferenceCollector, TaskCollector
 from swim import Member, MemberState
 from tests.inference.harness import Mesh, stream_chat
 from tests.inference.test_relay import ALICE, BOB, CAROL
@@ -41,7 +41,23 @@ def full_registry(inference: InferenceStats) -> MetricsService:
     service.register(NodeCollector(sources(members, version="1.2.3")))
     service.register(TaskCollector(tasks))
     service.register(InferenceCollector(inference.statistics))
+    service.register(BlobCollector(lambda: BLOBS))
     return service
+
+
+BLOBS = {"used": 300, "quota": 1000, "fetched_bytes": 200, "served_bytes": 100}
+
+
+def test_blob_bytes_held_and_transferred() -> None:
+    service = MetricsService()
+    service.register(BlobCollector(lambda: BLOBS))
+    s = scrape(service)
+    assert one(s, "populi_blob_bytes") == 300 and one(s, "populi_blob_quota_bytes") == 1000
+    assert one(s, "populi_blob_transferred_bytes_total", direction="in") == 200
+    assert one(s, "populi_blob_transferred_bytes_total", direction="out") == 100
+    starting = MetricsService()
+    starting.register(BlobCollector(lambda: None))
+    assert not any(n.startswith("populi_blob") for n in scrape(starting))
 
 
 def test_task_and_lease_families() -> None:

@@ -161,7 +161,7 @@ async def test_the_blob_deploy_and_artifact_routes_reach_their_services() -> Non
         "rows", "add", "remove", "pin", "pin", "pull", "progress",
     ]  # fmt: skip
     assert [name for name, _ in deploy.calls] == ["rows", "deploy", "undeploy"]
-    assert artifacts.calls == [("fetch", (body,))]
+    assert artifacts.calls == [("fetch", (body,)), ("holders", (body,))]
     starting = _backend(blobs=None, deploy=None, artifacts=None).request_routes()
     for _, handler in starting.values():
         with pytest.raises(LookupError, match=STARTING):

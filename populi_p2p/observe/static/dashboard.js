@@ -30,6 +30,26 @@ function el(tag, attrs, text) {
   return node;
 }
 
+function size(bytes) {
+  if (bytes == null) return "?";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (bytes >= 1024 && i < units.length - 1) { bytes /= 1024; i++; }
+  return `${i ? bytes.toFixed(1) : bytes} ${units[i]}`;
+}
+
+function drawBlobs(blobs) {
+  const span = document.getElementById("blobs");
+  span.textContent = blobs
+    ? `blobs ${size(blobs.held)} held · ${size(blobs.in)} in · ${size(blobs.out)} out`
+    : "";
+  if (blobs) {
+    span.dataset.held = String(blobs.held);
+    span.dataset.in = String(blobs.in);
+    span.dataset.out = String(blobs.out);
+  }
+}
+
 function gib(bytes) {
   return bytes == null ? "?" : (bytes / 2 ** 30).toFixed(1);
 }
@@ -244,6 +264,7 @@ function draw(snapshot) {
   document.getElementById("self-name").textContent =
     `${snapshot.node.name || "?"} · overlay ${snapshot.overlay.kind || "none"}`;
   document.getElementById("summary").textContent = (snapshot.cluster || {}).summary || "";
+  drawBlobs(snapshot.blobs);
   drawMap(members);
   drawTable(members);
   drawGpus(members);
