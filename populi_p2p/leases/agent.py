@@ -203,6 +203,7 @@ class LeaseAgent:
         self._check_at = 0.0
         self._acks: dict[tuple[str, int, float], set[str]] = {}  # (task, epoch, round)
         self._owned_before: dict[str, int] = {}  # task -> highest epoch we owned and gave up
+        self._not_granted: dict[str, set[tuple[str, int]]] = {}  # replica -> leases it refused
         self.counters: dict[str, int] = {}
 
     ####################################################################################
@@ -846,13 +847,15 @@ class LeaseAgent:
         return self._renew(now)
 
     def _renewing(self) -> dict[str, list[tuple[str, int]]]:
-        """Per replica, the (task, epoch) leases we hold and renew there."""
+        """Per replica, the (task, epoch) leases we hold and renew there, but those it
+        refused: a refusal is for good, and they would spoil its digest."""
+        held = {(t, o.epoch) for t, o in self._owned.items() if not o.stopping}
+        self._not_granted = {n: p & held for n, p in self._not_granted.items() if p & held}
         per_node: dict[str, list[tuple[str, int]]] = {}
         for tid, o in self._owned.items():
-            if o.stopping:
-                continue
-            for node in o.spec.replicas:
-                per_node.setdefault(node, []).append((tid, o.epoch))
+            for node in o.spec.replicas if (tid, o.epoch) in held else ():
+                if (tid, o.epoch) not in self._not_granted.get(node, ()):
+                    per_node.setdefault(node, []).append((tid, o.epoch))
         return per_node
 
     def _renew(self, now: float) -> list[AgentCommand]:
@@ -872,10 +875,8 @@ class LeaseAgent:
         if part is None:
             return []
         if msg.missed:
-            # The replica holds another set: the full list, at once, as part of the
-            # same round (its `at`), so that its answer counts with the round's others
-            # towards a majority. The lease is measured from `at`, before this resend
-            # left and before the replica renews it: conservative.
+            # The replica holds another set: the full list at once, as part of the same
+            # round (its `at`, which is earlier than this resend: conservative).
             out: list[AgentCommand] = []
             pairs = self._renewing().get(sender, [])
             for node, full in self._rounds.full(sender, pairs, part.at):
@@ -891,7 +892,9 @@ class LeaseAgent:
             refusal = refused.get(tid)
             if refusal is None:
                 out += self._renewed(tid, o, sender, at, now)
-            elif refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+                continue
+            self._not_granted.setdefault(sender, set()).add((tid, epoch))  # for good
+            if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
                 # One granter alone may hold an end that no majority agreed (a result
                 # whose other answers were lost): only a majority ends our run early.
                 o.superseded_by.add(sender)

@@ -43,11 +43,13 @@ def lease_digest(pairs: Iterable[tuple[str, int]]) -> bytes:
 
 
 def renewable(grants: Mapping[str, GrantRecord], owner: str) -> list[tuple[str, int]]:
-    """The leases this granter granted to `owner` and would renew: (task, epoch)."""
+    """The leases this granter granted to `owner`, that `owner` renewed here since, and
+    that are still open: (task, epoch). A grant its owner never took up (it was busy
+    with an older run, or the `Own` was lost) is not in the owner's set either."""
     return [
         (tid, rec.epoch)
         for tid, rec in grants.items()
-        if rec.owner == owner and rec.ended is Ended.NO and not rec.final
+        if rec.owner == owner and rec.ended is Ended.NO and rec.renewed and not rec.final
     ]
 
 

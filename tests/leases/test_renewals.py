@@ -11,6 +11,7 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
+from populi_p2p.leases import LeaseConfig
 from populi_p2p.leases.agent_commands import SendTo
 from populi_p2p.leases.agent_wire import Renew, RenewAnswer, RenewDigest, decode, encode
 from populi_p2p.leases.grants import Ended, GrantRecord, Refusal
@@ -82,15 +83,19 @@ def test_the_digest_is_of_the_set_whatever_the_order(raw: list[tuple[int, int]])
 
 
 def test_a_granter_renews_by_digest_only_what_it_granted_to_the_sender() -> None:
-    def rec(tid: str, owner: str, epoch: int = 1, ended: Ended = Ended.NO) -> GrantRecord:
-        r = GrantRecord(tid, SPEC, SIG, epoch=epoch, owner=owner, ended=ended, renewed=False)
-        return r
+    def rec(
+        tid: str, owner: str, epoch: int = 1, ended: Ended = Ended.NO, renewed: bool = True
+    ) -> GrantRecord:
+        return GrantRecord(tid, SPEC, SIG, epoch=epoch, owner=owner, ended=ended, renewed=renewed)
 
     grants = {
         "a" * 32: rec("a" * 32, "n1"),
         "b" * 32: rec("b" * 32, "n1", epoch=3),
         "c" * 32: rec("c" * 32, "n2"),
         "d" * 32: rec("d" * 32, "n1", ended=Ended.SUCCEEDED),
+        # Granted, never taken up (its owner was busy, or the `Own` was lost): the owner
+        # does not renew it, so a digest that counted it would never match.
+        "e" * 32: rec("e" * 32, "n1", epoch=2, renewed=False),
     }
     assert sorted(renewable(grants, "n1")) == [("a" * 32, 1), ("b" * 32, 3)]
     assert renewable(grants, "n3") == []
@@ -133,6 +138,24 @@ def test_in_steady_state_owners_renew_by_digest_and_no_lease_lapses() -> None:
     c.heal_and_sync()
     assert c.check() == []
     assert [len(c.runs[t]) for t in tids] == [1] * 20
+
+
+def test_steady_state_sends_no_full_list_after_a_burst() -> None:
+    """A burst leaves a few grants nobody took up and a few refusals; neither may turn a
+    steady round's digest into a full list (`renewable` skips grants never renewed, the
+    owner stops naming a lease a replica refused)."""
+    c = Counting(
+        10,
+        seed=5,
+        config=attrs.evolve(LeaseConfig.lan(), finished_retention=1e6, tombstone_retention=2e6),
+    )
+    for i in range(200):
+        c.submit(f"n{i % 10}", 500.0)
+    c.run_until(60.0)
+    c.since = 60.0
+    c.run_until(160.0)
+    assert c.sent.get("RenewDigest", 0) > 0
+    assert c.sent.get("Renew", 0) == 0, c.sent
 
 
 def test_replicas_holding_another_set_miss_and_the_full_list_keeps_the_lease() -> None:
