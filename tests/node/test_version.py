@@ -14,12 +14,16 @@ def test_the_software_version_is_the_installed_packages() -> None:
     assert _version.software_version() == importlib.metadata.version("populi-p2p")
 
 
-def test_a_bare_checkout_says_src(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bare_checkout_says_the_same_without_package_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The version is written once, in the module: no metadata lookup at all."""
+
     def missing(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
-    assert _version.software_version() == "0.1.0+src"
+    assert _version.software_version() == _version.VERSION
 
 
 def test_the_protocol_version_is_swims() -> None:

@@ -29,7 +29,7 @@ def transport_stats(**udp: int) -> TransportStatistics:
         local_address=("127.0.0.1", 1),
         udp=zeros(UdpStatistics, **udp),
         tcp=zeros(TcpStatistics),
-        inbox=InboxStatistics((0, 0), (0, 0), (0, 0), (0, 3), (0, 0)),
+        inbox=InboxStatistics((0, 0), (0, 0), (0, 0), (0, 3), (0, 0), (0, 0)),
         udp_blocked_peers=(),
     )
 
