@@ -848,7 +848,8 @@ class LeaseAgent:
 
     def _renewing(self) -> dict[str, list[tuple[str, int]]]:
         """Per replica, the (task, epoch) leases we hold and renew there, but those it
-        refused: a refusal is for good, and they would spoil its digest."""
+        refused as finished or superseded: that is for good, and would spoil its digest.
+        (A granter behind us, which has not recorded the grant yet, may still.)"""
         held = {(t, o.epoch) for t, o in self._owned.items() if not o.stopping}
         self._not_granted = {n: p & held for n, p in self._not_granted.items() if p & held}
         per_node: dict[str, list[tuple[str, int]]] = {}
@@ -892,9 +893,8 @@ class LeaseAgent:
             refusal = refused.get(tid)
             if refusal is None:
                 out += self._renewed(tid, o, sender, at, now)
-                continue
-            self._not_granted.setdefault(sender, set()).add((tid, epoch))  # for good
-            if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+            elif refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+                self._not_granted.setdefault(sender, set()).add((tid, epoch))  # for good
                 # One granter alone may hold an end that no majority agreed (a result
                 # whose other answers were lost): only a majority ends our run early.
                 o.superseded_by.add(sender)
