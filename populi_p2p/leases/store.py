@@ -11,11 +11,12 @@ Two modes:
   synchronous=FULL) before it returns;
 * **deferred** (``deferred=True``, the node's): a write only records the row's bytes
   (encoded at once: the record may change after); `take` hands over every row written
-  since the last `take`, and `commit` writes them in one transaction, one fsync, from a
-  worker thread. The caller (the lease driver's group commit) holds back everything a
-  write leads to (an answer, a gossip, a start) until a `commit` that covers it returned,
-  so "durable before it answers" holds as in the immediate mode, while a burst costs one
-  fsync per batch instead of one per record, off the event loop.
+  since the last `take`, and `stage` and `finish` write them in one transaction, one
+  fsync (`finish`, in a worker thread). The caller (the lease driver's group commit)
+  holds back everything a write leads to (an answer, a gossip, a start) until a commit
+  that covers it returned, so "durable before it answers" holds as in the immediate
+  mode, while a burst costs one fsync per batch instead of one per record, off the
+  event loop.
 
   A **relaxed** row (``put(entry, relaxed=True)``: a table entry received from another
   node, by gossip or push-pull) needs no fsync of its own: a commit of relaxed rows only
@@ -110,11 +111,11 @@ class LeaseStore:
         rows, self._rows = self._rows, {}
         return rows, self.written
 
-    def commit(self, rows: Rows) -> bool:
-        """Write `rows` in one transaction, fsynced unless every row is relaxed (whether
-        it was); may run in a worker thread."""
-        if not rows:
-            return False
+    def stage(self, rows: Rows) -> bool:
+        """Open a transaction holding `rows` (no I/O to wait for yet) and return whether
+        its `finish` fsyncs: unless every row is relaxed. The caller runs `finish` next,
+        in a worker thread when it fsyncs, and touches the store in between only to
+        buffer writes (`put`, `put_grant`)."""
         conn = self._conn
         fsync = not all(relaxed for _body, relaxed in rows.values())
         conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
@@ -125,7 +126,18 @@ class LeaseStore:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        return fsync
+
+    def finish(self) -> None:
+        """Commit the staged transaction (the fsync, if any, happens here)."""
+        self._conn.execute("COMMIT")
+
+    def commit(self, rows: Rows) -> bool:
+        """`stage` and `finish` in one go; whether it fsynced (False: nothing to write)."""
+        if not rows:
+            return False
+        fsync = self.stage(rows)
+        self.finish()
         return fsync
 
     def put_grant(self, rec: GrantRecord) -> None:

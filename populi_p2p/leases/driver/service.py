@@ -12,7 +12,7 @@ the simulator drives). This service only carries its commands out and feeds it i
   wrapper enforces by itself); GPU allocations (Layer B shrinks while a task runs);
   `Acknowledged` wakes the `submit` or `cancel` that waits for it.
 * **Durability:** `STATE/leases.sqlite3` (0600): the table's entries and the granter
-  records, committed before anything that follows from them leaves (`_durable`: a
+  records, committed before anything that follows from them leaves (`_flusher`: a
   group commit, one fsync per batch, in a worker thread).
 * **Restart:** the executor first kills whatever a previous run left (`reap_leftovers`);
   then the agent loads its records and releases the epochs it held, and proposes
@@ -53,7 +53,7 @@ from .. import (
     TaskSpec,
 )
 from .._cancel import OperatorCheck, OperatorProof, no_operators
-from .._entry import CHECKPOINT_REFUSALS
+from .._entry import CHECKPOINT_REFUSALS, Phase
 from ..agent import LeaseAgent
 from ..agent_commands import (
     Acknowledged,
@@ -154,7 +154,7 @@ class LeaseService:
         self._ack_timeout = ack_timeout
         fd = os.open(store_path, os.O_CREAT | os.O_RDWR, 0o600)
         os.close(fd)
-        self._store = LeaseStore(store_path, deferred=True)  # see `_durable`
+        self._store = LeaseStore(store_path, deferred=True)  # see `_flusher`
         self._commit_lock = trio.Lock()
         #: Commands (and `_durable` waiters) held until the next group commit.
         self._outbox: list[list[AgentCommand] | trio.Event] = []
@@ -187,8 +187,14 @@ class LeaseService:
         self.task_exits = dict.fromkeys(("succeeded", "failed", "released"), 0)
 
     def _put_entry(self, entry: TaskEntry) -> None:
-        """Store a table entry: relaxed (no fsync of its own) when a peer sent it."""
-        self._store.put(entry, relaxed=self._from_peer)
+        """Store a table entry. Fsynced only when it holds an end of ours (a result or
+        a release, written before a majority of the replicas agreed and gossiped only
+        then: a restart must find it to send it again); every other entry is relaxed
+        (`store.py`): a peer's, or a change of ours that leaves at once (a submit, a
+        claim, a cancel after agreement), which the others then hold."""
+        cur = entry.current
+        ours = cur is not None and cur.owner == self.me and cur.phase >= Phase.RELEASED
+        self._store.put(entry, relaxed=self._from_peer or not ours)
 
     @contextlib.contextmanager
     def _received(self) -> Iterator[None]:
@@ -334,9 +340,10 @@ class LeaseService:
     async def _flusher(self) -> None:
         """The group commit. Agent calls write only to the store's buffer and queue
         their commands (`_execute`); this task takes the queue, then commits every row
-        written until then in one transaction (one fsync, in a worker thread, so the
-        event loop keeps receiving and the next batch fills meanwhile), then carries
-        the batch out in order. Each command thus leaves after what it follows from is
+        written until then in one transaction (its fsync in a worker thread, so the
+        event loop keeps receiving and the next batch fills meanwhile; a batch of
+        peers' entries only is committed at once, without one), then carries the batch
+        out in order. Each command thus leaves after what it follows from is
         durable, as with a commit per record, at one fsync per batch."""
         while True:
             await self._flush.wait()
@@ -345,7 +352,13 @@ class LeaseService:
             async with self._commit_lock:
                 rows, upto = self._store.take()  # after the batch: covers its writes
                 t0 = time.perf_counter()
-                fsync = bool(rows) and await trio.to_thread.run_sync(self._store.commit, rows)
+                # Staged here (no waiting); only an fsync goes to a worker thread (a
+                # thread per commit would hand the GIL back and forth per statement).
+                fsync = bool(rows) and self._store.stage(rows)
+                if fsync:
+                    await trio.to_thread.run_sync(self._store.finish)
+                elif rows:
+                    self._store.finish()
                 self._store.committed = upto
             if self._trace.enabled and rows:
                 took = round((time.perf_counter() - t0) * 1000, 2)
