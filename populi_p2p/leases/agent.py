@@ -397,7 +397,8 @@ class LeaseAgent:
         return []  # pragma: no cover
 
     def _send(self, node: str, msg: AgentMessage) -> SendTo:
-        return SendTo(node, encode(msg, self.me, self._sign))
+        renewal = isinstance(msg, Renew | RenewDigest | RenewAnswer)
+        return SendTo(node, encode(msg, self.me, self._sign), after_commit=not renewal)
 
     def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
         """Send to `node`; to ourselves, handle it at once (no network)."""

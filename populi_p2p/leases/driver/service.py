@@ -324,8 +324,16 @@ class LeaseService:
 
     async def _execute(self, commands: list[AgentCommand]) -> None:
         """Queue `commands` for the next group commit (`_flusher`): nothing leaves
-        before the records it follows from are on disk. Returns at once, so a handler
-        never holds up the next message behind an fsync."""
+        before the records it follows from are on disk. Renewals and their answers
+        follow from none (`SendTo.after_commit`) and leave at once, so an owner's
+        lease does not wait on its replicas' disks. Returns without waiting for a
+        commit, so a handler never holds up the next message behind an fsync."""
+        now: list[AgentCommand] = [
+            c for c in commands if isinstance(c, SendTo) and not c.after_commit
+        ]
+        if now:
+            commands = [c for c in commands if not (isinstance(c, SendTo) and not c.after_commit)]
+            await self._carry_out(now)
         if commands or self._store.written > self._store.committed:
             self._outbox.append(commands)
             self._flush.set()
