@@ -762,7 +762,12 @@ class LeaseAgent:
             proposers = [r for r in rec.spec.replicas if r in live and r not in expired]
             rank = proposers.index(self.me) if self.me in proposers else len(proposers)
             # Progress restarts the count: a grant or renewal here since we started it.
-            since = max(self._need_since.setdefault(tid, now), rec.heard_at + self._wait)
+            # An epoch that ended (released, as a restarted owner does at once, or
+            # failed) holds no lease: no wait for it (the first proposer then goes at
+            # once, not `lease_ttl` after the restart that counted it live again).
+            since = self._need_since.setdefault(tid, now)
+            if rec.ended is Ended.NO:
+                since = max(since, rec.heard_at + self._wait)
             due = max(since + rank * self.config.lease_ttl, self._retry_at.get(tid, 0.0))
             if now < due:
                 nxt = min(nxt, due)
