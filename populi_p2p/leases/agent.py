@@ -744,7 +744,11 @@ class LeaseAgent:
         live = set(self._members()) | {self.me}
         nxt = now + max(PLACE_INTERVAL, self.config.lease_renew_interval)
         for tid, rec in self.grants.items():
-            if rec.final or tid in self._proposals or tid in self._owned or tid in self._settled:
+            ending = self._pending.get(("finish", tid))  # ours (a restart's release)
+            busy = tid in self._proposals or tid in self._owned or tid in self._settled
+            if rec.final or busy or (ending is not None and not ending.done):
+                # Not before our end is agreed: a proposal the granters see first meets
+                # a live lease and waits it out (traced: 4 s more after a restart).
                 self._need_since.pop(tid, None)
                 continue
             live_for = rec.live(now, self._wait)
