@@ -98,6 +98,16 @@ def test_the_tasks_table_and_a_task_escape_what_they_show(
             "/v1/tasks": [task],
             "/v1/members": [member(HOSTILE_NAME, "a" * 16)],
             f"/v1/tasks/{task['id']}": detail,
+            f"/v1/artifacts/holders?task={task['id']}": {
+                "blobs": [
+                    {
+                        "what": "output",
+                        "name": "out\x1b[2J",
+                        "sha256": "ab" * 32,
+                        "holders": ["a" * 16],
+                    },
+                ]
+            },
         },
     )
     assert main(["tasks"]) == 0
@@ -108,6 +118,7 @@ def test_the_tasks_table_and_a_task_escape_what_they_show(
     out = capsys.readouterr().out
     assert_terminal_safe(out)
     assert "echo \\x1b]0;title\\x07" in out
+    assert "held now output out\\x1b[2J" in out
     assert "replicas pppppppppppp b\\x1bb\\x1bb\\x1bb\\x1bb\\x1bb\\x1b\n" in out  # primary first
     # The output keeps its lines; what would move the cursor is shown escaped.
     assert out.endswith("one\ntwo\\x1b[2K\\rthree\n\n")
