@@ -57,9 +57,13 @@ def test_wait_streams_output_exits_with_the_code_and_ctrl_c_says_how_to_cancel(
         # Output arrives while the task runs; Ctrl-C leaves it running and says so.
         gate = tmp_path / "gate"
         script = f"echo started; while [ ! -e {gate} ]; do sleep 0.05; done"
+        # As at a terminal: Ctrl-C's default action, even where this test process
+        # runs with SIGINT ignored (an ignored signal is inherited across exec, and
+        # Python then installs no KeyboardInterrupt handler).
         proc = subprocess.Popen(
             _submit(b, "sh", "-c", script),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         seen: list[str] = []
         assert proc.stdout is not None
@@ -67,7 +71,14 @@ def test_wait_streams_output_exits_with_the_code_and_ctrl_c_says_how_to_cancel(
         reader.start()
         wait_until(lambda: "started\n" in seen, 30, "the running task's first line")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(
+                f"submit --wait ignored Ctrl-C (this process's SIGINT handler:"
+                f" {signal.getsignal(signal.SIGINT)!r})"
+            ) from None
         reader.join(timeout=10)
         tid = seen[0].strip()
         assert proc.returncode == 130, err
