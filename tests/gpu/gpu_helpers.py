@@ -25,11 +25,14 @@ from populi_p2p.gpu import (
     MIB,
     CpuInfo,
     GpuDevice,
+    GpuReport,
     HardwareFacts,
     MigDevice,
     ProbeResult,
+    ProbeStatus,
     Source,
     Vendor,
+    build_report,
 )
 
 HERE = Path(__file__).parent
@@ -206,3 +209,15 @@ CPU = CpuInfo(
     avx512=True,
     ram_total=2048 * GIB,
 )
+
+
+def eight_gpu_report(**kwargs: Any) -> GpuReport:
+    """The report of an 8xH100 box probed by NVML (`build_report`'s keywords pass on)."""
+    facts = HardwareFacts(
+        devices=tuple(h100(i) for i in range(8)),
+        cpu=CPU,
+        probes=(ProbeStatus(Source.NVML, None, 8),),
+        driver_version="550.54.14",
+        cuda_driver_version="12.4",
+    )
+    return build_report(facts, **kwargs)

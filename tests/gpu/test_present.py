@@ -27,18 +27,7 @@ from populi_p2p.gpu import (
 from populi_p2p.gpu._health import DeviceHealth, Reason
 from populi_p2p.gpu._present import REASON_TEXT, describe_health, short_name
 
-from .gpu_helpers import CPU, h100
-
-
-def eight_gpu_report(**kwargs):
-    facts = HardwareFacts(
-        devices=tuple(h100(i) for i in range(8)),
-        cpu=CPU,
-        probes=(ProbeStatus(Source.NVML, None, 8),),
-        driver_version="550.54.14",
-        cuda_driver_version="12.4",
-    )
-    return build_report(facts, **kwargs)
+from .gpu_helpers import CPU, eight_gpu_report, h100
 
 
 def test_table_shows_health_reasons_sources_and_layer_c():

@@ -21,7 +21,6 @@ from populi_p2p.gpu import (
     HardwareFacts,
     HealthState,
     MigDevice,
-    ProbeStatus,
     Source,
     Vendor,
     build_report,
@@ -29,18 +28,7 @@ from populi_p2p.gpu import (
     member_gpu_summary,
 )
 
-from .gpu_helpers import CPU, h100, hardware_facts
-
-
-def eight_gpu_report(**kwargs) -> GpuReport:
-    facts = HardwareFacts(
-        devices=tuple(h100(i) for i in range(8)),
-        cpu=CPU,
-        probes=(ProbeStatus(Source.NVML, None, 8),),
-        driver_version="550.54.14",
-        cuda_driver_version="12.4",
-    )
-    return build_report(facts, **kwargs)
+from .gpu_helpers import CPU, eight_gpu_report, h100, hardware_facts
 
 
 def test_record_for_8_gpus_is_small():
