@@ -55,6 +55,7 @@ from .agent_commands import (
     StartTask,
     StopTask,
 )
+from .agent_state import Owned, Pending, Proposal
 from .agent_wire import (
     AgentMessage,
     Finish,
@@ -86,6 +87,8 @@ __all__ = ["LeaseAgent", "replicas_for"]
 PLACE_INTERVAL: Final = 1.0
 #: Unfinished tasks one member may have offered to this granter (bounds what it stores).
 OPEN_OFFERS_PER_MEMBER_MAX: Final = 20_000
+#: Grant requests held until their task's offer arrives (more are refused as unknown).
+EARLY_GRANTS_MAX: Final = 1024
 
 #: The ends an owner writes into the table, as the granters record them.
 _ENDS: Final = {
@@ -96,53 +99,6 @@ _ENDS: Final = {
 
 Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
 Replicas = tuple[str, ...]
-
-
-@attrs.define
-class _Proposal:
-    epoch: int
-    owner: str
-    replicas: tuple[str, ...]
-    why: str
-    granted: set[str] = attrs.field(factory=set)
-    refused: dict[str, int] = attrs.field(factory=dict)
-    highest: int = 0
-    failures: int = 0
-    wait: float = 0.0
-    resend_at: float = 0.0
-    give_up_at: float = 0.0
-
-
-@attrs.define
-class _Owned:
-    epoch: int
-    spec: TaskSpec
-    why: str
-    since: float
-    failures: int = 0
-    lease_until: float = 0.0
-    started: bool = False
-    stopping: str = ""  # the reason given to StopTask, once stopped
-    superseded_by: set[str] = attrs.field(factory=set)
-
-
-@attrs.define
-class _Pending:
-    """A message we repeat to the replicas that have not answered yet (offer, finish,
-    cancel) until a majority has, or `until`."""
-
-    what: str
-    epoch: int
-    ended: Ended
-    replicas: tuple[str, ...]
-    until: float
-    acks: set[str] = attrs.field(factory=set)
-    refused: dict[str, int] = attrs.field(factory=dict)
-    resend_at: float = 0.0
-    done: bool = False
-    failures: int = 0
-    delta: bytes | None = None  # our table's change, gossiped once agreed
-    operator: OperatorProof | None = None  # a cancel's operator proof, if any
 
 
 class LeaseAgent:
@@ -190,13 +146,14 @@ class LeaseAgent:
         self.ready = True  # a restarted node proposes nothing until its driver says so
         self.draining = False
         self._wait = config.lease_ttl * config.clock_margin
-        self._proposals: dict[str, _Proposal] = {}
+        self._proposals: dict[str, Proposal] = {}
         self._retry_at: dict[str, float] = {}
         self._settled: set[str] = set()  # refused as final by a majority: not proposed
         self._need_since: dict[str, float] = {}
-        self._owned: dict[str, _Owned] = {}
-        self._pending: dict[tuple[str, str], _Pending] = {}  # (what, task) -> pending
+        self._owned: dict[str, Owned] = {}
+        self._pending: dict[tuple[str, str], Pending] = {}  # (what, task) -> pending
         self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
+        self._early: dict[str, tuple[str, GrantRequest, float]] = {}  # before their offer
         self._open_by: dict[str, int] = {}  # submitter -> unfinished offers held here
         self._rounds = RenewalRounds(keep_for=config.lease_ttl)
         self._renew_at: float | None = None
@@ -270,10 +227,12 @@ class LeaseAgent:
         tid, delta = self.table.submit(spec, now)
         self._offers[tid] = (spec, signature)
         out: list[AgentCommand] = [self._gossip(f"s/{tid}", delta, now)]
-        pending = self._pending[("offer", tid)] = _Pending(
+        pending = self._pending[("offer", tid)] = Pending(
             "offer", 0, Ended.NO, spec.replicas, now + self.config.lease_ttl
         )
         out += self._repeat(tid, pending, now)
+        if self.ready and tid not in self._retry_at:  # not yet proposed: see `_decided`
+            out += self._propose(tid, 1, set(), now)
         return tid, out
 
     def _replica_set(self, spec: TaskSpec, live: set[str], now: float) -> Replicas:
@@ -312,7 +271,7 @@ class LeaseAgent:
         rec = self.grants.get(task_id)
         epoch = rec.epoch if rec is not None else 0 if entry is None else entry.epoch
         epoch = min(epoch, EPOCH_MAX)  # a cancel's epoch is informational
-        pending = self._pending[("cancel", task_id)] = _Pending(
+        pending = self._pending[("cancel", task_id)] = Pending(
             "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait,
             operator=None if spec.submitted_by == self.me else operator,
         )  # fmt: skip
@@ -338,7 +297,7 @@ class LeaseAgent:
         failures = owned.failures + (ended is Ended.FAILED)
         if ended is Ended.FAILED and result is not None and result.final:
             failures = max(failures, owned.spec.retry_limit + 1)  # no retry can mend it
-        pending = self._pending[("finish", task_id)] = _Pending(
+        pending = self._pending[("finish", task_id)] = Pending(
             "finish", epoch, ended, owned.spec.replicas, now + 4 * self._wait,
             failures=failures,
         )  # fmt: skip
@@ -377,7 +336,7 @@ class LeaseAgent:
                 ended, delta = _ENDS[cur.phase], self.table.full_delta(tid)
             else:
                 continue
-            pending = self._pending[("finish", tid)] = _Pending(
+            pending = self._pending[("finish", tid)] = Pending(
                 "finish", cur.epoch, ended, known[0].replicas, now + 4 * self._wait,
                 failures=entry.failures_to_report(), delta=delta,
             )  # fmt: skip
@@ -439,7 +398,8 @@ class LeaseAgent:
         return []  # pragma: no cover
 
     def _send(self, node: str, msg: AgentMessage) -> SendTo:
-        return SendTo(node, encode(msg, self.me, self._sign))
+        renewal = isinstance(msg, Renew | RenewDigest | RenewAnswer)
+        return SendTo(node, encode(msg, self.me, self._sign), after_commit=not renewal)
 
     def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
         """Send to `node`; to ourselves, handle it at once (no network)."""
@@ -475,13 +435,24 @@ class LeaseAgent:
         if self.me not in spec.replicas or not spec.verify(msg.spec_signature, self._verify):
             self._count("offers_refused")
             return []
+        tid = spec.task_id()
         if self._keep(spec, msg.spec_signature, now) is None:
             return []
-        return self._to(sender, OfferAck(spec.task_id()), now)
+        out = self._to(sender, OfferAck(tid), now)
+        early = self._early.pop(tid, None)
+        if early is not None and now < early[2] + self.config.lease_ttl:
+            out += self._on_grant_request(early[0], early[1], now)
+        return out
 
     def _on_grant_request(self, sender: str, msg: GrantRequest, now: float) -> list[AgentCommand]:
         tid = msg.task_id
         rec = self.grants.get(tid)
+        if rec is None and tid not in self._compacted and len(self._early) < EARLY_GRANTS_MAX:
+            # The first epoch's request travels right behind its offer and may overtake
+            # it: answered once the offer arrives (`_on_offer`), within `lease_ttl`.
+            self._early[tid] = (sender, msg, now)
+            self._count("grants_held_early")
+            return self._to(sender, SpecWanted(tid), now)
         if rec is None:
             self._count("grants_refused_unknown")
             unknown = GrantAnswer(tid, msg.epoch, msg.owner, Refusal.UNKNOWN, 0, 0.0, 0)
@@ -556,7 +527,7 @@ class LeaseAgent:
     ####################################################################################
     # Repeated messages: offers, finishes, cancels
 
-    def _repeat(self, tid: str, p: _Pending, now: float) -> list[AgentCommand]:
+    def _repeat(self, tid: str, p: Pending, now: float) -> list[AgentCommand]:
         """(Re)send `p` to every replica that has not answered it."""
         out: list[AgentCommand] = []
         p.resend_at = now + self.config.lease_renew_interval
@@ -594,11 +565,13 @@ class LeaseAgent:
             del self._pending[key]
         return out
 
-    def _decided(self, what: str, tid: str, p: _Pending, now: float) -> list[AgentCommand]:
+    def _decided(self, what: str, tid: str, p: Pending, now: float) -> list[AgentCommand]:
         out: list[AgentCommand] = []
         if what == "offer":
             out.append(Acknowledged(tid, "submit", len(p.acks)))
-            if self.ready:
+            # Usually proposed at submit, behind the offer (a replica then stores and
+            # grants in one commit); here if not (the agent was not ready then).
+            if self.ready and tid not in self._retry_at:
                 out += self._propose(tid, 1, set(), now)
         elif what == "cancel":
             out.append(Acknowledged(tid, "cancel", len(p.acks)))
@@ -609,7 +582,7 @@ class LeaseAgent:
         self._check_at = min(self._check_at, now)
         return out
 
-    def _refused(self, what: str, tid: str, p: _Pending, final: Ended) -> list[AgentCommand]:
+    def _refused(self, what: str, tid: str, p: Pending, final: Ended) -> list[AgentCommand]:
         self._count(f"{what}_refused")
         known = self.spec_of(tid)
         if what == "cancel" and Refusal.NOT_CANCELLER in p.refused.values() and known:
@@ -709,13 +682,13 @@ class LeaseAgent:
         owner = p.chosen
         if epoch == 1 and spec.replicas[0] in p.ranked:
             owner = spec.replicas[0]  # placed there at submit (`_replica_set`); still fits
-        prop = self._proposals[tid] = _Proposal(
+        prop = self._proposals[tid] = Proposal(
             epoch, owner, spec.replicas, p.explain(), give_up_at=now + self.config.lease_ttl
         )
         self._count("proposals")
         return self._ask(tid, prop, now)
 
-    def _ask(self, tid: str, prop: _Proposal, now: float) -> list[AgentCommand]:
+    def _ask(self, tid: str, prop: Proposal, now: float) -> list[AgentCommand]:
         prop.resend_at = now + self.config.lease_renew_interval
         out: list[AgentCommand] = []
         for node in prop.replicas:
@@ -752,7 +725,7 @@ class LeaseAgent:
             return self._lost(tid, prop, now)
         return []
 
-    def _lost(self, tid: str, prop: _Proposal, now: float) -> list[AgentCommand]:
+    def _lost(self, tid: str, prop: Proposal, now: float) -> list[AgentCommand]:
         """No majority: try again later, past what the granters hold and wait for."""
         del self._proposals[tid]
         self._count("grants_lost")
@@ -772,7 +745,11 @@ class LeaseAgent:
         live = set(self._members()) | {self.me}
         nxt = now + max(PLACE_INTERVAL, self.config.lease_renew_interval)
         for tid, rec in self.grants.items():
-            if rec.final or tid in self._proposals or tid in self._owned or tid in self._settled:
+            ending = self._pending.get(("finish", tid))  # ours (a restart's release)
+            busy = tid in self._proposals or tid in self._owned or tid in self._settled
+            if rec.final or busy or (ending is not None and not ending.done):
+                # Not before our end is agreed: a proposal the granters see first meets
+                # a live lease and waits it out (traced: 4 s more after a restart).
                 self._need_since.pop(tid, None)
                 continue
             live_for = rec.live(now, self._wait)
@@ -790,7 +767,12 @@ class LeaseAgent:
             proposers = [r for r in rec.spec.replicas if r in live and r not in expired]
             rank = proposers.index(self.me) if self.me in proposers else len(proposers)
             # Progress restarts the count: a grant or renewal here since we started it.
-            since = max(self._need_since.setdefault(tid, now), rec.heard_at + self._wait)
+            # An epoch that ended (released, as a restarted owner does at once, or
+            # failed) holds no lease: no wait for it (the first proposer then goes at
+            # once, not `lease_ttl` after the restart that counted it live again).
+            since = self._need_since.setdefault(tid, now)
+            if rec.ended is Ended.NO:
+                since = max(since, rec.heard_at + self._wait)
             due = max(since + rank * self.config.lease_ttl, self._retry_at.get(tid, 0.0))
             if now < due:
                 nxt = min(nxt, due)
@@ -838,11 +820,11 @@ class LeaseAgent:
         if self.table.get(tid) is None:
             self.table.apply(encode_entries([TaskEntry(tid, msg.spec, msg.spec_signature)]), now)
         if self.draining:  # granted while we began to drain: hand it back at once
-            pending = self._pending[("finish", tid)] = _Pending(
+            pending = self._pending[("finish", tid)] = Pending(
                 "finish", msg.epoch, Ended.RELEASED, msg.spec.replicas, now + 4 * self._wait
             )
             return self._repeat(tid, pending, now)
-        self._owned[tid] = _Owned(msg.epoch, msg.spec, self.why.get(tid, ""), now, msg.failures)
+        self._owned[tid] = Owned(msg.epoch, msg.spec, self.why.get(tid, ""), now, msg.failures)
         self._renew_at = now  # renew at once: the task starts after this round
         return self._renew(now)
 
@@ -903,7 +885,7 @@ class LeaseAgent:
                     out += self._stop(tid, o, why)
         return out
 
-    def _renewed(self, tid: str, o: _Owned, node: str, at: float, now: float) -> list[AgentCommand]:
+    def _renewed(self, tid: str, o: Owned, node: str, at: float, now: float) -> list[AgentCommand]:
         if at < o.since:
             return []  # a round sent before this ownership began (an earlier one's)
         acks = self._acks.setdefault((tid, o.epoch, at), set())
@@ -927,7 +909,7 @@ class LeaseAgent:
         out.append(StartTask(tid, o.epoch, o.spec, o.lease_until))
         return out
 
-    def _stop(self, tid: str, o: _Owned, reason: str) -> list[AgentCommand]:
+    def _stop(self, tid: str, o: Owned, reason: str) -> list[AgentCommand]:
         o.stopping = reason
         if not o.started:
             del self._owned[tid]
@@ -982,19 +964,17 @@ class LeaseAgent:
                 continue
             since = self._final_since.setdefault(tid, now)
             if since + keep <= now:
-                del self.grants[tid]
-                del self._final_since[tid]
+                del self.grants[tid], self._final_since[tid]
                 self._forget(tid)
                 self._compacted[tid] = now
+        stale = now - self.config.lease_ttl
+        self._early = {t: e for t, e in self._early.items() if e[2] > stale}
         horizon = now - self.config.tombstone_retention
         for tid in [t for t, at in self._compacted.items() if at <= horizon]:
             del self._compacted[tid]
 
     def statistics(self) -> dict[str, int]:
-        stats = dict(self.counters)
-        stats["granter_records"] = len(self.grants)
-        stats["owned"] = len(self._owned)
-        return stats
+        return {**self.counters, "granter_records": len(self.grants), "owned": len(self._owned)}
 
     def __iter__(self) -> Iterator[GrantRecord]:
         return iter(self.grants.values())
