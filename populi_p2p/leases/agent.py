@@ -73,6 +73,7 @@ from .agent_wire import (
     encode,
 )
 from .config import LeaseConfig
+from .granter_book import GranterBook
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
 from .placement import replica_nodes as deployment_nodes
@@ -85,8 +86,6 @@ __all__ = ["LeaseAgent", "replicas_for"]
 
 #: A pending task is placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
-#: Unfinished tasks one member may have offered to this granter (bounds what it stores).
-OPEN_OFFERS_PER_MEMBER_MAX: Final = 20_000
 #: Grant requests held until their task's offer arrives (more are refused as unknown).
 EARLY_GRANTS_MAX: Final = 1024
 
@@ -96,6 +95,8 @@ _ENDS: Final = {
     Phase.FAILED: Ended.FAILED,
     Phase.SUCCEEDED: Ended.SUCCEEDED,
 }
+#: A granter's record of a cancel, final or still settling: its owner stops the run.
+_CANCELS: Final = (Ended.CANCELLED, Ended.CANCELLING)
 
 Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
 Replicas = tuple[str, ...]
@@ -134,18 +135,18 @@ class LeaseAgent:
         self._check_operator = check_operator
         self._sign, self._verify = sign, verify
         self._members, self._candidates, self._rng = members, candidates, rng
+        self._wait = config.lease_ttl * config.clock_margin
         self._persist = persist_grant or (lambda _r: None)
-        self._forget = forget_grant or (lambda _t: None)
-        self._final_since: dict[str, float] = {}  # final granter records: since when
-        self._compacted: dict[str, float] = {}  # dropped final records: when
+        self.book = GranterBook(
+            self._wait, persist=self._persist, forget=forget_grant or (lambda _t: None)
+        )
         self._echo: dict[str, tuple[bytes, float]] = {}  # key -> (delta, echo until)
         self._echo_at: float | None = None
         self._compact_at = 0.0
-        self.grants: dict[str, GrantRecord] = {}
+        self.grants = self.book.records
         self.why: dict[str, str] = {}  # task -> last placement explanation here
         self.ready = True  # a restarted node proposes nothing until its driver says so
         self.draining = False
-        self._wait = config.lease_ttl * config.clock_margin
         self._proposals: dict[str, Proposal] = {}
         self._retry_at: dict[str, float] = {}
         self._settled: set[str] = set()  # refused as final by a majority: not proposed
@@ -154,7 +155,6 @@ class LeaseAgent:
         self._pending: dict[tuple[str, str], Pending] = {}  # (what, task) -> pending
         self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
         self._early: dict[str, tuple[str, GrantRequest, float]] = {}  # before their offer
-        self._open_by: dict[str, int] = {}  # submitter -> unfinished offers held here
         self._rounds = RenewalRounds(keep_for=config.lease_ttl)
         self._renew_at: float | None = None
         self._check_at = 0.0
@@ -197,9 +197,7 @@ class LeaseAgent:
         times += [o.lease_until for o in self._owned.values() if o.started and not o.stopping]
         times += [p.resend_at for p in self._proposals.values()]
         times += [p.resend_at for p in self._pending.values()]
-        table_due = self.table.compaction_deadline()
-        if table_due is not None:
-            times.append(table_due)
+        times += [t for t in (self.table.compaction_deadline(), self.book.next_deadline()) if t]
         return min(times, default=None)
 
     ####################################################################################
@@ -210,12 +208,7 @@ class LeaseAgent:
     ) -> None:
         """After a restart: our granter records (each lease counted live again for a
         whole wait, since we cannot know when we last renewed it) and the table."""
-        for rec in records:
-            rec.heard_at, rec.renewed = now, True
-            self.grants[rec.task_id] = rec
-            if not rec.final:
-                by = rec.spec.submitted_by
-                self._open_by[by] = self._open_by.get(by, 0) + 1
+        self.book.load(records, now)
         self.table.load(entries, now)
 
     def submit(self, spec: TaskSpec, now: float) -> tuple[str, list[AgentCommand]]:
@@ -348,11 +341,10 @@ class LeaseAgent:
         for a task we run stops it at once."""
         events = self.table.apply(delta, now)
         out: list[AgentCommand] = []
-        for tid, o in self._owned.items():
+        for tid, o in list(self._owned.items()):
             entry = self.table.get(tid)
             if entry is not None and entry.cancel is not None and not o.stopping:
-                o.stopping = "cancelled"
-                out.append(StopTask(tid, o.epoch, "cancelled"))
+                out += self._stop_cancelled(tid, o, now)
         return bool(events), out
 
     ####################################################################################
@@ -389,6 +381,8 @@ class LeaseAgent:
                 return self._on_finish(sender, msg, now)
             case FinishAnswer(tid, epoch, ended, refusal, final):
                 what = "cancel" if ended is Ended.CANCELLED else "finish"
+                if what == "cancel" and not refusal and final is Ended.CANCELLING:
+                    return []  # recorded, not final yet: asked again next round
                 return self._on_answer(sender, (what, tid), refusal, final, now, epoch)
             case SpecWanted(tid):
                 known = self.spec_of(tid)
@@ -412,19 +406,12 @@ class LeaseAgent:
 
     def _keep(self, spec: TaskSpec, signature: bytes, now: float) -> GrantRecord | None:
         tid = spec.task_id()
-        rec = self.grants.get(tid)
-        if rec is not None:
-            return rec
-        if tid in self._compacted:
-            self._count("offers_compacted")
+        if tid in self.grants:
+            return self.grants[tid]
+        rec = self.book.keep(spec, signature, now)
+        if isinstance(rec, str):
+            self._count(rec)
             return None
-        by = spec.submitted_by
-        if self._open_by.get(by, 0) >= OPEN_OFFERS_PER_MEMBER_MAX:
-            self._count("offers_over_bound")
-            return None
-        self._open_by[by] = self._open_by.get(by, 0) + 1
-        rec = self.grants[tid] = GrantRecord(tid, spec, signature, heard_at=now)
-        self._persist(rec)
         self._check_at = min(self._check_at, now)
         if self.table.get(tid) is None:
             self.table.apply(encode_entries([TaskEntry(tid, spec, signature)]), now)
@@ -447,7 +434,7 @@ class LeaseAgent:
     def _on_grant_request(self, sender: str, msg: GrantRequest, now: float) -> list[AgentCommand]:
         tid = msg.task_id
         rec = self.grants.get(tid)
-        if rec is None and tid not in self._compacted and len(self._early) < EARLY_GRANTS_MAX:
+        if rec is None and not self.book.compacted(tid) and len(self._early) < EARLY_GRANTS_MAX:
             # The first epoch's request travels right behind its offer and may overtake
             # it: answered once the offer arrives (`_on_offer`), within `lease_ttl`.
             self._early[tid] = (sender, msg, now)
@@ -507,22 +494,30 @@ class LeaseAgent:
             and sender != rec.spec.submitted_by
             and (self._check_operator(tid, msg.operator, True) is None)
         )  # checked only when it matters: two signatures to verify
-        refusal = on_finish(rec, msg.epoch, sender, msg.ended, msg.failures, operator=operator)
+        refusal = on_finish(
+            rec, msg.epoch, sender, msg.ended, msg.failures, operator=operator, now=now,
+            wait=self._wait,
+        )  # fmt: skip
         if refusal is not None:
             self._count(f"finishes_refused_{refusal.name.lower()}")
         elif before != (rec.epoch, rec.owner, rec.ended, rec.failures):
-            self._persist(rec)
-            if rec.final:
-                by = rec.spec.submitted_by
-                self._open_by[by] = max(0, self._open_by.get(by, 0) - 1)
+            self.book.changed(rec)
         self._check_at = min(self._check_at, now)
-        final = rec.ended if rec.final else Ended.NO
+        final = rec.ended if rec.closed else Ended.NO
         out = self._to(sender, FinishAnswer(tid, msg.epoch, msg.ended, refusal or 0, final), now)
+        if before[2] is Ended.CANCELLING and rec.final:
+            out += self._cancel_settled(rec, now)
         owned = self._owned.get(tid)
-        if rec.ended is Ended.CANCELLED and owned is not None and not owned.stopping:
-            owned.stopping = "cancelled"
-            out.append(StopTask(tid, owned.epoch, "cancelled"))
+        if rec.ended in _CANCELS and owned is not None and not owned.stopping:
+            out += self._stop_cancelled(tid, owned, now)
         return out
+
+    def _cancel_settled(self, rec: GrantRecord, now: float) -> list[AgentCommand]:
+        """A cancel that waited on a lease is final here: the accepting node, which
+        asks again each round, hears at once (it may not live to ask again)."""
+        self._check_at = min(self._check_at, now)
+        answer = FinishAnswer(rec.task_id, rec.epoch, Ended.CANCELLED, 0, Ended.CANCELLED)
+        return self._to(rec.spec.submitted_by, answer, now)
 
     ####################################################################################
     # Repeated messages: offers, finishes, cancels
@@ -547,8 +542,10 @@ class LeaseAgent:
         epoch: int | None = None,
     ) -> list[AgentCommand]:  # fmt: skip
         p = self._pending.get(key)
-        if p is None or sender not in p.replicas or (epoch is not None and epoch != p.epoch):
+        if p is None or sender not in p.replicas:
             return []
+        if epoch is not None and epoch != p.epoch and key[0] != "cancel":
+            return []  # (a cancel's epoch is informational)
         what, tid = key
         if refusal:
             p.refused[sender] = refusal
@@ -747,7 +744,7 @@ class LeaseAgent:
         for tid, rec in self.grants.items():
             ending = self._pending.get(("finish", tid))  # ours (a restart's release)
             busy = tid in self._proposals or tid in self._owned or tid in self._settled
-            if rec.final or busy or (ending is not None and not ending.done):
+            if rec.closed or busy or (ending is not None and not ending.done):
                 # Not before our end is agreed: a proposal the granters see first meets
                 # a live lease and waits it out (traced: 4 s more after a restart).
                 self._need_since.pop(tid, None)
@@ -880,9 +877,12 @@ class LeaseAgent:
                 # One granter alone may hold an end that no majority agreed (a result
                 # whose other answers were lost): only a majority ends our run early.
                 o.superseded_by.add(sender)
-                if is_quorum(o.spec.replicas, o.superseded_by):
-                    why = "cancelled" if refusal == Refusal.FINISHED else "superseded"
-                    out += self._stop(tid, o, why)
+                if not is_quorum(o.spec.replicas, o.superseded_by):
+                    continue
+                if refusal == Refusal.FINISHED:
+                    out += self._stop_cancelled(tid, o, now)
+                else:
+                    out += self._stop(tid, o, "superseded")
         return out
 
     def _renewed(self, tid: str, o: Owned, node: str, at: float, now: float) -> list[AgentCommand]:
@@ -909,6 +909,23 @@ class LeaseAgent:
         out.append(StartTask(tid, o.epoch, o.spec, o.lease_until))
         return out
 
+    def _stop_cancelled(self, tid: str, o: Owned, now: float) -> list[AgentCommand]:
+        """Stop a run a cancel ended, and tell the replicas we are done with the epoch
+        (a release of it), so a cancel waiting on our lease is final now, not when the
+        lease lapses. A promise never to start this epoch: kept in memory, and in the
+        table (the claim released, persisted) once the run had started."""
+        epoch = o.epoch
+        self._owned_before[tid] = max(self._owned_before.get(tid, 0), epoch)
+        delta = None
+        if o.started:
+            delta = self._table_local(functools.partial(self.table.release, tid, now))
+        out = self._stop(tid, o, "cancelled")
+        pending = self._pending[("finish", tid)] = Pending(
+            "finish", epoch, Ended.RELEASED, o.spec.replicas, now + 4 * self._wait,
+            delta=delta,
+        )  # fmt: skip
+        return out + self._repeat(tid, pending, now)
+
     def _stop(self, tid: str, o: Owned, reason: str) -> list[AgentCommand]:
         o.stopping = reason
         if not o.started:
@@ -930,6 +947,8 @@ class LeaseAgent:
                 out += self._stop(tid, o, "fenced")
             elif not o.started and now >= o.since + self.config.lease_ttl:
                 del self._owned[tid]  # no majority renewed it in time: never started
+        for rec in self.book.settle(now):
+            out += self._cancel_settled(rec, now)
         if self._renew_at is not None and now >= self._renew_at:
             out += self._renew(now)
         out += self._echoes(now)
@@ -959,19 +978,9 @@ class LeaseAgent:
             return
         keep = self.config.finished_retention
         self._compact_at = now + min(keep / 4, PLACE_INTERVAL * 10)
-        for tid, rec in list(self.grants.items()):
-            if not rec.final:
-                continue
-            since = self._final_since.setdefault(tid, now)
-            if since + keep <= now:
-                del self.grants[tid], self._final_since[tid]
-                self._forget(tid)
-                self._compacted[tid] = now
+        self.book.compact(now, keep, self.config.tombstone_retention)
         stale = now - self.config.lease_ttl
         self._early = {t: e for t, e in self._early.items() if e[2] > stale}
-        horizon = now - self.config.tombstone_retention
-        for tid in [t for t, at in self._compacted.items() if at <= horizon]:
-            del self._compacted[tid]
 
     def statistics(self) -> dict[str, int]:
         return {**self.counters, "granter_records": len(self.grants), "owned": len(self._owned)}

@@ -307,6 +307,7 @@ def _message(kind: int, b: list[Any]) -> AgentMessage:
             ended = Ended(_enum(Ended, b[2]))
             proof = _operator(b[4]) if n == 5 else None
             _need(proof is None or ended is Ended.CANCELLED, "an operator proof is for a cancel")
+            _need(ended not in (Ended.NO, Ended.CANCELLING), "not an end anyone posts")
             return Finish(_task(b[0]), _epoch(b[1]), ended, _count(b[3]), proof)
         case _Type.FINISH_ANSWER if n == 5:
             ended, final = Ended(_enum(Ended, b[2])), Ended(_enum(Ended, b[4]))

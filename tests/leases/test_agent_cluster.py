@@ -4,14 +4,16 @@ cancels, insiders, and many seeds of chaos with controls that show the checks bi
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from populi_p2p.leases.agent import LeaseAgent
 from populi_p2p.leases.agent_commands import Acknowledged, SendTo
-from populi_p2p.leases.agent_wire import Finish, GrantRequest, encode
+from populi_p2p.leases.agent_wire import Finish, GrantRequest, RenewAnswer, decode, encode
 from populi_p2p.leases.grants import Ended
 
-from .agent_harness import Cluster, chaos, sign_as
+from .agent_harness import Cluster, chaos, sign_as, verify
 
 
 def _owner_of(c: Cluster, tid: str) -> str:
@@ -314,3 +316,44 @@ def test_agent_has_no_io() -> None:
         assert word not in source
     assert LeaseAgent.__module__ == "populi_p2p.leases.agent"
     assert SendTo.__module__.endswith("agent_commands")
+
+
+def test_a_cancel_is_final_only_once_no_renewal_in_flight_can_start_the_task() -> None:
+    """I2's race, found by the simulator (seed 849): the granters answer the owner's
+    renewals, the cancel is recorded by all of them, and only then do the answers reach
+    the owner, which may start on them. The cancel must not be final (acknowledged)
+    before that start, so it waits for the owner's word that it is done with the epoch
+    (or for the lease to lapse)."""
+    c = Cluster(3, seed=11, delay=(0.001, 0.002))
+    tid = c.submit("n0", 60.0)
+    held: list[tuple[str, Any]] = []
+    original = c._event
+
+    def slow_owner(kind: str, data: Any) -> None:  # the owner's inbox stalls
+        if kind == "msg" and not c.runs[tid]:
+            if held and data[1] == held[0][1][1]:
+                held.append((kind, data))
+                return
+            if decode(data[2], verify)[1].__class__ is RenewAnswer:
+                held.append((kind, data))
+                return
+        original(kind, data)
+
+    c._event = slow_owner  # type: ignore[method-assign]
+    while not held and c.now < 5.0:
+        c.run_until(c.now + 0.01)
+    assert held and not c.runs[tid], "the owner renewed, and no answer reached it yet"
+    owner = held[0][1][1]
+    c.cancel("n0", tid)
+    c.run_until(c.now + 0.05)
+    replicas = c.nodes["n0"].agent.spec_of(tid)[0].replicas  # type: ignore[index]
+    recorded = [r for r in replicas if c.nodes[r].agent.grants[tid].ended.name != "NO"]
+    assert len(recorded) >= 2 and owner not in recorded
+    assert tid not in c.final_at, "final while a renewal answer that may start it is in flight"
+    c._event = original  # type: ignore[method-assign]
+    for kind, data in held:
+        c._event(kind, data)  # the answers arrive: the owner starts, then hears the cancel
+    c.run_until(c.now + 20.0)
+    assert tid in c.final_at
+    assert [a.refusal for a in c.answers if a.task_id == tid and a.what == "cancel"] == [None]
+    assert c.check() == [], "no start after the cancel was final"

@@ -177,3 +177,14 @@ def test_an_operator_proof_rides_only_on_a_cancel_and_is_bounded() -> None:
     ):
         with pytest.raises(DecodeError, match="operator proof"):
             decode(_signed_finish([bytes(16), 1, int(Ended.CANCELLED), 0, bad]), verify)
+
+
+@pytest.mark.parametrize("ended", [Ended.NO, Ended.CANCELLING])
+def test_an_end_that_only_a_granter_records_is_not_a_message(ended: Ended) -> None:
+    """`CANCELLING` is a granter's state while a cancel waits on a lease: an owner that
+    posted it could end its own task as cancelled with no canceller's say."""
+    data = encode(Finish(TID, 3, ended, 0), "n1", sign_as("n1"))
+    with pytest.raises(DecodeError, match="not an end anyone posts"):
+        decode(data, verify)
+    assert decode(encode(FinishAnswer(TID, 3, Ended.CANCELLED, 0, ended), "n1", sign_as("n1")),
+                  verify)[1].final is ended  # fmt: skip
