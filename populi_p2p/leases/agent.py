@@ -55,7 +55,7 @@ from .agent_commands import (
     StartTask,
     StopTask,
 )
-from .agent_state import Owned, Pending, Proposal
+from .agent_state import EarlyGrants, Owned, Pending, Proposal
 from .agent_wire import (
     AgentMessage,
     Finish,
@@ -86,8 +86,6 @@ __all__ = ["LeaseAgent", "replicas_for"]
 
 #: A pending task is placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
-#: Grant requests held until their task's offer arrives (more are refused as unknown).
-EARLY_GRANTS_MAX: Final = 1024
 
 #: The ends an owner writes into the table, as the granters record them.
 _ENDS: Final = {
@@ -154,7 +152,7 @@ class LeaseAgent:
         self._owned: dict[str, Owned] = {}
         self._pending: dict[tuple[str, str], Pending] = {}  # (what, task) -> pending
         self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
-        self._early: dict[str, tuple[str, GrantRequest, float]] = {}  # before their offer
+        self._early = EarlyGrants()  # grant requests that came before their offer
         self._rounds = RenewalRounds(keep_for=config.lease_ttl)
         self._renew_at: float | None = None
         self._check_at = 0.0
@@ -426,7 +424,7 @@ class LeaseAgent:
         if self._keep(spec, msg.spec_signature, now) is None:
             return []
         out = self._to(sender, OfferAck(tid), now)
-        early = self._early.pop(tid, None)
+        early = self._early.take(tid)
         if early is not None and now < early[2] + self.config.lease_ttl:
             out += self._on_grant_request(early[0], early[1], now)
         return out
@@ -434,10 +432,9 @@ class LeaseAgent:
     def _on_grant_request(self, sender: str, msg: GrantRequest, now: float) -> list[AgentCommand]:
         tid = msg.task_id
         rec = self.grants.get(tid)
-        if rec is None and not self.book.compacted(tid) and len(self._early) < EARLY_GRANTS_MAX:
+        if rec is None and not self.book.compacted(tid) and self._early.hold(sender, msg, now):
             # The first epoch's request travels right behind its offer and may overtake
             # it: answered once the offer arrives (`_on_offer`), within `lease_ttl`.
-            self._early[tid] = (sender, msg, now)
             self._count("grants_held_early")
             return self._to(sender, SpecWanted(tid), now)
         if rec is None:
@@ -980,7 +977,7 @@ class LeaseAgent:
         self._compact_at = now + min(keep / 4, PLACE_INTERVAL * 10)
         self.book.compact(now, keep, self.config.tombstone_retention)
         stale = now - self.config.lease_ttl
-        self._early = {t: e for t, e in self._early.items() if e[2] > stale}
+        self._early.expire(stale)
 
     def statistics(self) -> dict[str, int]:
         return {**self.counters, "granter_records": len(self.grants), "owned": len(self._owned)}

@@ -1,13 +1,14 @@
 """The first epoch's grant request travels right behind the task's offer (`submit`), so
-it may overtake it. A replica holds such a request (bounded, `EARLY_GRANTS_MAX`) and
-answers it once the offer arrives, so every replica holds the grant and the owner's
-renewals find the same set everywhere."""
+it may overtake it. A replica holds such a request (bounded, `EARLY_GRANTS_MAX` in all
+and `EARLY_GRANTS_PER_SENDER` from one member) and answers it once the offer arrives,
+so every replica holds the grant and the owner's renewals find the same set
+everywhere."""
 
 from __future__ import annotations
 
 import pytest
 
-from populi_p2p.leases import agent as agent_module
+from populi_p2p.leases import agent_state
 from populi_p2p.leases.agent_commands import SendTo
 from populi_p2p.leases.agent_wire import GrantRequest, Renew, RenewAnswer, decode, encode
 
@@ -38,15 +39,18 @@ def test_a_request_that_overtakes_its_offer_is_answered_once_the_offer_arrives()
 def test_held_requests_are_bounded_and_refused_as_unknown_beyond(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(agent_module, "EARLY_GRANTS_MAX", 2)
+    monkeypatch.setattr(agent_state, "EARLY_GRANTS_MAX", 3)
+    monkeypatch.setattr(agent_state, "EARLY_GRANTS_PER_SENDER", 2)
     c = Cluster(3, seed=1)
     granter = c.nodes["n1"].agent
     out = []
-    for k in range(3):
-        request = GrantRequest(f"{k:032x}", 1, "n0")
-        out += granter.receive(encode(request, "n0", sign_as("n0")), 0.0)
-    assert granter.counters.get("grants_held_early") == 2
-    assert granter.counters.get("grants_refused_unknown") == 1
+    requests = [("n0", GrantRequest(f"{k:032x}", 1, "n0")) for k in range(3)]  # 2 held
+    requests += [("n2", GrantRequest(f"{k:032x}", 1, "n2")) for k in range(3, 5)]  # 1 held
+    requests += [("n2", GrantRequest(f"{5:032x}", 2, "n2"))]  # not a first epoch
+    for sender, request in requests:
+        out += granter.receive(encode(request, sender, sign_as(sender)), 0.0)
+    assert granter.counters.get("grants_held_early") == 3
+    assert granter.counters.get("grants_refused_unknown") == 3
     assert all(isinstance(cmd, SendTo) for cmd in out)
 
 

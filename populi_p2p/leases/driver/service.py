@@ -442,13 +442,13 @@ class LeaseService:
             self._wake.set()
 
     async def _acknowledged(
-        self, what: str, tid: str, commands: list[AgentCommand]
+        self, what: str, tid: str, commands: list[AgentCommand], timeout: float
     ) -> Acknowledged | None:
         """Carry out `commands` and wait for the agent's `Acknowledged` (None: timeout)."""
         done, got = self._waiters[(what, tid)] = (trio.Event(), [])
         try:
             await self._execute(commands)
-            with trio.move_on_after(self._ack_timeout):
+            with trio.move_on_after(timeout):
                 await done.wait()
         finally:
             del self._waiters[(what, tid)]
@@ -468,7 +468,7 @@ class LeaseService:
         self._trace.note("submit")
         tid, commands = self.agent.submit(spec, trio.current_time())
         self._trace.note("offered", task=tid)
-        ack = await self._acknowledged("submit", tid, commands)
+        ack = await self._acknowledged("submit", tid, commands, self._ack_timeout)
         self._trace.note("acked", task=tid, ok=ack is not None and ack.refusal is None)
         if ack is None or ack.refusal is not None:
             entry = self.table.get(tid)
@@ -491,13 +491,16 @@ class LeaseService:
         """
         if self.table.get(task_id) is None:
             raise KeyError(f"no task {task_id} here (see populi-node tasks)")
-        ack = await self._acknowledged(
-            "cancel", task_id, self.agent.cancel(task_id, trio.current_time(), operator)
-        )
+        # A cancel that meets a live lease is final once its owner is done with the
+        # epoch, or the lease lapsed (an owner that died): up to a whole wait more.
+        config = self.agent.config
+        timeout = self._ack_timeout + config.lease_ttl * config.clock_margin
+        commands = self.agent.cancel(task_id, trio.current_time(), operator)
+        ack = await self._acknowledged("cancel", task_id, commands, timeout)
         if ack is None:
             raise SubmitError(
                 f"task {task_id}: a majority of its replicas did not confirm the cancel"
-                f" within {self._ack_timeout:.0f} s (it is sent again until they do)"
+                f" within {timeout:.0f} s (it is sent again until they do)"
             )
         if ack.refusal is not None:
             raise (ForbiddenError if ack.forbidden else ConflictError)(ack.refusal)
