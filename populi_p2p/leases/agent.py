@@ -1,36 +1,19 @@
 """`LeaseAgent`: all of one node's lease logic, as a sans-IO state machine.
 
-Theory of operation
--------------------
-Each task names a small replica set in its spec (`TaskSpec.replicas`: 5 members by
-rendezvous hash, all of them in a smaller mesh). Those members are its **granters**
-(`grants.py`): each keeps a durable `GrantRecord` and grants every epoch at most once.
+Each task names a small replica set in its spec (`TaskSpec.replicas`); those members are
+its **granters** (`grants.py`, records in `GranterBook`), and each grants every epoch at
+most once. The accepting node offers a task to its replicas (acknowledged once a
+majority stored it); one node proposes an owner per epoch and tells it (`Own`) once a
+majority granted; the owner renews all its leases with each replica once per interval
+and starts a task only once a majority renewed it, its executor killing it by the
+lease's end by itself; an end (result, release, cancel) counts once a majority recorded
+it as final, and then goes into the `LeaseTable` (a CRDT, gossiped) that every node
+shows. Decisions come only from the granters. docs/leases.md, "Ownership by agreement",
+tells the whole of it and why.
 
-* **Submit.** The accepting node signs the spec, offers it to the replicas and counts
-  the task acknowledged once a majority has it on disk.
-* **Claim.** One node proposes an owner for the next epoch: the accepting node for the
-  first, then the first live replica (the k-th one only after k x `lease_ttl` without
-  progress). It places the task over its own view and asks every replica to grant the
-  epoch to the chosen owner. With a majority of grants it tells the owner (`Own`).
-  Two proposers can split the vote; then nobody owns that epoch, and a granter that
-  granted it grants the next one only after `lease_ttl * clock_margin`.
-* **Own.** The owner renews all its leases with each replica in one message per
-  interval (`Renew`, per node, not per task), and starts a task only once a majority
-  renewed it. The lease then runs until `sent + lease_ttl` of the last round a
-  majority renewed, on the owner's clock; the task must be dead by then
-  (`StartTask.deadline`, `FenceTask`): the executor kills it at that deadline by
-  itself. A granter grants the next epoch only `lease_ttl * clock_margin` after it last
-  renewed, on its own clock, so the new run starts after the old one stopped.
-* **End.** The owner's result, a release or a cancel counts only once a majority of
-  the replicas recorded it (`Finish`); then it goes into the lease table that every
-  node shows. A granter that holds a success, a cancel or the last failure grants
-  nothing again. A cancel counts only from the accepting node or with an operator's
-  proof (`_cancel.py`); the granters refuse any other (`NOT_CANCELLER`).
-
-The `LeaseTable` (a CRDT, gossiped) is what every node shows: specs, claims, results.
-Decisions come only from the granters. Inputs: `receive`, `submit`, `cancel`,
-`task_exited`, `apply_delta`, `tick(now)`; outputs: `agent_commands`. No clock, socket
-or trio: the node's `LeaseService` and the simulator drive this same object.
+Inputs: `receive`, `submit`, `cancel`, `task_exited`, `apply_delta`, `tick(now)`;
+outputs: `agent_commands`. No clock, socket or trio: the node's `LeaseService` and the
+simulator drive this same object.
 """
 
 from __future__ import annotations
@@ -153,6 +136,7 @@ class LeaseAgent:
         self._pending: dict[tuple[str, str], Pending] = {}  # (what, task) -> pending
         self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
         self._early = EarlyGrants()  # grant requests that came before their offer
+        self._nudge_at: dict[str, float] = {}  # final cancels: when to tell the canceller
         self._rounds = RenewalRounds(keep_for=config.lease_ttl)
         self._renew_at: float | None = None
         self._check_at = 0.0
@@ -188,10 +172,7 @@ class LeaseAgent:
     def next_deadline(self) -> float | None:
         """When `tick` has something to do (None: only on input)."""
         times = [self._check_at] if self.ready else []
-        if self._renew_at is not None:
-            times.append(self._renew_at)
-        if self._echo_at is not None:
-            times.append(self._echo_at)
+        times += [t for t in (self._renew_at, self._echo_at) if t is not None]
         times += [o.lease_until for o in self._owned.values() if o.started and not o.stopping]
         times += [p.resend_at for p in self._proposals.values()]
         times += [p.resend_at for p in self._pending.values()]
@@ -258,15 +239,19 @@ class LeaseAgent:
             self._count("cancels_refused_here")
             line = cancel_refusal_line(task_id, spec, None if operator is None else why)
             return [Acknowledged(task_id, "cancel", 0, line, forbidden=True)]
-        entry = self.table.get(task_id)
-        rec = self.grants.get(task_id)
+        return self._ask_cancel(task_id, spec, now, operator)
+
+    def _ask_cancel(
+        self, tid: str, spec: TaskSpec, now: float, operator: OperatorProof | None = None
+    ) -> list[AgentCommand]:
+        entry, rec = self.table.get(tid), self.grants.get(tid)
         epoch = rec.epoch if rec is not None else 0 if entry is None else entry.epoch
         epoch = min(epoch, EPOCH_MAX)  # a cancel's epoch is informational
-        pending = self._pending[("cancel", task_id)] = Pending(
+        pending = self._pending[("cancel", tid)] = Pending(
             "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait,
             operator=None if spec.submitted_by == self.me else operator,
         )  # fmt: skip
-        return self._repeat(task_id, pending, now)
+        return self._repeat(tid, pending, now)
 
     def task_exited(
         self, task_id: str, epoch: int, result: TaskResult | None, now: float
@@ -381,6 +366,8 @@ class LeaseAgent:
                 what = "cancel" if ended is Ended.CANCELLED else "finish"
                 if what == "cancel" and not refusal and final is Ended.CANCELLING:
                     return []  # recorded, not final yet: asked again next round
+                if what == "cancel" and ("cancel", tid) not in self._pending:
+                    return self._resume_cancel(tid, final, now)
                 return self._on_answer(sender, (what, tid), refusal, final, now, epoch)
             case SpecWanted(tid):
                 known = self.spec_of(tid)
@@ -499,6 +486,8 @@ class LeaseAgent:
             self._count(f"finishes_refused_{refusal.name.lower()}")
         elif before != (rec.epoch, rec.owner, rec.ended, rec.failures):
             self.book.changed(rec)
+            if rec.ended is Ended.CANCELLED:  # the canceller's answer is on its way
+                self._nudge_at.setdefault(tid, now + self._wait)
         self._check_at = min(self._check_at, now)
         final = rec.ended if rec.closed else Ended.NO
         out = self._to(sender, FinishAnswer(tid, msg.epoch, msg.ended, refusal or 0, final), now)
@@ -510,11 +499,23 @@ class LeaseAgent:
         return out
 
     def _cancel_settled(self, rec: GrantRecord, now: float) -> list[AgentCommand]:
-        """A cancel that waited on a lease is final here: the accepting node, which
-        asks again each round, hears at once (it may not live to ask again)."""
+        """A cancel is final here: the accepting node hears at once, and again while
+        the table it shows lacks the cancel (`_check`): a canceller that restarted or
+        gave up asking finishes it from that (`_resume_cancel`)."""
         self._check_at = min(self._check_at, now)
+        self._nudge_at[rec.task_id] = now + self._wait
         answer = FinishAnswer(rec.task_id, rec.epoch, Ended.CANCELLED, 0, Ended.CANCELLED)
         return self._to(rec.spec.submitted_by, answer, now)
+
+    def _resume_cancel(self, tid: str, final: Ended, now: float) -> list[AgentCommand]:
+        """A granter holds our cancel as final, and we ask nobody: ask again, so the
+        cancel reaches the table once a majority answers."""
+        known, entry = self.spec_of(tid), self.table.get(tid)
+        if final is not Ended.CANCELLED or known is None or known[0].submitted_by != self.me:
+            return []
+        if entry is not None and entry.cancel is not None:
+            return []
+        return self._ask_cancel(tid, known[0], now)
 
     ####################################################################################
     # Repeated messages: offers, finishes, cancels
@@ -741,6 +742,10 @@ class LeaseAgent:
         for tid, rec in self.grants.items():
             ending = self._pending.get(("finish", tid))  # ours (a restart's release)
             busy = tid in self._proposals or tid in self._owned or tid in self._settled
+            if rec.ended is Ended.CANCELLED and now >= self._nudge_at.get(tid, 0.0):
+                entry = self.table.get(tid)
+                if entry is None or entry.cancel is None:  # its canceller may be gone
+                    out += self._cancel_settled(rec, now)
             if rec.closed or busy or (ending is not None and not ending.done):
                 # Not before our end is agreed: a proposal the granters see first meets
                 # a live lease and waits it out (traced: 4 s more after a restart).
@@ -978,6 +983,7 @@ class LeaseAgent:
         self.book.compact(now, keep, self.config.tombstone_retention)
         stale = now - self.config.lease_ttl
         self._early.expire(stale)
+        self._nudge_at = {t: at for t, at in self._nudge_at.items() if t in self.grants}
 
     def statistics(self) -> dict[str, int]:
         return {**self.counters, "granter_records": len(self.grants), "owned": len(self._owned)}

@@ -357,3 +357,26 @@ def test_a_cancel_is_final_only_once_no_renewal_in_flight_can_start_the_task() -
     assert tid in c.final_at
     assert [a.refusal for a in c.answers if a.task_id == tid and a.what == "cancel"] == [None]
     assert c.check() == [], "no start after the cancel was final"
+
+
+def test_a_cancel_reaches_the_table_though_its_canceller_restarted_meanwhile() -> None:
+    """The owner died, so the cancel waits out its lease at the granters; meanwhile the
+    node that asked for it restarts and forgets it asked. The granters tell it once the
+    cancel is final, and it finishes the job: every table shows the task cancelled."""
+    c = Cluster(5, seed=4)
+    tid = c.submit("n0", 120.0)
+    c.run_until(5.0)
+    (run,) = c.runs[tid]
+    if run.node == "n0":
+        pytest.skip("the owner is the canceller here: pick another seed")
+    c.crash(run.node)
+    c.cancel("n0", tid)
+    c.run_until(c.now + 0.2)
+    c.crash("n0")
+    c.restart("n0")
+    c.run_until(c.now + 60.0)
+    assert tid in c.final_at
+    c.heal_and_sync()
+    shown = {n.agent.table.get(tid).phase.name for n in c.nodes.values() if n.up}  # type: ignore[union-attr]
+    assert shown == {"CANCELLED"}
+    assert c.check() == []
