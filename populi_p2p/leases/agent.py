@@ -486,8 +486,9 @@ class LeaseAgent:
             self._count(f"finishes_refused_{refusal.name.lower()}")
         elif before != (rec.epoch, rec.owner, rec.ended, rec.failures):
             self.book.changed(rec)
-            if rec.ended is Ended.CANCELLED:  # the canceller's answer is on its way
+            if msg.ended is Ended.CANCELLED:  # the canceller's answer is on its way
                 self._nudge_at.setdefault(tid, now + self._wait)
+                rec.cancelled_by = sender
         self._check_at = min(self._check_at, now)
         final = rec.ended if rec.closed else Ended.NO
         out = self._to(sender, FinishAnswer(tid, msg.epoch, msg.ended, refusal or 0, final), now)
@@ -505,7 +506,7 @@ class LeaseAgent:
         self._check_at = min(self._check_at, now)
         self._nudge_at[rec.task_id] = now + self._wait
         answer = FinishAnswer(rec.task_id, rec.epoch, Ended.CANCELLED, 0, Ended.CANCELLED)
-        return self._to(rec.spec.submitted_by, answer, now)
+        return self._to(rec.cancelled_by or rec.spec.submitted_by, answer, now)
 
     def _resume_cancel(self, tid: str, final: Ended, now: float) -> list[AgentCommand]:
         """A granter holds our cancel as final, and we ask nobody: ask again, so the
@@ -745,6 +746,7 @@ class LeaseAgent:
             if rec.ended is Ended.CANCELLED and now >= self._nudge_at.get(tid, 0.0):
                 entry = self.table.get(tid)
                 if entry is None or entry.cancel is None:  # its canceller may be gone
+                    rec.cancelled_by = ""  # the accepting node, from now on
                     out += self._cancel_settled(rec, now)
             if rec.closed or busy or (ending is not None and not ending.done):
                 # Not before our end is agreed: a proposal the granters see first meets

@@ -92,6 +92,9 @@ class GrantRecord:
     #: renewed, so a proposal that lost its vote does not hold the task for a lease.
     #: Not persisted: True after a restart (a whole wait again, to be safe).
     renewed: bool = True
+    #: Who asked for the cancel this record holds, if this granter heard it since it
+    #: started: told once the cancel is final. Not persisted.
+    cancelled_by: str = attrs.field(default="", eq=False)
 
     @property
     def final(self) -> bool:
