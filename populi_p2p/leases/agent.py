@@ -399,12 +399,16 @@ class LeaseAgent:
     ####################################################################################
     # Messages
 
-    def receive(self, payload: bytes, now: float) -> list[AgentCommand]:
-        """A message from another agent; junk and forgeries are counted and dropped."""
+    def receive(self, payload: bytes, now: float, sender: str) -> list[AgentCommand]:
+        """A message from `sender`, the verified signer of the packet it came in (it has
+        no signature of its own); junk, and one naming another sender, are dropped."""
         try:
-            sender, msg = decode(payload, self._verify)
+            claimed, msg = decode(payload)
         except DecodeError:
             self._count("decode_errors")
+            return []
+        if claimed != sender:
+            self._count("messages_refused_sender")
             return []
         return self._dispatch(sender, msg, now)
 
@@ -433,13 +437,11 @@ class LeaseAgent:
                 return self._on_answer(sender, (what, tid), refusal, final, now, epoch)
             case SpecWanted(tid):
                 known = self.spec_of(tid)
-                if known is None:
-                    return []
-                return [self._send(sender, Offer(*known))]
+                return [] if known is None else [self._send(sender, Offer(*known))]
         return []  # pragma: no cover
 
     def _send(self, node: str, msg: AgentMessage) -> SendTo:
-        return SendTo(node, encode(msg, self.me, self._sign))
+        return SendTo(node, encode(msg, self.me))
 
     def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
         """Send to `node`; to ourselves, handle it at once (no network)."""
@@ -991,10 +993,7 @@ class LeaseAgent:
             del self._compacted[tid]
 
     def statistics(self) -> dict[str, int]:
-        stats = dict(self.counters)
-        stats["granter_records"] = len(self.grants)
-        stats["owned"] = len(self._owned)
-        return stats
+        return {**self.counters, "granter_records": len(self.grants), "owned": len(self._owned)}
 
     def __iter__(self) -> Iterator[GrantRecord]:
         return iter(self.grants.values())

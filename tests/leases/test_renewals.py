@@ -17,7 +17,7 @@ from populi_p2p.leases.agent_wire import Renew, RenewAnswer, RenewDigest, decode
 from populi_p2p.leases.grants import Ended, GrantRecord, Refusal
 from populi_p2p.leases.renewals import RENEW_CHUNK, RenewalRounds, lease_digest, renewable
 
-from .agent_harness import Cluster, sign_as, verify
+from .agent_harness import Cluster
 from .test_agent_wire import SIG, SPEC
 
 
@@ -67,8 +67,8 @@ def test_a_long_list_goes_in_parts_each_answered_on_its_own_and_never_as_a_diges
         assert part is not None and part.pairs == m.leases  # type: ignore[union-attr]
     assert all(isinstance(m, Renew) for _, m in rounds.messages({"r": pairs}, 1.0))
     largest = rounds.messages({"q": pairs}, 2.0)[0][1]
-    data = encode(largest, "n1", sign_as("n1"))
-    assert decode(data, verify)[1] == largest, "a full part fits the wire's bounds"
+    data = encode(largest, "n1")
+    assert decode(data)[1] == largest, "a full part fits the wire's bounds"
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**64), st.integers(0, 2**62 - 1)), max_size=20))
@@ -112,7 +112,7 @@ class Counting(Cluster):
     def _apply(self, node: Any, cmds: list[Any]) -> None:
         for cmd in cmds:
             if isinstance(cmd, SendTo) and self.now >= self.since:
-                kind = type(decode(cmd.payload, verify)[1]).__name__
+                kind = type(decode(cmd.payload)[1]).__name__
                 self.sent[kind] = self.sent.get(kind, 0) + 1
         super()._apply(node, cmds)
 
@@ -196,7 +196,7 @@ def test_a_digest_in_another_members_name_set_renews_nothing_of_the_owners() -> 
     rec = c.nodes[replica].agent.grants[tid]
     heard = rec.heard_at
     stolen = RenewDigest(1, 1, lease_digest([(tid, rec.epoch)]))
-    c._push(c.now, "msg", (evil, replica, encode(stolen, evil, sign_as(evil))))
+    c._push(c.now, "msg", (evil, replica, encode(stolen, evil)))
     c.run_until(c.now + 0.01)
     assert c.nodes[replica].agent.grants[tid].heard_at == heard
     assert c.nodes[replica].agent.counters.get("renew_digests_missed", 0) >= 1

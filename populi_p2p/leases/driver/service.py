@@ -334,7 +334,8 @@ class LeaseService:
     # Input
 
     async def _on_message(self, message: AppMessage, body: bytes) -> None:
-        await self._execute(self.agent.receive(body, trio.current_time()))
+        # The core delivers an App only from the packet envelope's verified signer.
+        await self._execute(self.agent.receive(body, trio.current_time(), message.source))
 
     async def _on_delta(self, message: AppMessage, body: bytes) -> None:
         changed, commands = self.agent.apply_delta(body, trio.current_time())
