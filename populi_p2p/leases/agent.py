@@ -77,7 +77,7 @@ from .placement import Candidate, Placement, committed_resources, failed_nodes, 
 from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
-from .renewals import RenewalRounds, lease_digest, renewable
+from .renewals import RenewalRounds, lease_digest, refused_for_good, renewable
 from .wire import DecodeError, encode_entries
 
 __all__ = ["LeaseAgent", "replicas_for"]
@@ -850,8 +850,7 @@ class LeaseAgent:
 
     def _renewing(self) -> dict[str, list[tuple[str, int]]]:
         """Per replica, the (task, epoch) leases we hold and renew there, but those it
-        refused as finished or superseded: that is for good, and would spoil its digest.
-        (A granter behind us, which has not recorded the grant yet, may still.)"""
+        refused for good (`renewals.refused_for_good`), which would spoil its digest."""
         held = {(t, o.epoch) for t, o in self._owned.items() if not o.stopping}
         self._not_granted = {n: p & held for n, p in self._not_granted.items() if p & held}
         per_node: dict[str, list[tuple[str, int]]] = {}
@@ -895,14 +894,15 @@ class LeaseAgent:
             refusal = refused.get(tid)
             if refusal is None:
                 out += self._renewed(tid, o, sender, at, now)
-            elif refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
-                self._not_granted.setdefault(sender, set()).add((tid, epoch))  # for good
-                # One granter alone may hold an end that no majority agreed (a result
-                # whose other answers were lost): only a majority ends our run early.
-                o.superseded_by.add(sender)
-                if is_quorum(o.spec.replicas, o.superseded_by):
-                    why = "cancelled" if refusal == Refusal.FINISHED else "superseded"
-                    out += self._stop(tid, o, why)
+            elif refused_for_good(refusal, early=at < o.since + self.config.lease_renew_interval):
+                self._not_granted.setdefault(sender, set()).add((tid, epoch))
+                if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+                    # One granter alone may hold an end that no majority agreed (a result
+                    # whose other answers were lost): only a majority ends our run early.
+                    o.superseded_by.add(sender)
+                    if is_quorum(o.spec.replicas, o.superseded_by):
+                        why = "cancelled" if refusal == Refusal.FINISHED else "superseded"
+                        out += self._stop(tid, o, why)
         return out
 
     def _renewed(self, tid: str, o: _Owned, node: str, at: float, now: float) -> list[AgentCommand]:

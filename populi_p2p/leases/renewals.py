@@ -24,9 +24,16 @@ from typing import Final
 import attrs
 
 from .agent_wire import RENEW_DIGEST_BYTES, Renew, RenewAnswer, RenewDigest
-from .grants import Ended, GrantRecord
+from .grants import Ended, GrantRecord, Refusal
 
-__all__ = ["RENEW_CHUNK", "RenewPart", "RenewalRounds", "lease_digest", "renewable"]
+__all__ = [
+    "RENEW_CHUNK",
+    "RenewPart",
+    "RenewalRounds",
+    "lease_digest",
+    "refused_for_good",
+    "renewable",
+]
 
 #: Leases one full renewal message names at most (well under the wire's bound).
 RENEW_CHUNK: Final = 1024
@@ -51,6 +58,22 @@ def renewable(grants: Mapping[str, GrantRecord], owner: str) -> list[tuple[str, 
         for tid, rec in grants.items()
         if rec.owner == owner and rec.ended is Ended.NO and rec.renewed and not rec.final
     ]
+
+
+def refused_for_good(refusal: int, *, early: bool) -> bool:
+    """Whether a replica that refused to renew a lease will refuse it every round, so
+    the owner stops naming it there (else the replica's set never matches the owner's
+    and every round is a full list).
+
+    A finished or superseded lease stays so. A replica that does not know the task, or
+    that never granted us the epoch (`UNKNOWN`, `NOT_OWNER`), missed the grant request,
+    which nobody repeats once a majority granted; but a round sent `early`, within one
+    renewal interval of our `Own`, may have overtaken a request still on its way, so
+    such a refusal is not taken for good. A lease needs a majority's renewals anyway:
+    this only saves bytes."""
+    if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+        return True
+    return not early and refusal in (Refusal.UNKNOWN, Refusal.NOT_OWNER)
 
 
 @attrs.frozen
