@@ -77,7 +77,7 @@ from .placement import Candidate, Placement, committed_resources, failed_nodes, 
 from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
-from .renewals import RenewalRounds, lease_digest, refused_for_good, renewable
+from .renewals import RenewalRounds, lease_digest, refused_for_good, renewable, steady_round
 from .wire import DecodeError, encode_entries
 
 __all__ = ["LeaseAgent", "replicas_for"]
@@ -879,14 +879,11 @@ class LeaseAgent:
         if msg.missed:
             # The replica holds another set: the full list at once, as part of the same
             # round (its `at`, which is earlier than this resend: conservative).
-            out: list[AgentCommand] = []
-            pairs = self._renewing().get(sender, [])
-            for node, full in self._rounds.full(sender, pairs, part.at):
-                out += self._to(node, full, now)
-            return out
+            full = self._rounds.full(sender, self._renewing().get(sender, []), part.at)
+            return [cmd for node, m in full for cmd in self._to(node, m, now)]
         at = part.at
         refused = dict(msg.refused)
-        out = []
+        out: list[AgentCommand] = []
         for tid, epoch in part.pairs:
             o = self._owned.get(tid)
             if o is None or o.stopping or o.epoch != epoch:
@@ -903,6 +900,8 @@ class LeaseAgent:
                     if is_quorum(o.spec.replicas, o.superseded_by):
                         why = "cancelled" if refusal == Refusal.FINISHED else "superseded"
                         out += self._stop(tid, o, why)
+        ends = [o.lease_until for o in self._owned.values() if not o.stopping]
+        self._renew_at = steady_round(self._renew_at, at, ends, self.config)
         return out
 
     def _renewed(self, tid: str, o: _Owned, node: str, at: float, now: float) -> list[AgentCommand]:

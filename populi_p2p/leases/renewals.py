@@ -24,6 +24,7 @@ from typing import Final
 import attrs
 
 from .agent_wire import RENEW_DIGEST_BYTES, Renew, RenewAnswer, RenewDigest
+from .config import LeaseConfig
 from .grants import Ended, GrantRecord, Refusal
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "lease_digest",
     "refused_for_good",
     "renewable",
+    "steady_round",
 ]
 
 #: Leases one full renewal message names at most (well under the wire's bound).
@@ -74,6 +76,19 @@ def refused_for_good(refusal: int, *, early: bool) -> bool:
     if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
         return True
     return not early and refusal in (Refusal.UNKNOWN, Refusal.NOT_OWNER)
+
+
+def steady_round(
+    due: float | None, at: float, lease_ends: Iterable[float], config: LeaseConfig
+) -> float | None:
+    """When the owner's next round is due, once an answer to the round sent at `at`
+    came: `lease_renew_steady` after that round if it renewed every lease we hold with
+    a majority (each now ends at ``at + lease_ttl`` or later), else `due` unchanged
+    (`lease_renew_interval` after the last round). So a steady owner sends less, and
+    one that missed a majority tries again soon; None: nothing to renew."""
+    if due is None or any(end < at + config.lease_ttl for end in lease_ends):
+        return due
+    return max(due, at + config.lease_renew_steady)
 
 
 @attrs.frozen
