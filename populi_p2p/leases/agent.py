@@ -62,7 +62,7 @@ from .placement import Candidate, Placement, committed_resources, failed_nodes, 
 from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
-from .renewals import RenewalRounds, lease_digest, renewable
+from .renewals import RenewalRounds, lease_digest, refused_for_good, renewable, steady_round
 from .wire import DecodeError, encode_entries
 
 __all__ = ["LeaseAgent", "replicas_for"]
@@ -333,12 +333,16 @@ class LeaseAgent:
     ####################################################################################
     # Messages
 
-    def receive(self, payload: bytes, now: float) -> list[AgentCommand]:
-        """A message from another agent; junk and forgeries are counted and dropped."""
+    def receive(self, payload: bytes, now: float, sender: str) -> list[AgentCommand]:
+        """A message from `sender`, the verified signer of the packet it came in (it has
+        no signature of its own); junk, and one naming another sender, are dropped."""
         try:
-            sender, msg = decode(payload, self._verify)
+            claimed, msg = decode(payload)
         except DecodeError:
             self._count("decode_errors")
+            return []
+        if claimed != sender:
+            self._count("messages_refused_sender")
             return []
         return self._dispatch(sender, msg, now)
 
@@ -371,14 +375,12 @@ class LeaseAgent:
                 return self._on_answer(sender, (what, tid), refusal, final, now, epoch)
             case SpecWanted(tid):
                 known = self.spec_of(tid)
-                if known is None:
-                    return []
-                return [self._send(sender, Offer(*known))]
+                return [] if known is None else [self._send(sender, Offer(*known))]
         return []  # pragma: no cover
 
     def _send(self, node: str, msg: AgentMessage) -> SendTo:
         renewal = isinstance(msg, Renew | RenewDigest | RenewAnswer)
-        return SendTo(node, encode(msg, self.me, self._sign), after_commit=not renewal)
+        return SendTo(node, encode(msg, self.me), after_commit=not renewal)
 
     def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
         """Send to `node`; to ourselves, handle it at once (no network)."""
@@ -831,8 +833,7 @@ class LeaseAgent:
 
     def _renewing(self) -> dict[str, list[tuple[str, int]]]:
         """Per replica, the (task, epoch) leases we hold and renew there, but those it
-        refused as finished or superseded: that is for good, and would spoil its digest.
-        (A granter behind us, which has not recorded the grant yet, may still.)"""
+        refused for good (`renewals.refused_for_good`), which would spoil its digest."""
         held = {(t, o.epoch) for t, o in self._owned.items() if not o.stopping}
         self._not_granted = {n: p & held for n, p in self._not_granted.items() if p & held}
         per_node: dict[str, list[tuple[str, int]]] = {}
@@ -861,14 +862,11 @@ class LeaseAgent:
         if msg.missed:
             # The replica holds another set: the full list at once, as part of the same
             # round (its `at`, which is earlier than this resend: conservative).
-            out: list[AgentCommand] = []
-            pairs = self._renewing().get(sender, [])
-            for node, full in self._rounds.full(sender, pairs, part.at):
-                out += self._to(node, full, now)
-            return out
+            full = self._rounds.full(sender, self._renewing().get(sender, []), part.at)
+            return [cmd for node, m in full for cmd in self._to(node, m, now)]
         at = part.at
         refused = dict(msg.refused)
-        out = []
+        out: list[AgentCommand] = []
         for tid, epoch in part.pairs:
             o = self._owned.get(tid)
             if o is None or o.stopping or o.epoch != epoch:
@@ -876,17 +874,20 @@ class LeaseAgent:
             refusal = refused.get(tid)
             if refusal is None:
                 out += self._renewed(tid, o, sender, at, now)
-            elif refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
-                self._not_granted.setdefault(sender, set()).add((tid, epoch))  # for good
-                # One granter alone may hold an end that no majority agreed (a result
-                # whose other answers were lost): only a majority ends our run early.
-                o.superseded_by.add(sender)
-                if not is_quorum(o.spec.replicas, o.superseded_by):
-                    continue
-                if refusal == Refusal.FINISHED:
-                    out += self._stop_cancelled(tid, o, now)
-                else:
-                    out += self._stop(tid, o, "superseded")
+            elif refused_for_good(refusal, early=at < o.since + self.config.lease_renew_interval):
+                self._not_granted.setdefault(sender, set()).add((tid, epoch))
+                if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+                    # One granter alone may hold an end that no majority agreed (a result
+                    # whose other answers were lost): only a majority ends our run early.
+                    o.superseded_by.add(sender)
+                    if not is_quorum(o.spec.replicas, o.superseded_by):
+                        continue
+                    if refusal == Refusal.FINISHED:
+                        out += self._stop_cancelled(tid, o, now)
+                    else:
+                        out += self._stop(tid, o, "superseded")
+        ends = [o.lease_until for o in self._owned.values() if not o.stopping]
+        self._renew_at = steady_round(self._renew_at, at, ends, self.config)
         return out
 
     def _renewed(self, tid: str, o: Owned, node: str, at: float, now: float) -> list[AgentCommand]:

@@ -47,6 +47,7 @@ from tests.node.harness import Daemon, WaitTimeout, wait_until
 
 from .attacker import TALLY, Insider
 from .conftest import AttackMesh, start_mesh
+from .helpers import swim_counter
 
 HOSTS = ("127.0.0.31", "127.0.0.32", "127.0.0.33", "127.0.0.34")
 INSIDER_HOST = "127.0.0.39"
@@ -513,3 +514,42 @@ def test_a_renewal_of_someone_elses_lease_is_refused(insider_mesh: InsiderMesh) 
         TALLY.add("insider: Renew of a running task's lease at e+1, in its own name",
                   insider.sent - sent, 0 if unchanged_run(mesh, r) is None else 1,
                   note=unchanged_run(mesh, r) or "")  # fmt: skip
+
+
+########################################################################################
+# Speaking in the owner's name (agent messages carry no signature of their own)
+
+
+def test_an_agent_message_in_the_owners_name_is_refused(insider_mesh: InsiderMesh) -> None:
+    """Finish(task, epoch, SUCCEEDED) naming the real owner as its sender, in the
+    insider's signed packets, to each other replica: once with the insider as the swim
+    App's source (the agent refuses it: `messages_refused_sender`), once with the owner
+    there too (swim's core refuses it: `app_refused_sender`). The envelope's signer is
+    the only sender an agent believes; a daemon that took the named one would record
+    the owner's success and stop the run."""
+    mesh, insider = insider_mesh, insider_mesh.insider
+    r = mesh.tasks["hijack"]
+    assert unchanged_run(mesh, r) is None
+    watch = mesh.attack.watch()
+    sent = insider.sent
+    owner = r.owner.node_id
+    targets = [d for d in r.replicas if d is not r.owner]
+    before = {d.name: (agent(d), swim_counter(d, "app_refused_sender")) for d in targets}
+    end = Finish(r.tid, r.epoch, Ended.SUCCEEDED)
+    for d in targets:
+        mesh.send(d, [insider.agent(end, sender=owner)])
+        mesh.send(d, [insider.agent(end, sender=owner, source=owner)])
+    for d in targets:
+        counted(d, before[d.name][0], {"messages_refused_sender": 1})
+        wait_until(
+            lambda d=d: swim_counter(d, "app_refused_sender") >= before[d.name][1] + 1,
+            10, f"{d.name}'s core to refuse the App in the owner's name",
+        )  # fmt: skip
+    try:
+        holds_for(mesh, r, 2 * RENEW_INTERVAL)
+    finally:
+        changes = watch.settled()
+        TALLY.add("insider: Finish(SUCCEEDED) in the owner's name, in its own packets",
+                  insider.sent - sent, len(changes) + (unchanged_run(mesh, r) is not None),
+                  note=unchanged_run(mesh, r) or "")  # fmt: skip
+    assert changes == []

@@ -13,7 +13,7 @@ from populi_p2p.leases.agent_commands import Acknowledged, SendTo
 from populi_p2p.leases.agent_wire import Finish, GrantRequest, RenewAnswer, decode, encode
 from populi_p2p.leases.grants import Ended
 
-from .agent_harness import Cluster, chaos, sign_as, verify
+from .agent_harness import Cluster, chaos
 
 
 def _owner_of(c: Cluster, tid: str) -> str:
@@ -220,16 +220,15 @@ def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
     spec = c.nodes[owner].agent.spec_of(tid)
     assert spec is not None
     evil = next(n for n in c.nodes if n != owner)
-    sign = sign_as(evil)
     first = spec[0].replicas[0]
     for epoch in (2**62, (1 << 62) - 1, 2):
         for r in spec[0].replicas:
             if r != evil:
-                c._push(c.now, "msg", (evil, r, encode(GrantRequest(tid, epoch, evil), evil, sign)))
-        forged = encode(Finish(tid, 1, Ended.SUCCEEDED), evil, sign)
+                c._push(c.now, "msg", (evil, r, encode(GrantRequest(tid, epoch, evil), evil)))
+        forged = encode(Finish(tid, 1, Ended.SUCCEEDED), evil)
         c._push(c.now, "msg", (evil, first, forged))
     for i in range(500):  # cancels of made-up tasks: nothing stored
-        fake = encode(Finish(f"{i:032x}", 1, Ended.CANCELLED), evil, sign)
+        fake = encode(Finish(f"{i:032x}", 1, Ended.CANCELLED), evil)
         c._push(c.now, "msg", (evil, first, fake))
     c.run_until(2.0)
     counters: dict[str, int] = {}
@@ -245,6 +244,35 @@ def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
     c.heal_and_sync()
     assert c.check() == [] and len(c.runs[tid]) == 1, "the real run went on"
     assert c.runs[tid][0].code == 0
+
+
+def test_a_message_in_the_owners_name_from_another_member_is_refused_and_counted() -> None:
+    """Agent messages carry no signature: the packet envelope's signer is the sender. A
+    success "from the owner" that another member's packet carries is dropped at every
+    replica before it is read (`messages_refused_sender`), and the run goes on; the
+    same message in the owner's own packet would have ended it."""
+    c = Cluster(4, seed=7)
+    tid = c.submit("n0", 30.0)
+    c.run_until(1.0)
+    owner = _owner_of(c, tid)
+    spec = c.nodes[owner].agent.spec_of(tid)
+    assert spec is not None
+    evil = next(n for n in c.nodes if n != owner)
+    forged = encode(Finish(tid, 1, Ended.SUCCEEDED), owner)  # names the owner
+    for r in spec[0].replicas:
+        if r not in (evil, owner):
+            c._push(c.now, "msg", (evil, r, forged))  # but comes in evil's packet
+    c.run_until(2.0)
+    assert all(c.nodes[r].agent.grants[tid].ended is Ended.NO for r in spec[0].replicas), (
+        "no replica recorded the forged success"
+    )
+    refused = sum(n.agent.counters.get("messages_refused_sender", 0) for n in c.nodes.values())
+    assert refused == len([r for r in spec[0].replicas if r not in (evil, owner)])
+    c.run_until(60)
+    c.heal_and_sync()
+    assert c.check() == [] and len(c.runs[tid]) == 1, "the real run went on"
+    assert c.runs[tid][0].code == 0 and c.runs[tid][0].end is not None
+    assert c.runs[tid][0].end >= 30.0, "it ran its whole 30 s"
 
 
 def test_a_restarted_granter_waits_a_whole_lease_again() -> None:
@@ -334,7 +362,7 @@ def test_a_cancel_is_final_only_once_no_renewal_in_flight_can_start_the_task() -
             if held and data[1] == held[0][1][1]:
                 held.append((kind, data))
                 return
-            if decode(data[2], verify)[1].__class__ is RenewAnswer:
+            if decode(data[2])[1].__class__ is RenewAnswer:
                 held.append((kind, data))
                 return
         original(kind, data)

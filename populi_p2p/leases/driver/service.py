@@ -428,7 +428,8 @@ class LeaseService:
 
     async def _on_message(self, message: AppMessage, body: bytes) -> None:
         self._trace.message("in", message.source, body)
-        await self._execute(self.agent.receive(body, trio.current_time()))
+        # The core delivers an App only from the packet envelope's verified signer.
+        await self._execute(self.agent.receive(body, trio.current_time(), message.source))
 
     async def _on_delta(self, message: AppMessage, body: bytes) -> None:
         with self._received():

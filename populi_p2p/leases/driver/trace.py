@@ -34,10 +34,6 @@ __all__ = ["ENV", "LeaseTrace"]
 ENV: Final = "POPULI_LEASE_TRACE"
 
 
-def _trust(_node: str, _data: bytes, _sig: bytes) -> bool:
-    return True  # the agent verifies what it acts on; the trace only names the kind
-
-
 class LeaseTrace:
     """One node's trace file, or nothing (`enabled` False) when `ENV` is unset."""
 
@@ -63,7 +59,7 @@ class LeaseTrace:
         if self._file is None:
             return
         try:
-            _sender, msg = decode(payload, _trust)
+            _sender, msg = decode(payload)
         except DecodeError:
             self.note(ev, peer=peer[:12], kind="junk")
             return

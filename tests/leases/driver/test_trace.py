@@ -11,8 +11,6 @@ import pytest
 from populi_p2p.leases.agent_wire import GrantRequest, Renew, encode
 from populi_p2p.leases.driver.trace import ENV, LeaseTrace
 
-from ..agent_harness import sign_as
-
 TASK = "ab" * 16
 
 
@@ -35,8 +33,8 @@ def test_off_unless_the_variable_names_a_directory(
 
 def test_messages_and_notes_become_json_lines(tmp_path: Path) -> None:
     trace = LeaseTrace("node-a-with-a-long-id", str(tmp_path))
-    trace.message("out", "peer-b-long-id", encode(GrantRequest(TASK, 3, "o"), "a", sign_as("a")))
-    trace.message("out", "peer-b-long-id", encode(Renew(7, ((TASK, 3),)), "a", sign_as("a")))
+    trace.message("out", "peer-b-long-id", encode(GrantRequest(TASK, 3, "o"), "a"))
+    trace.message("out", "peer-b-long-id", encode(Renew(7, ((TASK, 3),)), "a"))
     trace.message("in", "peer-b-long-id", b"\xc1junk")
     trace.note("commit", rows=2, ms=1.5)
     trace.close()
