@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from populi_p2p.leases import TaskSpec
 from populi_p2p.leases.agent import LeaseAgent
 from populi_p2p.leases.agent_commands import Acknowledged, SendTo
 from populi_p2p.leases.agent_wire import Finish, GrantRequest, RenewAnswer, decode, encode
@@ -212,14 +213,19 @@ def test_a_cancel_stops_the_run_and_a_finished_task_refuses_it() -> None:
     assert len(c.runs[short]) == 1
 
 
-def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
+def _running_with_an_insider() -> tuple[Cluster, str, str, tuple[TaskSpec, bytes], str]:
+    """Four members, one task running, and a member that does not own it."""
     c = Cluster(4, seed=7)
     tid = c.submit("n0", 30.0)
     c.run_until(1.0)
     owner = _owner_of(c, tid)
     spec = c.nodes[owner].agent.spec_of(tid)
     assert spec is not None
-    evil = next(n for n in c.nodes if n != owner)
+    return c, tid, owner, spec, next(n for n in c.nodes if n != owner)
+
+
+def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
+    c, tid, _owner, spec, evil = _running_with_an_insider()
     first = spec[0].replicas[0]
     for epoch in (2**62, (1 << 62) - 1, 2):
         for r in spec[0].replicas:
@@ -251,13 +257,7 @@ def test_a_message_in_the_owners_name_from_another_member_is_refused_and_counted
     success "from the owner" that another member's packet carries is dropped at every
     replica before it is read (`messages_refused_sender`), and the run goes on; the
     same message in the owner's own packet would have ended it."""
-    c = Cluster(4, seed=7)
-    tid = c.submit("n0", 30.0)
-    c.run_until(1.0)
-    owner = _owner_of(c, tid)
-    spec = c.nodes[owner].agent.spec_of(tid)
-    assert spec is not None
-    evil = next(n for n in c.nodes if n != owner)
+    c, tid, owner, spec, evil = _running_with_an_insider()
     forged = encode(Finish(tid, 1, Ended.SUCCEEDED), owner)  # names the owner
     for r in spec[0].replicas:
         if r not in (evil, owner):
