@@ -55,7 +55,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks import lease_trace  # noqa: E402
 from populi_p2p.api import ApiError  # noqa: E402
+from populi_p2p.leases.driver.trace import ENV as TRACE_ENV  # noqa: E402
 from tests.history.partition import (  # noqa: E402
     NetnsLab,
     drop_between,
@@ -273,6 +275,8 @@ def main() -> int:
     parser.add_argument("--show", type=int, default=10, help="violations printed")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--trace", type=Path, help="the daemons' lease traces go here; the"
+                        " stages of submit -> start are printed (lease_trace.py)")  # fmt: skip
     args = parser.parse_args()
     if args.seconds is None:
         args.seconds = {"burst": 2.0, "churn": 10.0, "scale": 600.0}[args.scenario]
@@ -284,6 +288,9 @@ def main() -> int:
         f" {args.preset}; {os.cpu_count()} cpus; load average {load()}",
         flush=True,
     )
+    if args.trace:
+        args.trace.mkdir(parents=True, exist_ok=True)
+        os.environ[TRACE_ENV] = str(args.trace)  # the daemons inherit it
     net = None
     if args.partition:
         missing = netns_missing()
@@ -301,6 +308,11 @@ def main() -> int:
         print(f"  mesh up in {lab.start():.1f} s", flush=True)
         r = SCENARIOS[args.scenario](lab, args)
         report(lab, args, r)
+        if args.trace:
+            lines = lease_trace.load_trace(args.trace)
+            starts = lease_trace.first_starts(lab.logdir)
+            stages = lease_trace.stage_times(lines, starts, lab.sent, lab.returned)
+            print("\n".join(lease_trace.summary(lines, stages)))
     except (TimeoutError, RuntimeError, ApiError, AssertionError) as exc:
         print(f"  FAILED: {exc} (lab in {lab.root})")
         args.keep = True

@@ -28,6 +28,10 @@ WAIT_POLL: Final = 0.2
 SUBMIT_TIMEOUT: Final = 30.0
 #: A submit with inputs also waits for k members to hold them (docs/artifacts.md).
 INPUT_SUBMIT_TIMEOUT: Final = 300.0
+#: Seconds `cancel` waits for the daemon: a cancel that meets a live lease is final once
+#: the owner stopped, or after the lease and its margin (the wan preset: 37.5 s) if the
+#: owner died.
+CANCEL_TIMEOUT: Final = 60.0
 #: Seconds `submit --wait` keeps copying output after the task ended (its last bytes).
 DRAIN_WAIT: Final = 10.0
 #: The longest `fetch` waits for the daemon to fetch and write a task's outputs.
@@ -460,8 +464,9 @@ def _cmd_explain(args: argparse.Namespace) -> None:
 
 def _cmd_cancel(args: argparse.Namespace) -> None:
     """Cancel; with --operator-key, sign a proof for this one task here (the secret key
-    never goes to the daemon) and send the proof with the cancel."""
-    client = _client(args)
+    never goes to the daemon) and send the proof with the cancel. A cancel that meets a
+    live lease waits for its owner to stop, or for the lease to lapse if it died."""
+    client = _client(args, CANCEL_TIMEOUT)
     body = None
     if args.operator_key is not None:
         from .trust.operator import OperatorKey, proof_to_json

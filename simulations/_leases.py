@@ -421,7 +421,7 @@ class LeaseSim:
             return
         kind, body = event.payload[0], event.payload[1:]
         if kind == AGENT_KIND:
-            self._do(n, n.agent.receive(body, self.clock(n)))
+            self._do(n, n.agent.receive(body, self.clock(n), event.source))
         elif kind == TABLE_KIND:
             changed, cmds = n.agent.apply_delta(body, self.clock(n))
             if changed:  # re-gossip what was new to us (the core does not)

@@ -111,8 +111,10 @@ class AppMessage:
     Delivered once per receipt: the same broadcast can arrive several times (it is
     piggybacked more than once, and re-broadcast by other members' applications), so
     deduplication (by a version in the payload, say) is the application's job, as is
-    re-broadcasting what it has not seen before. `source` is what the sender claims;
-    the driver's envelope says which member actually sent the packet.
+    re-broadcasting what it has not seen before. `source` is the member that sent the
+    packet: when the driver passes the packet's authenticated `sender` to `receive`, an
+    `App` naming another source is dropped (`app_refused_sender`). (Without one, as in
+    the simulator, it is only what the packet claims.)
     """
 
     source: str

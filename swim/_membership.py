@@ -594,5 +594,9 @@ class Membership(_Invariants):
         ):
             self._counters.app_dropped += 1
             return
+        sender = self._sender
+        if sender is not None and message.source != sender:
+            self._counters.app_refused_sender += 1  # in another member's name
+            return
         self._counters.app_messages_received += 1
         out.append(AppMessage(message.source, message.key, message.payload))

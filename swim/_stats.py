@@ -75,6 +75,9 @@ class MembershipStatistics:
     #: Application broadcasts or state sections dropped: the channel is off, or over
     #: `app_payload_size_max`, `app_digest_size_max` or `app_state_size_max`.
     app_dropped: int = 0
+    #: Application messages whose source is not the packet's authenticated sender (the
+    #: driver's `sender`): dropped, so an `AppMessage`'s source is that sender.
+    app_refused_sender: int = 0
     #: Application state sections sent in a sync, and handed to `AppState.merge`.
     app_states_sent: int = 0
     app_states_merged: int = 0
@@ -154,6 +157,7 @@ class Counters:
     app_messages_queued: int
     app_messages_received: int
     app_dropped: int
+    app_refused_sender: int
     app_states_sent: int
     app_states_merged: int
     send_failures: int

@@ -1,36 +1,19 @@
 """`LeaseAgent`: all of one node's lease logic, as a sans-IO state machine.
 
-Theory of operation
--------------------
-Each task names a small replica set in its spec (`TaskSpec.replicas`: 5 members by
-rendezvous hash, all of them in a smaller mesh). Those members are its **granters**
-(`grants.py`): each keeps a durable `GrantRecord` and grants every epoch at most once.
+Each task names a small replica set in its spec (`TaskSpec.replicas`); those members are
+its **granters** (`grants.py`, records in `GranterBook`), and each grants every epoch at
+most once. The accepting node offers a task to its replicas (acknowledged once a
+majority stored it); one node proposes an owner per epoch and tells it (`Own`) once a
+majority granted; the owner renews all its leases with each replica once per interval
+and starts a task only once a majority renewed it, its executor killing it by the
+lease's end by itself; an end (result, release, cancel) counts once a majority recorded
+it as final, and then goes into the `LeaseTable` (a CRDT, gossiped) that every node
+shows. Decisions come only from the granters. docs/leases.md, "Ownership by agreement",
+tells the whole of it and why.
 
-* **Submit.** The accepting node signs the spec, offers it to the replicas and counts
-  the task acknowledged once a majority has it on disk.
-* **Claim.** One node proposes an owner for the next epoch: the accepting node for the
-  first, then the first live replica (the k-th one only after k x `lease_ttl` without
-  progress). It places the task over its own view and asks every replica to grant the
-  epoch to the chosen owner. With a majority of grants it tells the owner (`Own`).
-  Two proposers can split the vote; then nobody owns that epoch, and a granter that
-  granted it grants the next one only after `lease_ttl * clock_margin`.
-* **Own.** The owner renews all its leases with each replica in one message per
-  interval (`Renew`, per node, not per task), and starts a task only once a majority
-  renewed it. The lease then runs until `sent + lease_ttl` of the last round a
-  majority renewed, on the owner's clock; the task must be dead by then
-  (`StartTask.deadline`, `FenceTask`): the executor kills it at that deadline by
-  itself. A granter grants the next epoch only `lease_ttl * clock_margin` after it last
-  renewed, on its own clock, so the new run starts after the old one stopped.
-* **End.** The owner's result, a release or a cancel counts only once a majority of
-  the replicas recorded it (`Finish`); then it goes into the lease table that every
-  node shows. A granter that holds a success, a cancel or the last failure grants
-  nothing again. A cancel counts only from the accepting node or with an operator's
-  proof (`_cancel.py`); the granters refuse any other (`NOT_CANCELLER`).
-
-The `LeaseTable` (a CRDT, gossiped) is what every node shows: specs, claims, results.
-Decisions come only from the granters. Inputs: `receive`, `submit`, `cancel`,
-`task_exited`, `apply_delta`, `tick(now)`; outputs: `agent_commands`. No clock, socket
-or trio: the node's `LeaseService` and the simulator drive this same object.
+Inputs: `receive`, `submit`, `cancel`, `task_exited`, `apply_delta`, `tick(now)`;
+outputs: `agent_commands`. No clock, socket or trio: the node's `LeaseService` and the
+simulator drive this same object.
 """
 
 from __future__ import annotations
@@ -55,6 +38,7 @@ from .agent_commands import (
     StartTask,
     StopTask,
 )
+from .agent_state import EarlyGrants, Owned, Pending, Proposal
 from .agent_wire import (
     AgentMessage,
     Finish,
@@ -72,20 +56,19 @@ from .agent_wire import (
     encode,
 )
 from .config import LeaseConfig
+from .granter_book import GranterBook
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
 from .placement import Candidate, Placement, committed_resources, failed_nodes, place
 from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
-from .renewals import RenewalRounds, lease_digest, renewable
+from .renewals import RenewalRounds, lease_digest, refused_for_good, renewable, steady_round
 from .wire import DecodeError, encode_entries
 
 __all__ = ["LeaseAgent", "replicas_for"]
 
 #: A pending task is placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
-#: Unfinished tasks one member may have offered to this granter (bounds what it stores).
-OPEN_OFFERS_PER_MEMBER_MAX: Final = 20_000
 
 #: The ends an owner writes into the table, as the granters record them.
 _ENDS: Final = {
@@ -93,56 +76,11 @@ _ENDS: Final = {
     Phase.FAILED: Ended.FAILED,
     Phase.SUCCEEDED: Ended.SUCCEEDED,
 }
+#: A granter's record of a cancel, final or still settling: its owner stops the run.
+_CANCELS: Final = (Ended.CANCELLED, Ended.CANCELLING)
 
 Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
 Replicas = tuple[str, ...]
-
-
-@attrs.define
-class _Proposal:
-    epoch: int
-    owner: str
-    replicas: tuple[str, ...]
-    why: str
-    granted: set[str] = attrs.field(factory=set)
-    refused: dict[str, int] = attrs.field(factory=dict)
-    highest: int = 0
-    failures: int = 0
-    wait: float = 0.0
-    resend_at: float = 0.0
-    give_up_at: float = 0.0
-
-
-@attrs.define
-class _Owned:
-    epoch: int
-    spec: TaskSpec
-    why: str
-    since: float
-    failures: int = 0
-    lease_until: float = 0.0
-    started: bool = False
-    stopping: str = ""  # the reason given to StopTask, once stopped
-    superseded_by: set[str] = attrs.field(factory=set)
-
-
-@attrs.define
-class _Pending:
-    """A message we repeat to the replicas that have not answered yet (offer, finish,
-    cancel) until a majority has, or `until`."""
-
-    what: str
-    epoch: int
-    ended: Ended
-    replicas: tuple[str, ...]
-    until: float
-    acks: set[str] = attrs.field(factory=set)
-    refused: dict[str, int] = attrs.field(factory=dict)
-    resend_at: float = 0.0
-    done: bool = False
-    failures: int = 0
-    delta: bytes | None = None  # our table's change, gossiped once agreed
-    operator: OperatorProof | None = None  # a cancel's operator proof, if any
 
 
 class LeaseAgent:
@@ -178,26 +116,27 @@ class LeaseAgent:
         self._check_operator = check_operator
         self._sign, self._verify = sign, verify
         self._members, self._candidates, self._rng = members, candidates, rng
+        self._wait = config.lease_ttl * config.clock_margin
         self._persist = persist_grant or (lambda _r: None)
-        self._forget = forget_grant or (lambda _t: None)
-        self._final_since: dict[str, float] = {}  # final granter records: since when
-        self._compacted: dict[str, float] = {}  # dropped final records: when
+        self.book = GranterBook(
+            self._wait, persist=self._persist, forget=forget_grant or (lambda _t: None)
+        )
         self._echo: dict[str, tuple[bytes, float]] = {}  # key -> (delta, echo until)
         self._echo_at: float | None = None
         self._compact_at = 0.0
-        self.grants: dict[str, GrantRecord] = {}
+        self.grants = self.book.records
         self.why: dict[str, str] = {}  # task -> last placement explanation here
         self.ready = True  # a restarted node proposes nothing until its driver says so
         self.draining = False
-        self._wait = config.lease_ttl * config.clock_margin
-        self._proposals: dict[str, _Proposal] = {}
+        self._proposals: dict[str, Proposal] = {}
         self._retry_at: dict[str, float] = {}
         self._settled: set[str] = set()  # refused as final by a majority: not proposed
         self._need_since: dict[str, float] = {}
-        self._owned: dict[str, _Owned] = {}
-        self._pending: dict[tuple[str, str], _Pending] = {}  # (what, task) -> pending
+        self._owned: dict[str, Owned] = {}
+        self._pending: dict[tuple[str, str], Pending] = {}  # (what, task) -> pending
         self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
-        self._open_by: dict[str, int] = {}  # submitter -> unfinished offers held here
+        self._early = EarlyGrants()  # grant requests that came before their offer
+        self._nudge_at: dict[str, float] = {}  # final cancels: when to tell the canceller
         self._rounds = RenewalRounds(keep_for=config.lease_ttl)
         self._renew_at: float | None = None
         self._check_at = 0.0
@@ -233,16 +172,11 @@ class LeaseAgent:
     def next_deadline(self) -> float | None:
         """When `tick` has something to do (None: only on input)."""
         times = [self._check_at] if self.ready else []
-        if self._renew_at is not None:
-            times.append(self._renew_at)
-        if self._echo_at is not None:
-            times.append(self._echo_at)
+        times += [t for t in (self._renew_at, self._echo_at) if t is not None]
         times += [o.lease_until for o in self._owned.values() if o.started and not o.stopping]
         times += [p.resend_at for p in self._proposals.values()]
         times += [p.resend_at for p in self._pending.values()]
-        table_due = self.table.compaction_deadline()
-        if table_due is not None:
-            times.append(table_due)
+        times += [t for t in (self.table.compaction_deadline(), self.book.next_deadline()) if t]
         return min(times, default=None)
 
     ####################################################################################
@@ -253,12 +187,7 @@ class LeaseAgent:
     ) -> None:
         """After a restart: our granter records (each lease counted live again for a
         whole wait, since we cannot know when we last renewed it) and the table."""
-        for rec in records:
-            rec.heard_at, rec.renewed = now, True
-            self.grants[rec.task_id] = rec
-            if not rec.final:
-                by = rec.spec.submitted_by
-                self._open_by[by] = self._open_by.get(by, 0) + 1
+        self.book.load(records, now)
         self.table.load(entries, now)
 
     def submit(self, spec: TaskSpec, now: float) -> tuple[str, list[AgentCommand]]:
@@ -270,10 +199,12 @@ class LeaseAgent:
         tid, delta = self.table.submit(spec, now)
         self._offers[tid] = (spec, signature)
         out: list[AgentCommand] = [self._gossip(f"s/{tid}", delta, now)]
-        pending = self._pending[("offer", tid)] = _Pending(
+        pending = self._pending[("offer", tid)] = Pending(
             "offer", 0, Ended.NO, spec.replicas, now + self.config.lease_ttl
         )
         out += self._repeat(tid, pending, now)
+        if self.ready and tid not in self._retry_at:  # not yet proposed: see `_decided`
+            out += self._propose(tid, 1, set(), now)
         return tid, out
 
     def _replica_set(self, spec: TaskSpec, live: set[str], now: float) -> Replicas:
@@ -308,15 +239,19 @@ class LeaseAgent:
             self._count("cancels_refused_here")
             line = cancel_refusal_line(task_id, spec, None if operator is None else why)
             return [Acknowledged(task_id, "cancel", 0, line, forbidden=True)]
-        entry = self.table.get(task_id)
-        rec = self.grants.get(task_id)
+        return self._ask_cancel(task_id, spec, now, operator)
+
+    def _ask_cancel(
+        self, tid: str, spec: TaskSpec, now: float, operator: OperatorProof | None = None
+    ) -> list[AgentCommand]:
+        entry, rec = self.table.get(tid), self.grants.get(tid)
         epoch = rec.epoch if rec is not None else 0 if entry is None else entry.epoch
         epoch = min(epoch, EPOCH_MAX)  # a cancel's epoch is informational
-        pending = self._pending[("cancel", task_id)] = _Pending(
+        pending = self._pending[("cancel", tid)] = Pending(
             "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait,
             operator=None if spec.submitted_by == self.me else operator,
         )  # fmt: skip
-        return self._repeat(task_id, pending, now)
+        return self._repeat(tid, pending, now)
 
     def task_exited(
         self, task_id: str, epoch: int, result: TaskResult | None, now: float
@@ -338,7 +273,7 @@ class LeaseAgent:
         failures = owned.failures + (ended is Ended.FAILED)
         if ended is Ended.FAILED and result is not None and result.final:
             failures = max(failures, owned.spec.retry_limit + 1)  # no retry can mend it
-        pending = self._pending[("finish", task_id)] = _Pending(
+        pending = self._pending[("finish", task_id)] = Pending(
             "finish", epoch, ended, owned.spec.replicas, now + 4 * self._wait,
             failures=failures,
         )  # fmt: skip
@@ -377,7 +312,7 @@ class LeaseAgent:
                 ended, delta = _ENDS[cur.phase], self.table.full_delta(tid)
             else:
                 continue
-            pending = self._pending[("finish", tid)] = _Pending(
+            pending = self._pending[("finish", tid)] = Pending(
                 "finish", cur.epoch, ended, known[0].replicas, now + 4 * self._wait,
                 failures=entry.failures_to_report(), delta=delta,
             )  # fmt: skip
@@ -389,22 +324,25 @@ class LeaseAgent:
         for a task we run stops it at once."""
         events = self.table.apply(delta, now)
         out: list[AgentCommand] = []
-        for tid, o in self._owned.items():
+        for tid, o in list(self._owned.items()):
             entry = self.table.get(tid)
             if entry is not None and entry.cancel is not None and not o.stopping:
-                o.stopping = "cancelled"
-                out.append(StopTask(tid, o.epoch, "cancelled"))
+                out += self._stop_cancelled(tid, o, now)
         return bool(events), out
 
     ####################################################################################
     # Messages
 
-    def receive(self, payload: bytes, now: float) -> list[AgentCommand]:
-        """A message from another agent; junk and forgeries are counted and dropped."""
+    def receive(self, payload: bytes, now: float, sender: str) -> list[AgentCommand]:
+        """A message from `sender`, the verified signer of the packet it came in (it has
+        no signature of its own); junk, and one naming another sender, are dropped."""
         try:
-            sender, msg = decode(payload, self._verify)
+            claimed, msg = decode(payload)
         except DecodeError:
             self._count("decode_errors")
+            return []
+        if claimed != sender:
+            self._count("messages_refused_sender")
             return []
         return self._dispatch(sender, msg, now)
 
@@ -430,16 +368,19 @@ class LeaseAgent:
                 return self._on_finish(sender, msg, now)
             case FinishAnswer(tid, epoch, ended, refusal, final):
                 what = "cancel" if ended is Ended.CANCELLED else "finish"
+                if what == "cancel" and not refusal and final is Ended.CANCELLING:
+                    return []  # recorded, not final yet: asked again next round
+                if what == "cancel" and ("cancel", tid) not in self._pending:
+                    return self._resume_cancel(tid, final, now)
                 return self._on_answer(sender, (what, tid), refusal, final, now, epoch)
             case SpecWanted(tid):
                 known = self.spec_of(tid)
-                if known is None:
-                    return []
-                return [self._send(sender, Offer(*known))]
+                return [] if known is None else [self._send(sender, Offer(*known))]
         return []  # pragma: no cover
 
     def _send(self, node: str, msg: AgentMessage) -> SendTo:
-        return SendTo(node, encode(msg, self.me, self._sign))
+        renewal = isinstance(msg, Renew | RenewDigest | RenewAnswer)
+        return SendTo(node, encode(msg, self.me), after_commit=not renewal)
 
     def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
         """Send to `node`; to ourselves, handle it at once (no network)."""
@@ -452,19 +393,12 @@ class LeaseAgent:
 
     def _keep(self, spec: TaskSpec, signature: bytes, now: float) -> GrantRecord | None:
         tid = spec.task_id()
-        rec = self.grants.get(tid)
-        if rec is not None:
-            return rec
-        if tid in self._compacted:
-            self._count("offers_compacted")
+        if tid in self.grants:
+            return self.grants[tid]
+        rec = self.book.keep(spec, signature, now)
+        if isinstance(rec, str):
+            self._count(rec)
             return None
-        by = spec.submitted_by
-        if self._open_by.get(by, 0) >= OPEN_OFFERS_PER_MEMBER_MAX:
-            self._count("offers_over_bound")
-            return None
-        self._open_by[by] = self._open_by.get(by, 0) + 1
-        rec = self.grants[tid] = GrantRecord(tid, spec, signature, heard_at=now)
-        self._persist(rec)
         self._check_at = min(self._check_at, now)
         if self.table.get(tid) is None:
             self.table.apply(encode_entries([TaskEntry(tid, spec, signature)]), now)
@@ -475,13 +409,23 @@ class LeaseAgent:
         if self.me not in spec.replicas or not spec.verify(msg.spec_signature, self._verify):
             self._count("offers_refused")
             return []
+        tid = spec.task_id()
         if self._keep(spec, msg.spec_signature, now) is None:
             return []
-        return self._to(sender, OfferAck(spec.task_id()), now)
+        out = self._to(sender, OfferAck(tid), now)
+        early = self._early.take(tid)
+        if early is not None and now < early[2] + self.config.lease_ttl:
+            out += self._on_grant_request(early[0], early[1], now)
+        return out
 
     def _on_grant_request(self, sender: str, msg: GrantRequest, now: float) -> list[AgentCommand]:
         tid = msg.task_id
         rec = self.grants.get(tid)
+        if rec is None and not self.book.compacted(tid) and self._early.hold(sender, msg, now):
+            # The first epoch's request travels right behind its offer and may overtake
+            # it: answered once the offer arrives (`_on_offer`), within `lease_ttl`.
+            self._count("grants_held_early")
+            return self._to(sender, SpecWanted(tid), now)
         if rec is None:
             self._count("grants_refused_unknown")
             unknown = GrantAnswer(tid, msg.epoch, msg.owner, Refusal.UNKNOWN, 0, 0.0, 0)
@@ -536,27 +480,50 @@ class LeaseAgent:
             and sender != rec.spec.submitted_by
             and (self._check_operator(tid, msg.operator, True) is None)
         )  # checked only when it matters: two signatures to verify
-        refusal = on_finish(rec, msg.epoch, sender, msg.ended, msg.failures, operator=operator)
+        refusal = on_finish(
+            rec, msg.epoch, sender, msg.ended, msg.failures, operator=operator, now=now,
+            wait=self._wait,
+        )  # fmt: skip
         if refusal is not None:
             self._count(f"finishes_refused_{refusal.name.lower()}")
         elif before != (rec.epoch, rec.owner, rec.ended, rec.failures):
-            self._persist(rec)
-            if rec.final:
-                by = rec.spec.submitted_by
-                self._open_by[by] = max(0, self._open_by.get(by, 0) - 1)
+            self.book.changed(rec)
+            if msg.ended is Ended.CANCELLED:  # the canceller's answer is on its way
+                self._nudge_at.setdefault(tid, now + self._wait)
+                rec.cancelled_by = sender
         self._check_at = min(self._check_at, now)
-        final = rec.ended if rec.final else Ended.NO
+        final = rec.ended if rec.closed else Ended.NO
         out = self._to(sender, FinishAnswer(tid, msg.epoch, msg.ended, refusal or 0, final), now)
+        if before[2] is Ended.CANCELLING and rec.final:
+            out += self._cancel_settled(rec, now)
         owned = self._owned.get(tid)
-        if rec.ended is Ended.CANCELLED and owned is not None and not owned.stopping:
-            owned.stopping = "cancelled"
-            out.append(StopTask(tid, owned.epoch, "cancelled"))
+        if rec.ended in _CANCELS and owned is not None and not owned.stopping:
+            out += self._stop_cancelled(tid, owned, now)
         return out
+
+    def _cancel_settled(self, rec: GrantRecord, now: float) -> list[AgentCommand]:
+        """A cancel is final here: the accepting node hears at once, and again while
+        the table it shows lacks the cancel (`_check`): a canceller that restarted or
+        gave up asking finishes it from that (`_resume_cancel`)."""
+        self._check_at = min(self._check_at, now)
+        self._nudge_at[rec.task_id] = now + self._wait
+        answer = FinishAnswer(rec.task_id, rec.epoch, Ended.CANCELLED, 0, Ended.CANCELLED)
+        return self._to(rec.cancelled_by or rec.spec.submitted_by, answer, now)
+
+    def _resume_cancel(self, tid: str, final: Ended, now: float) -> list[AgentCommand]:
+        """A granter holds our cancel as final, and we ask nobody: ask again, so the
+        cancel reaches the table once a majority answers."""
+        known, entry = self.spec_of(tid), self.table.get(tid)
+        if final is not Ended.CANCELLED or known is None or known[0].submitted_by != self.me:
+            return []
+        if entry is not None and entry.cancel is not None:
+            return []
+        return self._ask_cancel(tid, known[0], now)
 
     ####################################################################################
     # Repeated messages: offers, finishes, cancels
 
-    def _repeat(self, tid: str, p: _Pending, now: float) -> list[AgentCommand]:
+    def _repeat(self, tid: str, p: Pending, now: float) -> list[AgentCommand]:
         """(Re)send `p` to every replica that has not answered it."""
         out: list[AgentCommand] = []
         p.resend_at = now + self.config.lease_renew_interval
@@ -576,8 +543,10 @@ class LeaseAgent:
         epoch: int | None = None,
     ) -> list[AgentCommand]:  # fmt: skip
         p = self._pending.get(key)
-        if p is None or sender not in p.replicas or (epoch is not None and epoch != p.epoch):
+        if p is None or sender not in p.replicas:
             return []
+        if epoch is not None and epoch != p.epoch and key[0] != "cancel":
+            return []  # (a cancel's epoch is informational)
         what, tid = key
         if refusal:
             p.refused[sender] = refusal
@@ -594,11 +563,13 @@ class LeaseAgent:
             del self._pending[key]
         return out
 
-    def _decided(self, what: str, tid: str, p: _Pending, now: float) -> list[AgentCommand]:
+    def _decided(self, what: str, tid: str, p: Pending, now: float) -> list[AgentCommand]:
         out: list[AgentCommand] = []
         if what == "offer":
             out.append(Acknowledged(tid, "submit", len(p.acks)))
-            if self.ready:
+            # Usually proposed at submit, behind the offer (a replica then stores and
+            # grants in one commit); here if not (the agent was not ready then).
+            if self.ready and tid not in self._retry_at:
                 out += self._propose(tid, 1, set(), now)
         elif what == "cancel":
             out.append(Acknowledged(tid, "cancel", len(p.acks)))
@@ -609,7 +580,7 @@ class LeaseAgent:
         self._check_at = min(self._check_at, now)
         return out
 
-    def _refused(self, what: str, tid: str, p: _Pending, final: Ended) -> list[AgentCommand]:
+    def _refused(self, what: str, tid: str, p: Pending, final: Ended) -> list[AgentCommand]:
         self._count(f"{what}_refused")
         known = self.spec_of(tid)
         if what == "cancel" and Refusal.NOT_CANCELLER in p.refused.values() and known:
@@ -709,13 +680,13 @@ class LeaseAgent:
         owner = p.chosen
         if epoch == 1 and spec.replicas[0] in p.ranked:
             owner = spec.replicas[0]  # placed there at submit (`_replica_set`); still fits
-        prop = self._proposals[tid] = _Proposal(
+        prop = self._proposals[tid] = Proposal(
             epoch, owner, spec.replicas, p.explain(), give_up_at=now + self.config.lease_ttl
         )
         self._count("proposals")
         return self._ask(tid, prop, now)
 
-    def _ask(self, tid: str, prop: _Proposal, now: float) -> list[AgentCommand]:
+    def _ask(self, tid: str, prop: Proposal, now: float) -> list[AgentCommand]:
         prop.resend_at = now + self.config.lease_renew_interval
         out: list[AgentCommand] = []
         for node in prop.replicas:
@@ -752,7 +723,7 @@ class LeaseAgent:
             return self._lost(tid, prop, now)
         return []
 
-    def _lost(self, tid: str, prop: _Proposal, now: float) -> list[AgentCommand]:
+    def _lost(self, tid: str, prop: Proposal, now: float) -> list[AgentCommand]:
         """No majority: try again later, past what the granters hold and wait for."""
         del self._proposals[tid]
         self._count("grants_lost")
@@ -772,7 +743,16 @@ class LeaseAgent:
         live = set(self._members()) | {self.me}
         nxt = now + max(PLACE_INTERVAL, self.config.lease_renew_interval)
         for tid, rec in self.grants.items():
-            if rec.final or tid in self._proposals or tid in self._owned or tid in self._settled:
+            ending = self._pending.get(("finish", tid))  # ours (a restart's release)
+            busy = tid in self._proposals or tid in self._owned or tid in self._settled
+            if rec.ended is Ended.CANCELLED and now >= self._nudge_at.get(tid, 0.0):
+                entry = self.table.get(tid)
+                if entry is None or entry.cancel is None:  # its canceller may be gone
+                    rec.cancelled_by = ""  # the accepting node, from now on
+                    out += self._cancel_settled(rec, now)
+            if rec.closed or busy or (ending is not None and not ending.done):
+                # Not before our end is agreed: a proposal the granters see first meets
+                # a live lease and waits it out (traced: 4 s more after a restart).
                 self._need_since.pop(tid, None)
                 continue
             live_for = rec.live(now, self._wait)
@@ -790,7 +770,12 @@ class LeaseAgent:
             proposers = [r for r in rec.spec.replicas if r in live and r not in expired]
             rank = proposers.index(self.me) if self.me in proposers else len(proposers)
             # Progress restarts the count: a grant or renewal here since we started it.
-            since = max(self._need_since.setdefault(tid, now), rec.heard_at + self._wait)
+            # An epoch that ended (released, as a restarted owner does at once, or
+            # failed) holds no lease: no wait for it (the first proposer then goes at
+            # once, not `lease_ttl` after the restart that counted it live again).
+            since = self._need_since.setdefault(tid, now)
+            if rec.ended is Ended.NO:
+                since = max(since, rec.heard_at + self._wait)
             due = max(since + rank * self.config.lease_ttl, self._retry_at.get(tid, 0.0))
             if now < due:
                 nxt = min(nxt, due)
@@ -838,18 +823,17 @@ class LeaseAgent:
         if self.table.get(tid) is None:
             self.table.apply(encode_entries([TaskEntry(tid, msg.spec, msg.spec_signature)]), now)
         if self.draining:  # granted while we began to drain: hand it back at once
-            pending = self._pending[("finish", tid)] = _Pending(
+            pending = self._pending[("finish", tid)] = Pending(
                 "finish", msg.epoch, Ended.RELEASED, msg.spec.replicas, now + 4 * self._wait
             )
             return self._repeat(tid, pending, now)
-        self._owned[tid] = _Owned(msg.epoch, msg.spec, self.why.get(tid, ""), now, msg.failures)
+        self._owned[tid] = Owned(msg.epoch, msg.spec, self.why.get(tid, ""), now, msg.failures)
         self._renew_at = now  # renew at once: the task starts after this round
         return self._renew(now)
 
     def _renewing(self) -> dict[str, list[tuple[str, int]]]:
         """Per replica, the (task, epoch) leases we hold and renew there, but those it
-        refused as finished or superseded: that is for good, and would spoil its digest.
-        (A granter behind us, which has not recorded the grant yet, may still.)"""
+        refused for good (`renewals.refused_for_good`), which would spoil its digest."""
         held = {(t, o.epoch) for t, o in self._owned.items() if not o.stopping}
         self._not_granted = {n: p & held for n, p in self._not_granted.items() if p & held}
         per_node: dict[str, list[tuple[str, int]]] = {}
@@ -878,14 +862,11 @@ class LeaseAgent:
         if msg.missed:
             # The replica holds another set: the full list at once, as part of the same
             # round (its `at`, which is earlier than this resend: conservative).
-            out: list[AgentCommand] = []
-            pairs = self._renewing().get(sender, [])
-            for node, full in self._rounds.full(sender, pairs, part.at):
-                out += self._to(node, full, now)
-            return out
+            full = self._rounds.full(sender, self._renewing().get(sender, []), part.at)
+            return [cmd for node, m in full for cmd in self._to(node, m, now)]
         at = part.at
         refused = dict(msg.refused)
-        out = []
+        out: list[AgentCommand] = []
         for tid, epoch in part.pairs:
             o = self._owned.get(tid)
             if o is None or o.stopping or o.epoch != epoch:
@@ -893,17 +874,23 @@ class LeaseAgent:
             refusal = refused.get(tid)
             if refusal is None:
                 out += self._renewed(tid, o, sender, at, now)
-            elif refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
-                self._not_granted.setdefault(sender, set()).add((tid, epoch))  # for good
-                # One granter alone may hold an end that no majority agreed (a result
-                # whose other answers were lost): only a majority ends our run early.
-                o.superseded_by.add(sender)
-                if is_quorum(o.spec.replicas, o.superseded_by):
-                    why = "cancelled" if refusal == Refusal.FINISHED else "superseded"
-                    out += self._stop(tid, o, why)
+            elif refused_for_good(refusal, early=at < o.since + self.config.lease_renew_interval):
+                self._not_granted.setdefault(sender, set()).add((tid, epoch))
+                if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+                    # One granter alone may hold an end that no majority agreed (a result
+                    # whose other answers were lost): only a majority ends our run early.
+                    o.superseded_by.add(sender)
+                    if not is_quorum(o.spec.replicas, o.superseded_by):
+                        continue
+                    if refusal == Refusal.FINISHED:
+                        out += self._stop_cancelled(tid, o, now)
+                    else:
+                        out += self._stop(tid, o, "superseded")
+        ends = [o.lease_until for o in self._owned.values() if not o.stopping]
+        self._renew_at = steady_round(self._renew_at, at, ends, self.config)
         return out
 
-    def _renewed(self, tid: str, o: _Owned, node: str, at: float, now: float) -> list[AgentCommand]:
+    def _renewed(self, tid: str, o: Owned, node: str, at: float, now: float) -> list[AgentCommand]:
         if at < o.since:
             return []  # a round sent before this ownership began (an earlier one's)
         acks = self._acks.setdefault((tid, o.epoch, at), set())
@@ -927,7 +914,24 @@ class LeaseAgent:
         out.append(StartTask(tid, o.epoch, o.spec, o.lease_until))
         return out
 
-    def _stop(self, tid: str, o: _Owned, reason: str) -> list[AgentCommand]:
+    def _stop_cancelled(self, tid: str, o: Owned, now: float) -> list[AgentCommand]:
+        """Stop a run a cancel ended, and tell the replicas we are done with the epoch
+        (a release of it), so a cancel waiting on our lease is final now, not when the
+        lease lapses. A promise never to start this epoch: kept in memory, and in the
+        table (the claim released, persisted) once the run had started."""
+        epoch = o.epoch
+        self._owned_before[tid] = max(self._owned_before.get(tid, 0), epoch)
+        delta = None
+        if o.started:
+            delta = self._table_local(functools.partial(self.table.release, tid, now))
+        out = self._stop(tid, o, "cancelled")
+        pending = self._pending[("finish", tid)] = Pending(
+            "finish", epoch, Ended.RELEASED, o.spec.replicas, now + 4 * self._wait,
+            delta=delta,
+        )  # fmt: skip
+        return out + self._repeat(tid, pending, now)
+
+    def _stop(self, tid: str, o: Owned, reason: str) -> list[AgentCommand]:
         o.stopping = reason
         if not o.started:
             del self._owned[tid]
@@ -948,6 +952,8 @@ class LeaseAgent:
                 out += self._stop(tid, o, "fenced")
             elif not o.started and now >= o.since + self.config.lease_ttl:
                 del self._owned[tid]  # no majority renewed it in time: never started
+        for rec in self.book.settle(now):
+            out += self._cancel_settled(rec, now)
         if self._renew_at is not None and now >= self._renew_at:
             out += self._renew(now)
         out += self._echoes(now)
@@ -977,24 +983,13 @@ class LeaseAgent:
             return
         keep = self.config.finished_retention
         self._compact_at = now + min(keep / 4, PLACE_INTERVAL * 10)
-        for tid, rec in list(self.grants.items()):
-            if not rec.final:
-                continue
-            since = self._final_since.setdefault(tid, now)
-            if since + keep <= now:
-                del self.grants[tid]
-                del self._final_since[tid]
-                self._forget(tid)
-                self._compacted[tid] = now
-        horizon = now - self.config.tombstone_retention
-        for tid in [t for t, at in self._compacted.items() if at <= horizon]:
-            del self._compacted[tid]
+        self.book.compact(now, keep, self.config.tombstone_retention)
+        stale = now - self.config.lease_ttl
+        self._early.expire(stale)
+        self._nudge_at = {t: at for t, at in self._nudge_at.items() if t in self.grants}
 
     def statistics(self) -> dict[str, int]:
-        stats = dict(self.counters)
-        stats["granter_records"] = len(self.grants)
-        stats["owned"] = len(self._owned)
-        return stats
+        return {**self.counters, "granter_records": len(self.grants), "owned": len(self._owned)}
 
     def __iter__(self) -> Iterator[GrantRecord]:
         return iter(self.grants.values())

@@ -12,10 +12,17 @@ __all__ = ["Acknowledged", "AgentCommand", "FenceTask", "Gossip", "SendTo", "Sta
 
 @attrs.frozen
 class SendTo:
-    """Send `payload` (an `agent_wire` message) to member `node`."""
+    """Send `payload` (an `agent_wire` message) to member `node`.
+
+    `after_commit` False marks a renewal or its answer: it follows from no record this
+    node wrote (a renewal writes nothing durable; what it renews was granted, and
+    answered, after a commit, and a granter that restarts counts every lease it holds
+    live for a whole wait), so a driver that holds messages until its pending records
+    are durable (a group commit) may send it at once."""
 
     node: str
     payload: bytes
+    after_commit: bool = True
 
 
 @attrs.frozen

@@ -1,10 +1,15 @@
-"""The messages of `LeaseAgent`s to one another: small frozen values and a signed codec.
+"""The messages of `LeaseAgent`s to one another: small frozen values and their codec.
 
-Every message is sent to one member (not gossiped) and signed by its sender, so a
-granter knows who asks, and a forged or garbled message is one `DecodeError`.
-Layout (msgpack, append-only): ``[VERSION, type, sender, body, signature]`` where the
-signature covers ``CONTEXT + packb([type, sender, body])``. Task ids travel as their
-16 raw bytes.
+Every message goes to one member, point to point (swim's `send_app`: its own datagram or
+TCP frame, never relayed or gossiped), so the packet envelope around it already proves
+who sent it: an Ed25519 signature by the sender's enrolled key, over the whole packet,
+addressed to the recipient, fresh and not replayed (`overlay.auth`). The message carries
+no signature of its own. It names its `sender`, and the receiver drops one whose sender
+is not the envelope's verified signer (`LeaseAgent.receive`: counted as
+``messages_refused_sender``; swim's core already refuses an `App` whose source is not
+that signer). Layout (msgpack, append-only): ``[VERSION, type, sender, body]``. Task ids
+travel as their 16 raw bytes. Version 1 (a 64-byte signature as a fifth element) is
+refused as a bad envelope.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import attrs
 import msgpack
 
 from ._cancel import OperatorProof
-from ._spec import NODE_ID_CHARS_MAX, TASK_ID_CHARS, Signer, TaskSpec, Verifier
+from ._spec import NODE_ID_CHARS_MAX, TASK_ID_CHARS, TaskSpec
 from .grants import EPOCH_MAX, Ended, Refusal
 from .wire import DecodeError
 
@@ -38,15 +43,14 @@ __all__ = [
     "encode",
 ]
 
-VERSION: Final = 1
-CONTEXT: Final = b"populi-lease-agent\x00"
+VERSION: Final = 2
 #: Largest encoded message (a spec with a 4 KiB command and a 4 KiB env fits).
 MESSAGE_BYTES_MAX: Final = 64 * 1024
 #: Leases named in one renewal at most (an owner holding more sends several).
 RENEW_LEASES_MAX: Final = 2048
 #: Bytes of a renewal digest (`renewals.lease_digest`).
 RENEW_DIGEST_BYTES: Final = 16
-_SIG_BYTES: Final = 64
+_SPEC_SIG_BYTES: Final = 64
 #: Failed epochs a message may report (the retry limit is at most 8).
 FAILURES_MAX: Final = 64
 
@@ -207,16 +211,10 @@ def _body(msg: AgentMessage) -> tuple[_Type, list[Any]]:
     raise TypeError(f"not an agent message: {msg!r}")  # pragma: no cover
 
 
-def _signed_bytes(kind: int, sender: str, body: Any) -> bytes:
-    packed: bytes = msgpack.packb([kind, sender, body], use_bin_type=True)
-    return CONTEXT + packed
-
-
-def encode(msg: AgentMessage, sender: str, sign: Signer) -> bytes:
-    """The signed message, ready to send to one member."""
+def encode(msg: AgentMessage, sender: str) -> bytes:
+    """The message, ready to send to one member inside `sender`'s signed envelope."""
     kind, body = _body(msg)
-    sig = sign(_signed_bytes(kind, sender, body))
-    return msgpack.packb([VERSION, int(kind), sender, body, sig], use_bin_type=True)  # type: ignore[no-any-return]
+    return msgpack.packb([VERSION, int(kind), sender, body], use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def _need(cond: bool, what: str) -> None:
@@ -251,7 +249,7 @@ def _enum(cls: type[enum.IntEnum], v: Any, zero: bool = False) -> int:
 
 
 def _spec(raw: Any, sig: Any) -> tuple[TaskSpec, bytes]:
-    _need(type(sig) is bytes and len(sig) == _SIG_BYTES, "bad spec signature")
+    _need(type(sig) is bytes and len(sig) == _SPEC_SIG_BYTES, "bad spec signature")
     try:
         return TaskSpec.from_wire(raw), sig
     except (ValueError, TypeError, KeyError) as exc:
@@ -307,6 +305,7 @@ def _message(kind: int, b: list[Any]) -> AgentMessage:
             ended = Ended(_enum(Ended, b[2]))
             proof = _operator(b[4]) if n == 5 else None
             _need(proof is None or ended is Ended.CANCELLED, "an operator proof is for a cancel")
+            _need(ended not in (Ended.NO, Ended.CANCELLING), "not an end anyone posts")
             return Finish(_task(b[0]), _epoch(b[1]), ended, _count(b[3]), proof)
         case _Type.FINISH_ANSWER if n == 5:
             ended, final = Ended(_enum(Ended, b[2])), Ended(_enum(Ended, b[4]))
@@ -316,18 +315,15 @@ def _message(kind: int, b: list[Any]) -> AgentMessage:
     raise DecodeError("unknown message type or layout")
 
 
-def decode(data: bytes, verify: Verifier) -> tuple[str, AgentMessage]:
-    """(sender, message) from bytes; `DecodeError` for junk or a bad signature."""
+def decode(data: bytes) -> tuple[str, AgentMessage]:
+    """(claimed sender, message) from bytes; `DecodeError` for junk. The caller checks
+    the sender against the packet's verified signer."""
     _need(len(data) <= MESSAGE_BYTES_MAX, "message too large")
     try:
         raw = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=len(data))
     except (ValueError, msgpack.UnpackException) as exc:
         raise DecodeError(f"not msgpack: {exc}") from None
-    _need(isinstance(raw, list) and len(raw) == 5 and raw[0] == VERSION, "bad envelope")
-    _, kind, sender, body, sig = raw
+    _need(isinstance(raw, list) and len(raw) == 4 and raw[0] == VERSION, "bad envelope")
+    _, kind, sender, body = raw
     _need(type(kind) is int and isinstance(body, list), "bad envelope")
-    sender = _node(sender)
-    _need(type(sig) is bytes and len(sig) == _SIG_BYTES, "bad signature")
-    if not verify(sender, _signed_bytes(kind, sender, body), sig):
-        raise DecodeError("signature does not verify")
-    return sender, _message(kind, body)
+    return _node(sender), _message(kind, body)

@@ -32,6 +32,13 @@ class LeaseConfig:
     #: The owner bumps its renewal counter this often. Each renewal is one small delta
     #: (~100 bytes) gossiped to everyone, so shorter costs bytes, longer detects later.
     lease_renew_interval: float = attrs.field(default=2.0, validator=_positive)
+    #: Once a round renewed every lease of an owner with a majority, its next round
+    #: comes this long after that one instead (`lease_renew_interval` again after a
+    #: round that missed one). Longer sends fewer bytes in steady state, but an owner
+    #: stalled for `lease_ttl - fence_grace - lease_renew_steady` fences its tasks. At
+    #: least `lease_renew_interval`, and with it and `fence_grace` within `lease_ttl`,
+    #: so a missed steady round is tried again before the owner's fence.
+    lease_renew_steady: float = attrs.field(default=4.0, validator=_positive)
     #: An observer that has seen no renewal for this long, on its own clock, re-places the
     #: task at the next epoch. Must cover a few renewals plus gossip spread time, or a
     #: slow-but-alive owner is replaced (a duplicate start, never a duplicate result).
@@ -101,6 +108,15 @@ class LeaseConfig:
     def __attrs_post_init__(self) -> None:
         if self.lease_ttl < 2 * self.lease_renew_interval:
             raise ValueError("LeaseConfig.lease_ttl must be >= 2 * lease_renew_interval")
+        if not (
+            self.lease_renew_interval
+            <= self.lease_renew_steady
+            <= self.lease_ttl - self.fence_grace - self.lease_renew_interval
+        ):
+            raise ValueError(
+                "LeaseConfig.lease_renew_steady must be in [lease_renew_interval,"
+                " lease_ttl - fence_grace - lease_renew_interval]"
+            )
         if self.tombstone_retention < self.finished_retention:
             raise ValueError("LeaseConfig.tombstone_retention must be >= finished_retention")
         if self.clock_margin < 1.0:
@@ -118,6 +134,7 @@ class LeaseConfig:
         """Across continents: slower gossip, so longer settle and ttl."""
         return cls(
             lease_renew_interval=5.0,  # gossip spreads in seconds, renew less often
+            lease_renew_steady=5.0,  # as often in steady state (30 s ttl: 5 missed rounds)
             lease_ttl=30.0,  # six missed renewals before re-placement
             settle_time=3.0,  # a WAN gossip round is about 0.5 s x log(n) hops
             self_view_lag=5.0,  # a spread to everyone, with margin
@@ -138,6 +155,7 @@ class LeaseConfig:
         """
         return cls(
             lease_renew_interval=0.5,  # loopback costs nothing
+            lease_renew_steady=0.5,  # as often in steady state: rides out owner stalls
             lease_ttl=4.0,  # eight renewals: rides out a 3 s stall of owner or observer
             settle_time=0.2,  # one local gossip round
             self_view_lag=2.0,  # 20 starved daemons: ~1 s to spread (leases-starved)

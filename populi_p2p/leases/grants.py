@@ -31,6 +31,8 @@ __all__ = [
     "on_finish",
     "on_grant",
     "on_renew",
+    "settle_cancel",
+    "settles_at",
 ]
 
 #: The largest epoch any part of the lease code accepts (the wire's bound).
@@ -48,6 +50,10 @@ class Ended(enum.IntEnum):
     FAILED = 2  # failed; the next epoch may be granted at once while retries are left
     SUCCEEDED = 3
     CANCELLED = 4
+    #: A cancel recorded while the epoch's owner, renewed here, may still start its
+    #: task on that renewal: not final until the lease lapses here or the owner says it
+    #: is done with the epoch (`settle_cancel`). Refuses grants and renewals already.
+    CANCELLING = 5
 
 
 class Refusal(enum.IntEnum):
@@ -86,6 +92,9 @@ class GrantRecord:
     #: renewed, so a proposal that lost its vote does not hold the task for a lease.
     #: Not persisted: True after a restart (a whole wait again, to be safe).
     renewed: bool = True
+    #: Who asked for the cancel this record holds, if this granter heard it since it
+    #: started: told once the cancel is final. Not persisted.
+    cancelled_by: str = attrs.field(default="", eq=False)
 
     @property
     def final(self) -> bool:
@@ -93,6 +102,11 @@ class GrantRecord:
         if self.ended in (Ended.SUCCEEDED, Ended.CANCELLED):
             return True
         return self.ended is Ended.FAILED and self.failures > self.spec.retry_limit
+
+    @property
+    def closed(self) -> bool:
+        """No epoch is granted or renewed again: final, or a cancel settling."""
+        return self.final or self.ended is Ended.CANCELLING
 
     def live(self, now: float, wait: float) -> float:
         """Seconds the current lease stays live here (0: grantable)."""
@@ -109,7 +123,7 @@ def on_grant(
     again (the proposer lost our answer)."""
     if me not in rec.spec.replicas:
         return Refusal.NOT_REPLICA
-    if rec.final:
+    if rec.closed:
         return Refusal.FINISHED
     if epoch == rec.epoch and owner == rec.owner and rec.ended is Ended.NO:
         return None
@@ -131,7 +145,7 @@ def on_renew(rec: GrantRecord, epoch: int, owner: str, now: float) -> Refusal | 
     for another node in that epoch, or missed it, refuses (the owner holds a majority
     of grants, so a majority renews it), and no member can take over a lease by
     renewing it in its own name."""
-    if rec.final:
+    if rec.closed:
         return Refusal.FINISHED
     if epoch < rec.epoch or (epoch == rec.epoch and rec.ended is not Ended.NO):
         return Refusal.SUPERSEDED
@@ -143,26 +157,31 @@ def on_renew(rec: GrantRecord, epoch: int, owner: str, now: float) -> Refusal | 
 
 def on_finish(
     rec: GrantRecord, epoch: int, sender: str, ended: Ended, failures: int = 0,
-    *, operator: bool = False,
+    *, operator: bool = False, now: float, wait: float,
 ) -> Refusal | None:  # fmt: skip
-    """Record how `epoch` ended, or say why not.
+    """Record how `epoch` ended, or say why not. `wait` is ``lease_ttl * clock_margin``.
 
     A cancel comes from the task's accepting node (`TaskSpec.submitted_by`), or carries
     an operator proof that the caller checked (`operator`: `_cancel.may_cancel`); any
     other is refused before anything else is looked at. It ends the task whatever its
-    epoch, unless it is already final. Every other end comes from the epoch's owner, who
-    renewed with a majority before it started: an end of an older epoch is superseded
-    (its result is fenced out), and one of an epoch this granter never heard of is
-    refused (a member cannot end a task by naming a newer epoch). A failure carries the
-    owner's count of failed epochs, itself included: the most any granter of its epoch
-    knew, plus one, so a granter that missed an earlier failure still counts it."""
+    epoch, unless it is already final. If this granter renewed the current owner's
+    lease, the owner may still start on that renewal, so the cancel is `CANCELLING`
+    until the lease lapses here or the owner ends the epoch: a cancel is final only
+    when nothing can start after it (I2, docs/leases.md).
+
+    Every other end comes from the epoch's owner, who renewed with a majority before it
+    started: an end of an older epoch is superseded (its result is fenced out), and one
+    of an epoch this granter never heard of is refused (a member cannot end a task by
+    naming a newer epoch). A failure carries the owner's count of failed epochs, itself
+    included: the most any granter of its epoch knew, plus one, so a granter that
+    missed an earlier failure still counts it."""
     if ended is Ended.CANCELLED:
-        if sender != rec.spec.submitted_by and not operator:
-            return Refusal.NOT_CANCELLER
-        if rec.final and rec.ended is not Ended.CANCELLED:
-            return Refusal.FINISHED
-        rec.ended = Ended.CANCELLED
-        return None
+        return _on_cancel(rec, sender, operator, now, wait)
+    if rec.ended is Ended.CANCELLING:
+        if epoch == rec.epoch and sender == rec.owner:
+            rec.ended = Ended.CANCELLED  # the owner is done with the epoch: settled
+            return None
+        return Refusal.SUPERSEDED if epoch < rec.epoch else Refusal.NOT_OWNER
     if rec.final:
         # The same outcome again, from this epoch or another: a task that succeeded
         # twice (a result whose answers were lost, then a re-run) succeeded; say so.
@@ -177,3 +196,32 @@ def on_finish(
     if ended is Ended.FAILED:
         rec.failures = max(rec.failures + 1, min(failures, rec.spec.retry_limit + 1))
     return None
+
+
+def _on_cancel(
+    rec: GrantRecord, sender: str, operator: bool, now: float, wait: float
+) -> Refusal | None:
+    if sender != rec.spec.submitted_by and not operator:
+        return Refusal.NOT_CANCELLER
+    if rec.final and rec.ended is not Ended.CANCELLED:
+        return Refusal.FINISHED
+    if rec.ended is Ended.NO and rec.epoch and rec.renewed and now < rec.heard_at + wait:
+        rec.ended = Ended.CANCELLING
+    elif rec.ended is not Ended.CANCELLING:
+        rec.ended = Ended.CANCELLED
+    return None
+
+
+def settle_cancel(rec: GrantRecord, now: float, wait: float) -> bool:
+    """A `CANCELLING` record whose owner's lease has lapsed here becomes final (the
+    owner stopped renewing here when the cancel came, so its task stopped by now).
+    Whether it changed; `settles_at` says when it will."""
+    if rec.ended is not Ended.CANCELLING or now < settles_at(rec, wait):
+        return False
+    rec.ended = Ended.CANCELLED
+    return True
+
+
+def settles_at(rec: GrantRecord, wait: float) -> float:
+    """When a `CANCELLING` record becomes final on its own (this granter's clock)."""
+    return rec.heard_at + wait

@@ -24,9 +24,18 @@ from typing import Final
 import attrs
 
 from .agent_wire import RENEW_DIGEST_BYTES, Renew, RenewAnswer, RenewDigest
-from .grants import Ended, GrantRecord
+from .config import LeaseConfig
+from .grants import Ended, GrantRecord, Refusal
 
-__all__ = ["RENEW_CHUNK", "RenewPart", "RenewalRounds", "lease_digest", "renewable"]
+__all__ = [
+    "RENEW_CHUNK",
+    "RenewPart",
+    "RenewalRounds",
+    "lease_digest",
+    "refused_for_good",
+    "renewable",
+    "steady_round",
+]
 
 #: Leases one full renewal message names at most (well under the wire's bound).
 RENEW_CHUNK: Final = 1024
@@ -51,6 +60,35 @@ def renewable(grants: Mapping[str, GrantRecord], owner: str) -> list[tuple[str, 
         for tid, rec in grants.items()
         if rec.owner == owner and rec.ended is Ended.NO and rec.renewed and not rec.final
     ]
+
+
+def refused_for_good(refusal: int, *, early: bool) -> bool:
+    """Whether a replica that refused to renew a lease will refuse it every round, so
+    the owner stops naming it there (else the replica's set never matches the owner's
+    and every round is a full list).
+
+    A finished or superseded lease stays so. A replica that does not know the task, or
+    that never granted us the epoch (`UNKNOWN`, `NOT_OWNER`), missed the grant request,
+    which nobody repeats once a majority granted; but a round sent `early`, within one
+    renewal interval of our `Own`, may have overtaken a request still on its way, so
+    such a refusal is not taken for good. A lease needs a majority's renewals anyway:
+    this only saves bytes."""
+    if refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+        return True
+    return not early and refusal in (Refusal.UNKNOWN, Refusal.NOT_OWNER)
+
+
+def steady_round(
+    due: float | None, at: float, lease_ends: Iterable[float], config: LeaseConfig
+) -> float | None:
+    """When the owner's next round is due, once an answer to the round sent at `at`
+    came: `lease_renew_steady` after that round if it renewed every lease we hold with
+    a majority (each now ends at ``at + lease_ttl`` or later), else `due` unchanged
+    (`lease_renew_interval` after the last round). So a steady owner sends less, and
+    one that missed a majority tries again soon; None: nothing to renew."""
+    if due is None or any(end < at + config.lease_ttl for end in lease_ends):
+        return due
+    return max(due, at + config.lease_renew_steady)
 
 
 @attrs.frozen

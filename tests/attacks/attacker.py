@@ -314,10 +314,14 @@ class Insider(Attacker):
         alive = wire.Alive(self.node_id, self.incarnation, self.address, self._record)
         self.send(target, self.seal(alive, recipient=target_id))
 
-    def agent(self, message: AgentMessage) -> wire.App:
-        """A swim App message carrying `message`, signed by us (`AppKind.LEASE_AGENT`)."""
-        body = agent_wire.encode(message, self.node_id, self.lease_sign)
-        return wire.App(self.node_id, "lease", bytes([AppKind.LEASE_AGENT]) + body)
+    def agent(
+        self, message: AgentMessage, *, sender: str | None = None, source: str | None = None
+    ) -> wire.App:
+        """A swim App message carrying `message` (`AppKind.LEASE_AGENT`), in our name
+        unless the message names another `sender` or the App another `source`. (Our
+        envelope signs the packet either way.)"""
+        body = agent_wire.encode(message, sender or self.node_id)
+        return wire.App(source or self.node_id, "lease", bytes([AppKind.LEASE_AGENT]) + body)
 
     def leases(self, delta: bytes, key: str = "x") -> wire.App:
         """A swim App message carrying a lease-table delta (`AppKind.LEASES`)."""
@@ -412,7 +416,7 @@ class Insider(Attacker):
                 [AppKind.LEASE_AGENT]
             ):
                 try:
-                    got = agent_wire.decode(message.payload[1:], lambda *_: True)
+                    got = agent_wire.decode(message.payload[1:])
                 except LeaseDecodeError:
                     continue
                 self.inbox.append(got)

@@ -31,6 +31,7 @@ import pytest
 from populi_p2p.api import ApiClient, ApiError
 from populi_p2p.leases._cancel import OPERATOR_CANCEL_CONTEXT, OperatorProof, operator_cancel_bytes
 from populi_p2p.leases._entry import ClaimRecord, Phase, TaskEntry, claim_bytes
+from populi_p2p.leases.agent_state import EARLY_GRANTS_PER_SENDER
 from populi_p2p.leases.agent_wire import (
     Finish,
     FinishAnswer,
@@ -46,6 +47,7 @@ from tests.node.harness import Daemon, WaitTimeout, wait_until
 
 from .attacker import TALLY, Insider
 from .conftest import AttackMesh, start_mesh
+from .helpers import swim_counter
 
 HOSTS = ("127.0.0.31", "127.0.0.32", "127.0.0.33", "127.0.0.34")
 INSIDER_HOST = "127.0.0.39"
@@ -368,7 +370,9 @@ def test_a_flood_of_ends_and_grants_for_unknown_tasks_stores_nothing(
     insider_mesh: InsiderMesh,
 ) -> None:
     """1,000 Finish(made-up id, 1, CANCELLED) and 1,000 GrantRequest(made-up id) to
-    every daemon: each refused as unknown and counted; no task, no granter record."""
+    every daemon: each refused as unknown and counted, but for the first
+    `EARLY_GRANTS_PER_SENDER` grant requests, held in memory for a lease in case their
+    offer comes next; no task, no granter record."""
     mesh, insider = insider_mesh, insider_mesh.insider
     watch = mesh.attack.watch()
     rng = random.Random(73)
@@ -380,7 +384,9 @@ def test_a_flood_of_ends_and_grants_for_unknown_tasks_stores_nothing(
         ends = [Finish(rng.randbytes(16).hex(), 1, Ended.CANCELLED) for _ in range(n)]
         grants = [GrantRequest(rng.randbytes(16).hex(), 1, insider.node_id) for _ in range(n)]
         mesh.send(d, [insider.agent(m) for m in ends + grants], per_second=300)
-    expect = {"finishes_refused_unknown": n, "grants_refused_unknown": n}
+    held = EARLY_GRANTS_PER_SENDER
+    expect = {"finishes_refused_unknown": n, "grants_held_early": held,
+              "grants_refused_unknown": n - held}  # fmt: skip
     for d in mesh.daemons:
         counted(d, before[d.name], expect, timeout=30)
         assert agent(d)["granter_records"] == before[d.name]["granter_records"]
@@ -508,3 +514,42 @@ def test_a_renewal_of_someone_elses_lease_is_refused(insider_mesh: InsiderMesh) 
         TALLY.add("insider: Renew of a running task's lease at e+1, in its own name",
                   insider.sent - sent, 0 if unchanged_run(mesh, r) is None else 1,
                   note=unchanged_run(mesh, r) or "")  # fmt: skip
+
+
+########################################################################################
+# Speaking in the owner's name (agent messages carry no signature of their own)
+
+
+def test_an_agent_message_in_the_owners_name_is_refused(insider_mesh: InsiderMesh) -> None:
+    """Finish(task, epoch, SUCCEEDED) naming the real owner as its sender, in the
+    insider's signed packets, to each other replica: once with the insider as the swim
+    App's source (the agent refuses it: `messages_refused_sender`), once with the owner
+    there too (swim's core refuses it: `app_refused_sender`). The envelope's signer is
+    the only sender an agent believes; a daemon that took the named one would record
+    the owner's success and stop the run."""
+    mesh, insider = insider_mesh, insider_mesh.insider
+    r = mesh.tasks["hijack"]
+    assert unchanged_run(mesh, r) is None
+    watch = mesh.attack.watch()
+    sent = insider.sent
+    owner = r.owner.node_id
+    targets = [d for d in r.replicas if d is not r.owner]
+    before = {d.name: (agent(d), swim_counter(d, "app_refused_sender")) for d in targets}
+    end = Finish(r.tid, r.epoch, Ended.SUCCEEDED)
+    for d in targets:
+        mesh.send(d, [insider.agent(end, sender=owner)])
+        mesh.send(d, [insider.agent(end, sender=owner, source=owner)])
+    for d in targets:
+        counted(d, before[d.name][0], {"messages_refused_sender": 1})
+        wait_until(
+            lambda d=d: swim_counter(d, "app_refused_sender") >= before[d.name][1] + 1,
+            10, f"{d.name}'s core to refuse the App in the owner's name",
+        )  # fmt: skip
+    try:
+        holds_for(mesh, r, 2 * RENEW_INTERVAL)
+    finally:
+        changes = watch.settled()
+        TALLY.add("insider: Finish(SUCCEEDED) in the owner's name, in its own packets",
+                  insider.sent - sent, len(changes) + (unchanged_run(mesh, r) is not None),
+                  note=unchanged_run(mesh, r) or "")  # fmt: skip
+    assert changes == []

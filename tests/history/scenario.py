@@ -166,6 +166,7 @@ class Lab:
     submits: list[Submit] = attrs.field(init=False, factory=list)
     submit_s: list[float] = attrs.field(init=False, factory=list)  # each submit's call
     returned: dict[str, float] = attrs.field(init=False, factory=dict)  # task -> when
+    sent: dict[str, float] = attrs.field(init=False, factory=dict)  # task -> call began
     acks: list[Ack] = attrs.field(init=False, factory=list)
     killed: list[Killed] = attrs.field(init=False, factory=list)
     failovers: list[tuple[str, float]] = attrs.field(init=False, factory=list)
@@ -280,6 +281,7 @@ class Lab:
             self.submit_s.append(t1 - t0)
             if tid is not None:
                 self.returned[tid] = t1
+                self.sent[tid] = t0
         return tid
 
     @staticmethod

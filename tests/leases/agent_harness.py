@@ -50,6 +50,16 @@ def verify(node: str, data: bytes, sig: bytes) -> bool:
     return sign_as(node)(data) == sig
 
 
+def node_id(i: int) -> str:
+    """A node id of the daemon's shape (16 base32 characters) for node `i`, where the
+    bytes on the wire matter (`Cluster(real_ids=True)`)."""
+    import base64
+    import hashlib
+
+    digest = hashlib.blake2b(i.to_bytes(4, "big"), digest_size=10).digest()
+    return base64.b32encode(digest).decode().lower()
+
+
 @attrs.define
 class Run:
     task: str
@@ -78,7 +88,9 @@ class Node:
 
 
 class Cluster:
-    """`n` agents; call `run_until(t)`; faults by method; `check()` lists violations."""
+    """`n` agents; call `run_until(t)`; faults by method; `check()` lists violations.
+
+    Nodes are named ``n0``, ``n1``...; with `real_ids`, by `node_id(i)` instead."""
 
     def __init__(
         self,
@@ -90,6 +102,7 @@ class Cluster:
         delay: tuple[float, float] = (0.001, 0.02),
         drift: float = 0.05,
         check_operator: OperatorCheck = no_operators,
+        real_ids: bool = False,
     ) -> None:
         self.check_operator = check_operator
         # Finished entries are kept through the run, so every table can be compared.
@@ -112,11 +125,13 @@ class Cluster:
         self.violations: list[str] = []
         self.sent_log: list[tuple[float, str, str, int]] = []  # (at, from, to, bytes) of SendTo
         self._payloads: list[bytes] = []
+        #: Tasks a grant record was persisted for since `_observe` last looked.
+        self._granted: set[str] = set()
         #: Crashed members others still list as live (SWIM has not declared them yet).
         self.ghosts: set[str] = set()
         self.nodes: dict[str, Node] = {}
         for i in range(n):
-            name = f"n{i}"
+            name = node_id(i) if real_ids else f"n{i}"
             rate = 1.0 + self.rng.uniform(-drift, drift)
             self.nodes[name] = node = Node(name, None, rate, self.rng.uniform(0, 100))  # type: ignore[arg-type]
             node.agent = self._agent(node)
@@ -136,9 +151,13 @@ class Cluster:
                 for m in self.live_view(name)
             ],
             rng=random.Random(self.rng.random()), table=table,
-            persist_grant=lambda r: node.disk_grants.__setitem__(r.task_id, attrs.evolve(r)),
+            persist_grant=lambda r: self._persist_grant(node, r),
             check_operator=self.check_operator,
         )  # fmt: skip
+
+    def _persist_grant(self, node: Node, record: GrantRecord) -> None:
+        node.disk_grants[record.task_id] = attrs.evolve(record)
+        self._granted.add(record.task_id)
 
     def live_view(self, name: str) -> list[str]:
         return [
@@ -281,7 +300,7 @@ class Cluster:
             if not node.up or not self.can_talk(src, dst):
                 return
             if kind == "msg":
-                self._apply(node, node.agent.receive(payload, node.local(self.now)))
+                self._apply(node, node.agent.receive(payload, node.local(self.now), src))
             else:
                 self._apply(node, node.agent.apply_delta(payload, node.local(self.now))[1])
         elif kind == "exit":
@@ -303,15 +322,14 @@ class Cluster:
             node.agent.ready = True
 
     def _observe(self) -> None:
-        """When a success or cancel became final at a majority of its replicas."""
-        for tid in self.durations:
-            if tid in self.final_at:
+        """When a success or cancel became final at a majority of its replicas (looked
+        at only for tasks whose grant records changed: each event touches a few)."""
+        granted, self._granted = self._granted, set()
+        for tid in sorted(granted):
+            if tid in self.final_at or tid not in self.durations:
                 continue
-            spec = next((n.agent.spec_of(tid) for n in self.nodes.values()
-                         if n.agent.spec_of(tid) is not None), None)  # fmt: skip
-            if spec is None:
-                continue
-            replicas = spec[0].replicas
+            records = [g for n in self.nodes.values() if (g := n.disk_grants.get(tid))]
+            replicas = records[0].spec.replicas
             final = [r for r in replicas
                      if (g := self.nodes[r].disk_grants.get(tid)) is not None
                      and g.final and g.ended.name in ("SUCCEEDED", "CANCELLED")]  # fmt: skip
@@ -362,7 +380,7 @@ class Cluster:
         """The `sent` messages that are renewals (`Renew`, `RenewDigest`)."""
         return [
             m for m, payload in zip(self.sent_log, self._payloads, strict=True)
-            if isinstance(decode(payload, verify)[1], Renew | RenewDigest)
+            if isinstance(decode(payload)[1], Renew | RenewDigest)
         ]  # fmt: skip
 
     def starts(self) -> int:

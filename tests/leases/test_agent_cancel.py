@@ -85,19 +85,19 @@ def test_a_raw_cancel_from_a_member_is_refused_by_every_replica_and_counted() ->
     c = _cluster(4)
     tid = _running(c)
     evil = "n3"
-    forged = encode(Finish(tid, 1, Ended.CANCELLED), evil, sign_as(evil))
+    forged = encode(Finish(tid, 1, Ended.CANCELLED), evil)
     answers: list[FinishAnswer] = []
     for r in _replicas(c, tid):
         c._push(c.now, "msg", (evil, r, forged))
     original = c.nodes[evil].agent.receive
 
-    def spy(payload: bytes, now: float):  # type: ignore[no-untyped-def]
+    def spy(payload: bytes, now: float, sender: str):  # type: ignore[no-untyped-def]
         from populi_p2p.leases.agent_wire import decode
 
-        _, msg = decode(payload, verify)
+        _, msg = decode(payload)
         if isinstance(msg, FinishAnswer):
             answers.append(msg)
-        return original(payload, now)
+        return original(payload, now, sender)
 
     c.nodes[evil].agent.receive = spy  # type: ignore[method-assign]
     c.run_until(3.0)
@@ -187,7 +187,7 @@ def test_a_forged_expired_or_foreign_operator_proof_is_refused(case: str) -> Non
     (answer,) = _cancel_answers(c, tid)
     assert answer.forbidden and answer.refusal is not None
     assert reason in answer.refusal and "--operator-key FILE" in answer.refusal
-    forged = encode(Finish(tid, 1, Ended.CANCELLED, 0, proof), "n2", sign_as("n2"))
+    forged = encode(Finish(tid, 1, Ended.CANCELLED, 0, proof), "n2")
     for r in _replicas(c, tid):
         c._push(c.now, "msg", ("n2", r, forged))
     c.run_until(3.0)

@@ -4,14 +4,17 @@ cancels, insiders, and many seeds of chaos with controls that show the checks bi
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from populi_p2p.leases import TaskSpec
 from populi_p2p.leases.agent import LeaseAgent
 from populi_p2p.leases.agent_commands import Acknowledged, SendTo
-from populi_p2p.leases.agent_wire import Finish, GrantRequest, encode
+from populi_p2p.leases.agent_wire import Finish, GrantRequest, RenewAnswer, decode, encode
 from populi_p2p.leases.grants import Ended
 
-from .agent_harness import Cluster, chaos, sign_as
+from .agent_harness import Cluster, chaos
 
 
 def _owner_of(c: Cluster, tid: str) -> str:
@@ -210,24 +213,28 @@ def test_a_cancel_stops_the_run_and_a_finished_task_refuses_it() -> None:
     assert len(c.runs[short]) == 1
 
 
-def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
+def _running_with_an_insider() -> tuple[Cluster, str, str, tuple[TaskSpec, bytes], str]:
+    """Four members, one task running, and a member that does not own it."""
     c = Cluster(4, seed=7)
     tid = c.submit("n0", 30.0)
     c.run_until(1.0)
     owner = _owner_of(c, tid)
     spec = c.nodes[owner].agent.spec_of(tid)
     assert spec is not None
-    evil = next(n for n in c.nodes if n != owner)
-    sign = sign_as(evil)
+    return c, tid, owner, spec, next(n for n in c.nodes if n != owner)
+
+
+def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
+    c, tid, _owner, spec, evil = _running_with_an_insider()
     first = spec[0].replicas[0]
     for epoch in (2**62, (1 << 62) - 1, 2):
         for r in spec[0].replicas:
             if r != evil:
-                c._push(c.now, "msg", (evil, r, encode(GrantRequest(tid, epoch, evil), evil, sign)))
-        forged = encode(Finish(tid, 1, Ended.SUCCEEDED), evil, sign)
+                c._push(c.now, "msg", (evil, r, encode(GrantRequest(tid, epoch, evil), evil)))
+        forged = encode(Finish(tid, 1, Ended.SUCCEEDED), evil)
         c._push(c.now, "msg", (evil, first, forged))
     for i in range(500):  # cancels of made-up tasks: nothing stored
-        fake = encode(Finish(f"{i:032x}", 1, Ended.CANCELLED), evil, sign)
+        fake = encode(Finish(f"{i:032x}", 1, Ended.CANCELLED), evil)
         c._push(c.now, "msg", (evil, first, fake))
     c.run_until(2.0)
     counters: dict[str, int] = {}
@@ -243,6 +250,29 @@ def test_an_insiders_claims_and_ends_are_refused_and_counted() -> None:
     c.heal_and_sync()
     assert c.check() == [] and len(c.runs[tid]) == 1, "the real run went on"
     assert c.runs[tid][0].code == 0
+
+
+def test_a_message_in_the_owners_name_from_another_member_is_refused_and_counted() -> None:
+    """Agent messages carry no signature: the packet envelope's signer is the sender. A
+    success "from the owner" that another member's packet carries is dropped at every
+    replica before it is read (`messages_refused_sender`), and the run goes on; the
+    same message in the owner's own packet would have ended it."""
+    c, tid, owner, spec, evil = _running_with_an_insider()
+    forged = encode(Finish(tid, 1, Ended.SUCCEEDED), owner)  # names the owner
+    for r in spec[0].replicas:
+        if r not in (evil, owner):
+            c._push(c.now, "msg", (evil, r, forged))  # but comes in evil's packet
+    c.run_until(2.0)
+    assert all(c.nodes[r].agent.grants[tid].ended is Ended.NO for r in spec[0].replicas), (
+        "no replica recorded the forged success"
+    )
+    refused = sum(n.agent.counters.get("messages_refused_sender", 0) for n in c.nodes.values())
+    assert refused == len([r for r in spec[0].replicas if r not in (evil, owner)])
+    c.run_until(60)
+    c.heal_and_sync()
+    assert c.check() == [] and len(c.runs[tid]) == 1, "the real run went on"
+    assert c.runs[tid][0].code == 0 and c.runs[tid][0].end is not None
+    assert c.runs[tid][0].end >= 30.0, "it ran its whole 30 s"
 
 
 def test_a_restarted_granter_waits_a_whole_lease_again() -> None:
@@ -314,3 +344,67 @@ def test_agent_has_no_io() -> None:
         assert word not in source
     assert LeaseAgent.__module__ == "populi_p2p.leases.agent"
     assert SendTo.__module__.endswith("agent_commands")
+
+
+def test_a_cancel_is_final_only_once_no_renewal_in_flight_can_start_the_task() -> None:
+    """I2's race, found by the simulator (seed 849): the granters answer the owner's
+    renewals, the cancel is recorded by all of them, and only then do the answers reach
+    the owner, which may start on them. The cancel must not be final (acknowledged)
+    before that start, so it waits for the owner's word that it is done with the epoch
+    (or for the lease to lapse)."""
+    c = Cluster(3, seed=11, delay=(0.001, 0.002))
+    tid = c.submit("n0", 60.0)
+    held: list[tuple[str, Any]] = []
+    original = c._event
+
+    def slow_owner(kind: str, data: Any) -> None:  # the owner's inbox stalls
+        if kind == "msg" and not c.runs[tid]:
+            if held and data[1] == held[0][1][1]:
+                held.append((kind, data))
+                return
+            if decode(data[2])[1].__class__ is RenewAnswer:
+                held.append((kind, data))
+                return
+        original(kind, data)
+
+    c._event = slow_owner  # type: ignore[method-assign]
+    while not held and c.now < 5.0:
+        c.run_until(c.now + 0.01)
+    assert held and not c.runs[tid], "the owner renewed, and no answer reached it yet"
+    owner = held[0][1][1]
+    c.cancel("n0", tid)
+    c.run_until(c.now + 0.05)
+    replicas = c.nodes["n0"].agent.spec_of(tid)[0].replicas  # type: ignore[index]
+    recorded = [r for r in replicas if c.nodes[r].agent.grants[tid].ended.name != "NO"]
+    assert len(recorded) >= 2 and owner not in recorded
+    assert tid not in c.final_at, "final while a renewal answer that may start it is in flight"
+    c._event = original  # type: ignore[method-assign]
+    for kind, data in held:
+        c._event(kind, data)  # the answers arrive: the owner starts, then hears the cancel
+    c.run_until(c.now + 20.0)
+    assert tid in c.final_at
+    assert [a.refusal for a in c.answers if a.task_id == tid and a.what == "cancel"] == [None]
+    assert c.check() == [], "no start after the cancel was final"
+
+
+def test_a_cancel_reaches_the_table_though_its_canceller_restarted_meanwhile() -> None:
+    """The owner died, so the cancel waits out its lease at the granters; meanwhile the
+    node that asked for it restarts and forgets it asked. The granters tell it once the
+    cancel is final, and it finishes the job: every table shows the task cancelled."""
+    c = Cluster(5, seed=4)
+    tid = c.submit("n0", 120.0)
+    c.run_until(5.0)
+    (run,) = c.runs[tid]
+    if run.node == "n0":
+        pytest.skip("the owner is the canceller here: pick another seed")
+    c.crash(run.node)
+    c.cancel("n0", tid)
+    c.run_until(c.now + 0.2)
+    c.crash("n0")
+    c.restart("n0")
+    c.run_until(c.now + 60.0)
+    assert tid in c.final_at
+    c.heal_and_sync()
+    shown = {n.agent.table.get(tid).phase.name for n in c.nodes.values() if n.up}  # type: ignore[union-attr]
+    assert shown == {"CANCELLED"}
+    assert c.check() == []

@@ -14,6 +14,9 @@ def test_presets() -> None:
     assert local.lease_ttl < lan.lease_ttl < wan.lease_ttl
     for c in (lan, wan, local):
         assert c.lease_ttl >= 2 * c.lease_renew_interval
+        # A missed steady round is tried again before the owner's fence.
+        steady, retry = c.lease_renew_steady, c.lease_renew_interval
+        assert retry <= steady and steady + retry + c.fence_grace <= c.lease_ttl
         assert c.tombstone_retention >= c.finished_retention
 
 
@@ -23,6 +26,8 @@ def test_presets() -> None:
         ({"lease_ttl": 0}, "lease_ttl must be > 0"),
         ({"lease_ttl": 3.0}, "lease_ttl must be >= 2"),
         ({"settle_time": -1}, "settle_time"),
+        ({"lease_renew_steady": 1.0}, "lease_renew_steady must be in"),
+        ({"lease_renew_steady": 6.5}, "lease_renew_steady must be in"),
         ({"tombstone_retention": 1.0}, "tombstone_retention"),
     ],
 )

@@ -1,10 +1,13 @@
 """Renewals by digest (`leases.renewals`): once a replica renewed an owner's set in
 full, later rounds send 16 bytes instead of the list; a replica holding another set
 answers `missed` and the owner sends the full list at once, so no lease lapses; a
-digest renews only what its sender was granted; long lists go in parts."""
+digest renews only what its sender was granted; long lists go in parts; a lease a
+replica never granted is not named there again; a steady owner renews every
+`lease_renew_steady`, and every `lease_renew_interval` after a round that missed."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -13,11 +16,26 @@ from hypothesis import strategies as st
 
 from populi_p2p.leases import LeaseConfig
 from populi_p2p.leases.agent_commands import SendTo
-from populi_p2p.leases.agent_wire import Renew, RenewAnswer, RenewDigest, decode, encode
+from populi_p2p.leases.agent_wire import (
+    GrantRequest,
+    Offer,
+    Renew,
+    RenewAnswer,
+    RenewDigest,
+    decode,
+    encode,
+)
 from populi_p2p.leases.grants import Ended, GrantRecord, Refusal
-from populi_p2p.leases.renewals import RENEW_CHUNK, RenewalRounds, lease_digest, renewable
+from populi_p2p.leases.renewals import (
+    RENEW_CHUNK,
+    RenewalRounds,
+    lease_digest,
+    refused_for_good,
+    renewable,
+    steady_round,
+)
 
-from .agent_harness import Cluster, sign_as, verify
+from .agent_harness import Cluster
 from .test_agent_wire import SIG, SPEC
 
 
@@ -67,8 +85,8 @@ def test_a_long_list_goes_in_parts_each_answered_on_its_own_and_never_as_a_diges
         assert part is not None and part.pairs == m.leases  # type: ignore[union-attr]
     assert all(isinstance(m, Renew) for _, m in rounds.messages({"r": pairs}, 1.0))
     largest = rounds.messages({"q": pairs}, 2.0)[0][1]
-    data = encode(largest, "n1", sign_as("n1"))
-    assert decode(data, verify)[1] == largest, "a full part fits the wire's bounds"
+    data = encode(largest, "n1")
+    assert decode(data)[1] == largest, "a full part fits the wire's bounds"
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**64), st.integers(0, 2**62 - 1)), max_size=20))
@@ -112,7 +130,7 @@ class Counting(Cluster):
     def _apply(self, node: Any, cmds: list[Any]) -> None:
         for cmd in cmds:
             if isinstance(cmd, SendTo) and self.now >= self.since:
-                kind = type(decode(cmd.payload, verify)[1]).__name__
+                kind = type(decode(cmd.payload)[1]).__name__
                 self.sent[kind] = self.sent.get(kind, 0) + 1
         super()._apply(node, cmds)
 
@@ -196,7 +214,85 @@ def test_a_digest_in_another_members_name_set_renews_nothing_of_the_owners() -> 
     rec = c.nodes[replica].agent.grants[tid]
     heard = rec.heard_at
     stolen = RenewDigest(1, 1, lease_digest([(tid, rec.epoch)]))
-    c._push(c.now, "msg", (evil, replica, encode(stolen, evil, sign_as(evil))))
+    c._push(c.now, "msg", (evil, replica, encode(stolen, evil)))
     c.run_until(c.now + 0.01)
     assert c.nodes[replica].agent.grants[tid].heard_at == heard
     assert c.nodes[replica].agent.counters.get("renew_digests_missed", 0) >= 1
+
+
+LAN = attrs.evolve(LeaseConfig.lan(), finished_retention=1e6, tombstone_retention=2e6)
+
+
+def test_which_refusals_are_for_good() -> None:
+    for refusal in (Refusal.FINISHED, Refusal.SUPERSEDED):
+        assert refused_for_good(refusal, early=True) and refused_for_good(refusal, early=False)
+    for refusal in (Refusal.UNKNOWN, Refusal.NOT_OWNER):
+        assert refused_for_good(refusal, early=False)
+        assert not refused_for_good(refusal, early=True), "a grant may be on its way"
+    assert not refused_for_good(Refusal.LEASE_LIVE, early=False)
+
+
+def test_the_next_round_waits_longer_only_when_every_lease_was_renewed() -> None:
+    ttl, steady = LAN.lease_ttl, LAN.lease_renew_steady
+    assert steady_round(None, 10.0, [10.0 + ttl], LAN) is None
+    assert steady_round(12.0, 10.0, [10.0 + ttl, 12.0 + ttl], LAN) == 10.0 + steady
+    assert steady_round(12.0, 10.0, [10.0 + ttl, 9.0 + ttl], LAN) == 12.0, "one missed"
+    assert steady_round(15.0, 10.0, [10.0 + ttl], LAN) == 15.0, "never earlier"
+
+
+def test_a_replica_that_missed_the_grant_is_not_named_there_again() -> None:
+    """One replica lost the offer and the grant request (nobody repeats them once a
+    majority has them), so it refuses the owner's renewals as UNKNOWN: after the first
+    interval the owner stops naming the lease there, and its rounds are digests, not a
+    full list every time."""
+    c = Counting(5, seed=3, config=LAN)
+    deaf = "n4"
+    event = c._event
+
+    def lossy(kind: str, data: Any) -> None:
+        if (
+            kind == "msg"
+            and data[1] == deaf
+            and isinstance(decode(data[2])[1], Offer | GrantRequest)
+        ):
+            return
+        event(kind, data)
+
+    c._event = lossy  # type: ignore[method-assign]
+    tid = c.submit("n0", 200.0)
+    c.run_until(30.0)
+    owner = c.runs[tid][0].node
+    assert owner != deaf and tid not in c.nodes[deaf].agent.grants
+    c.since = 30.0
+    c.run_until(90.0)
+    assert c.sent.get("RenewDigest", 0) > 0
+    assert c.sent.get("Renew", 0) == 0, c.sent
+    assert _counters(c).get("fenced", 0) == 0 and len(c.runs[tid]) == 1
+
+
+def test_a_steady_owner_renews_every_steady_interval_and_sooner_after_a_miss() -> None:
+    c = Counting(5, seed=4, config=LAN, drift=0.0)
+    tid = c.submit("n0", 300.0)
+    c.run_until(30.0)
+    owner = c.runs[tid][0].node
+    rounds: list[float] = []
+    apply = c._apply
+
+    def spy(node: Any, cmds: list[Any]) -> None:
+        for cmd in cmds:
+            mine = node.name == owner and isinstance(cmd, SendTo) and cmd.node != owner
+            if mine and isinstance(decode(cmd.payload)[1], Renew | RenewDigest):
+                rounds.append(round(c.now, 3))
+        apply(node, cmds)
+
+    c._apply = spy  # type: ignore[method-assign]
+    c.run_until(70.0)
+    gaps = [b - a for a, b in itertools.pairwise(sorted(set(rounds)))]
+    assert gaps and all(abs(g - LAN.lease_renew_steady) < 0.01 for g in gaps), gaps
+    # Every other replica cut off: no round gets a majority, so they come every
+    # `lease_renew_interval` until the lease runs out and the owner fences the task.
+    c.partition({owner})
+    rounds.clear()
+    c.run_until(c.now + LAN.lease_ttl - LAN.fence_grace)
+    gaps = [b - a for a, b in itertools.pairwise(sorted(set(rounds)))]
+    assert gaps and all(abs(g - LAN.lease_renew_interval) < 0.01 for g in gaps), gaps

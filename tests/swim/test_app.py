@@ -255,3 +255,21 @@ def test_send_app_reaches_one_member_by_datagram_or_stream() -> None:
     assert [e.payload for e in got if isinstance(e, AppMessage)] == [b"y" * 5000]
     with pytest.raises(ValueError, match="app_direct_size_max"):
         a.send_app("b", "k", b"z" * (APP_CONFIG.app_direct_size_max + 1), 0.0)
+
+
+def test_an_app_message_in_another_members_name_is_dropped_and_counted() -> None:
+    """With the packet's authenticated sender (the daemon's envelope), an `App` whose
+    source is someone else is refused (`app_refused_sender`): an `AppMessage`'s source
+    is who sent the packet, which the lease agents rely on (their messages carry no
+    signature of their own). Without one (the simulator), the source is taken as sent."""
+    core = Membership(APP_CONFIG, "me", ("10.0.0.1", 1), random.Random(1), 0.0)
+    packet = encode(App("victim", "k", b"p"))
+    assert core.receive(("10.0.0.9", 1), packet, 0.0, sender="insider") == []
+    assert core.statistics().app_refused_sender == 1
+    assert core.statistics().app_messages_received == 0
+    for sender in ("victim", None):
+        got = core.receive(("10.0.0.9", 1), packet, 0.0, sender=sender)
+        assert [(e.source, e.payload) for e in got if isinstance(e, AppMessage)] == [
+            ("victim", b"p")
+        ]
+    assert core.statistics().app_refused_sender == 1

@@ -12,7 +12,8 @@ the simulator drives). This service only carries its commands out and feeds it i
   wrapper enforces by itself); GPU allocations (Layer B shrinks while a task runs);
   `Acknowledged` wakes the `submit` or `cancel` that waits for it.
 * **Durability:** `STATE/leases.sqlite3` (0600): the table's entries and the granter
-  records, each committed before the agent answers or gossips.
+  records, committed before anything that follows from them leaves (`_flusher`: a
+  group commit, one fsync per batch, in a worker thread).
 * **Restart:** the executor first kills whatever a previous run left (`reap_leftovers`);
   then the agent loads its records and releases the epochs it held, and proposes
   nothing until `READY_AFTER` has passed (records of the others arrive meanwhile).
@@ -20,10 +21,11 @@ the simulator drives). This service only carries its commands out and feeds it i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,7 +53,7 @@ from .. import (
     TaskSpec,
 )
 from .._cancel import OperatorCheck, OperatorProof, no_operators
-from .._entry import CHECKPOINT_REFUSALS
+from .._entry import CHECKPOINT_REFUSALS, Phase
 from ..agent import LeaseAgent
 from ..agent_commands import (
     Acknowledged,
@@ -66,6 +68,7 @@ from ..grants import Refusal
 from ..placement import Candidate
 from ..reliability import prior_reliability
 from ..store import LeaseStore
+from .trace import LeaseTrace
 from .view import (
     LeaseSection,
     build_candidates,
@@ -151,11 +154,16 @@ class LeaseService:
         self._ack_timeout = ack_timeout
         fd = os.open(store_path, os.O_CREAT | os.O_RDWR, 0o600)
         os.close(fd)
-        self._store = LeaseStore(store_path)
+        self._store = LeaseStore(store_path, deferred=True)  # see `_flusher`
+        self._commit_lock = trio.Lock()
+        #: Commands (and `_durable` waiters) held until the next group commit.
+        self._outbox: list[list[AgentCommand] | trio.Event] = []
+        self._flush = trio.Event()
+        self._trace = LeaseTrace(self.me)  # POPULI_LEASE_TRACE (benchmarks only)
         sign = lambda data: identity.sign(LEASE_CONTEXT, data)  # noqa: E731
         self.table = LeaseTable(
             config, self.me, sign, self._verify,
-            persist=self._store.put, forget=self._store.delete, check_operator=check_operator,
+            persist=self._put_entry, forget=self._store.delete, check_operator=check_operator,
         )  # fmt: skip
         self.agent = LeaseAgent(
             config, self.me, sign, self._verify,
@@ -164,7 +172,8 @@ class LeaseService:
             persist_grant=self._store.put_grant, forget_grant=self._store.delete_grant,
             check_operator=check_operator,
         )  # fmt: skip
-        self.section = LeaseSection(self.table, self._on_sync, trio.current_time)
+        self._from_peer = False  # while applying a peer's delta or push-pull state
+        self.section = LeaseSection(self.table, self._on_sync, trio.current_time, self._received)
         self._members, self._record_of = members, record_of
         self._allocate, self._set_draining, self._send = allocate, set_draining, send
         self._wake = trio.Event()
@@ -176,6 +185,24 @@ class LeaseService:
         #: Task processes started here, and how those that ended here ended.
         self.task_starts = 0
         self.task_exits = dict.fromkeys(("succeeded", "failed", "released"), 0)
+
+    def _put_entry(self, entry: TaskEntry) -> None:
+        """Store a table entry. Fsynced only when it holds an end of ours (a result or
+        a release, written before a majority of the replicas agreed and gossiped only
+        then: a restart must find it to send it again); every other entry is relaxed
+        (`store.py`): a peer's, or a change of ours that leaves at once (a submit, a
+        claim, a cancel after agreement), which the others then hold."""
+        cur = entry.current
+        ours = cur is not None and cur.owner == self.me and cur.phase >= Phase.RELEASED
+        self._store.put(entry, relaxed=self._from_peer or not ours)
+
+    @contextlib.contextmanager
+    def _received(self) -> Iterator[None]:
+        self._from_peer = True
+        try:
+            yield
+        finally:
+            self._from_peer = False
 
     @property
     def draining(self) -> bool:
@@ -223,6 +250,7 @@ class LeaseService:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch, events)
+                nursery.start_soon(self._flusher)
                 nursery.start_soon(self._exits)
                 # What a previous run left is dead before its epochs are handed back.
                 await self._runner.reap_leftovers()
@@ -230,7 +258,10 @@ class LeaseService:
                 task_status.started()
                 await self._loop()
         finally:
-            self._store.close()
+            with trio.CancelScope(shield=True):
+                async with self._commit_lock:  # no commit of another task in flight
+                    self._store.close()
+            self._trace.close()
 
     async def _watch(self, events: trio.MemoryReceiveChannel[Event]) -> None:
         async for _ev in events:
@@ -264,7 +295,12 @@ class LeaseService:
             with trio.move_on_at(deadline):
                 await self._wake.wait()
             self._wake = trio.Event()
-            await self._step(trio.current_time())
+            woke = trio.current_time()
+            await self._step(woke)
+            if self._trace.enabled:
+                late, took = woke - deadline, trio.current_time() - woke
+                if late > 0.02 or took > 0.02:
+                    self._trace.note("step", late_ms=round(late * 1000), ms=round(took * 1000))
 
     async def _step(self, now: float) -> None:
         if not self.agent.ready and now >= self._ready_at:
@@ -287,6 +323,61 @@ class LeaseService:
         return time.monotonic() + (deadline - trio.current_time())
 
     async def _execute(self, commands: list[AgentCommand]) -> None:
+        """Queue `commands` for the next group commit (`_flusher`): nothing leaves
+        before the records it follows from are on disk. Renewals and their answers
+        follow from none (`SendTo.after_commit`) and leave at once, so an owner's
+        lease does not wait on its replicas' disks. Returns without waiting for a
+        commit, so a handler never holds up the next message behind an fsync."""
+        now: list[AgentCommand] = [
+            c for c in commands if isinstance(c, SendTo) and not c.after_commit
+        ]
+        if now:
+            commands = [c for c in commands if not (isinstance(c, SendTo) and not c.after_commit)]
+            await self._carry_out(now)
+        if commands or self._store.written > self._store.committed:
+            self._outbox.append(commands)
+            self._flush.set()
+
+    async def _durable(self) -> None:
+        """Return once every record written so far is on disk."""
+        done = trio.Event()
+        self._outbox.append(done)
+        self._flush.set()
+        await done.wait()
+
+    async def _flusher(self) -> None:
+        """The group commit. Agent calls write only to the store's buffer and queue
+        their commands (`_execute`); this task takes the queue, then commits every row
+        written until then in one transaction (its fsync in a worker thread, so the
+        event loop keeps receiving and the next batch fills meanwhile; a batch of
+        peers' entries only is committed at once, without one), then carries the batch
+        out in order. Each command thus leaves after what it follows from is
+        durable, as with a commit per record, at one fsync per batch."""
+        while True:
+            await self._flush.wait()
+            self._flush = trio.Event()
+            batch, self._outbox = self._outbox, []
+            async with self._commit_lock:
+                rows, upto = self._store.take()  # after the batch: covers its writes
+                t0 = time.perf_counter()
+                # Staged here (no waiting); only an fsync goes to a worker thread (a
+                # thread per commit would hand the GIL back and forth per statement).
+                fsync = bool(rows) and self._store.stage(rows)
+                if fsync:
+                    await trio.to_thread.run_sync(self._store.finish)
+                elif rows:
+                    self._store.finish()
+                self._store.committed = upto
+            if self._trace.enabled and rows:
+                took = round((time.perf_counter() - t0) * 1000, 2)
+                self._trace.note("commit", rows=len(rows), ms=took, fsync=fsync)
+            for item in batch:
+                if isinstance(item, trio.Event):
+                    item.set()
+                else:
+                    await self._carry_out(item)
+
+    async def _carry_out(self, commands: list[AgentCommand]) -> None:
         for cmd in commands:
             match cmd:
                 case SendTo(node, payload):
@@ -308,6 +399,7 @@ class LeaseService:
             self._wake.set()
 
     async def _send_to(self, node: str, payload: bytes) -> None:
+        self._trace.message("out", node, payload)
         try:
             await self._send(node, "lease", bytes([AppKind.LEASE_AGENT]) + payload)
         except ValueError:  # not a member (yet, or any more): the agent repeats
@@ -325,6 +417,7 @@ class LeaseService:
         self._held[tid] = gpus
         self._allocate([a for held in self._held.values() for a in held])
         event(_log, 20, "task.started", task=tid, epoch=epoch, gpus=len(gpus))
+        self._trace.note("start", task=tid, epoch=epoch)
         self.task_starts += 1
         self._runner.start(
             tid, epoch, spec, [uuid for uuid, _ in gpus], deadline=self._monotonic(cmd.deadline)
@@ -334,10 +427,13 @@ class LeaseService:
     # Input
 
     async def _on_message(self, message: AppMessage, body: bytes) -> None:
-        await self._execute(self.agent.receive(body, trio.current_time()))
+        self._trace.message("in", message.source, body)
+        # The core delivers an App only from the packet envelope's verified signer.
+        await self._execute(self.agent.receive(body, trio.current_time(), message.source))
 
     async def _on_delta(self, message: AppMessage, body: bytes) -> None:
-        changed, commands = self.agent.apply_delta(body, trio.current_time())
+        with self._received():
+            changed, commands = self.agent.apply_delta(body, trio.current_time())
         if changed:  # new to us: pass it on (the core does not re-gossip broadcasts)
             await self._channel.broadcast(AppKind.LEASES, message.key, body)
         await self._execute(commands)
@@ -347,13 +443,13 @@ class LeaseService:
             self._wake.set()
 
     async def _acknowledged(
-        self, what: str, tid: str, commands: list[AgentCommand]
+        self, what: str, tid: str, commands: list[AgentCommand], timeout: float
     ) -> Acknowledged | None:
         """Carry out `commands` and wait for the agent's `Acknowledged` (None: timeout)."""
         done, got = self._waiters[(what, tid)] = (trio.Event(), [])
         try:
             await self._execute(commands)
-            with trio.move_on_after(self._ack_timeout):
+            with trio.move_on_after(timeout):
                 await done.wait()
         finally:
             del self._waiters[(what, tid)]
@@ -370,8 +466,11 @@ class LeaseService:
             SubmitError: stored here, but its replicas did not acknowledge in time.
         """
         spec = spec_from(spec_fields, self.me, time.time())
+        self._trace.note("submit")
         tid, commands = self.agent.submit(spec, trio.current_time())
-        ack = await self._acknowledged("submit", tid, commands)
+        self._trace.note("offered", task=tid)
+        ack = await self._acknowledged("submit", tid, commands, self._ack_timeout)
+        self._trace.note("acked", task=tid, ok=ack is not None and ack.refusal is None)
         if ack is None or ack.refusal is not None:
             entry = self.table.get(tid)
             replicas = entry.spec.replicas if entry is not None and entry.spec else ()
@@ -393,13 +492,16 @@ class LeaseService:
         """
         if self.table.get(task_id) is None:
             raise KeyError(f"no task {task_id} here (see populi-node tasks)")
-        ack = await self._acknowledged(
-            "cancel", task_id, self.agent.cancel(task_id, trio.current_time(), operator)
-        )
+        # A cancel that meets a live lease is final once its owner is done with the
+        # epoch, or the lease lapsed (an owner that died): up to a whole wait more.
+        config = self.agent.config
+        timeout = self._ack_timeout + config.lease_ttl * config.clock_margin
+        commands = self.agent.cancel(task_id, trio.current_time(), operator)
+        ack = await self._acknowledged("cancel", task_id, commands, timeout)
         if ack is None:
             raise SubmitError(
                 f"task {task_id}: a majority of its replicas did not confirm the cancel"
-                f" within {self._ack_timeout:.0f} s (it is sent again until they do)"
+                f" within {timeout:.0f} s (it is sent again until they do)"
             )
         if ack.refusal is not None:
             raise (ForbiddenError if ack.forbidden else ConflictError)(ack.refusal)
@@ -417,6 +519,7 @@ class LeaseService:
             LeaseError: we do not hold its live lease of that epoch any more.
         """
         delta = self.table.record_checkpoint(task_id, checkpoint, trio.current_time())
+        await self._durable()
         await self._channel.broadcast(AppKind.LEASES, f"k/{task_id}", delta)
 
     async def drain(self, handoff: bool) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final, cast
 
 import attrs
@@ -58,10 +59,12 @@ class LeaseSection:
         table: LeaseTable,
         on_events: Callable[[list[LeaseEvent]], None],
         clock: Callable[[], float],
+        received: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self._table = table
         self._on_events = on_events
         self._clock = clock
+        self._received = received  # around a merge: what it writes came from a peer
 
     def digest(self) -> bytes:
         return self._table.digest(bits=SYNC_DIGEST_BITS)
@@ -72,7 +75,9 @@ class LeaseSection:
         return self._table.state_for(remote_digest, direct=True)
 
     def merge(self, payload: bytes) -> None:
-        self._on_events(self._table.merge_state(payload, self._clock()).events)
+        with self._received():
+            merged = self._table.merge_state(payload, self._clock())
+        self._on_events(merged.events)
 
 
 def gpu_slots(gpu_record: Mapping[str, Any] | None) -> list[tuple[str, Gpu]]:
