@@ -31,7 +31,7 @@ from .._log import event, get_logger
 from ._config import ExecutorConfig
 from ._launch import TaskLauncher, monotonic_to_trio
 from ._leftovers import Leftovers
-from ._proc import group_usage
+from ._proc import SharedScan, group_usage
 from ._record import StartFailed, TaskRecord, memory_detail, tail
 from ._types import TaskExited
 
@@ -54,6 +54,7 @@ class TaskSupervisor:
         self.config = config
         self._launcher = launcher
         self._leftovers = leftovers
+        self._scan = SharedScan(config.poll_interval)  # every watchdog's /proc reading
 
     async def execute(self, task: TaskRecord) -> TaskExited:
         """Run `task` until it ends; its group is gone when this returns."""
@@ -147,7 +148,7 @@ class TaskSupervisor:
                     task.request("memory", memory_detail(task.memory))
                 cpu = task.cgroup.cpu_time()
             else:
-                usage = group_usage(pgid, skip=ours)
+                usage = self._scan.usage(pgid, skip=ours)
                 if task.memory is not None and usage.rss > task.memory:
                     task.request("memory", memory_detail(task.memory))
                 cpu = usage.cpu_time

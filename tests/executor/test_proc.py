@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from populi_p2p.executor import _proc
-from populi_p2p.executor._proc import GroupUsage, group_usage
+from populi_p2p.executor._proc import GroupUsage, SharedScan, group_usage
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -103,3 +103,29 @@ def test_cpu_time_counts_what_the_group_burnt() -> None:
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_one_scan_serves_every_task_until_the_next_is_due(fake_proc: Path) -> None:
+    _process(fake_proc, 10, _stat(10, "a", "S", 10, (TICKS, 0, 0, 0), 1))
+    _process(fake_proc, 20, _stat(20, "b", "S", 20, (TICKS, 0, 0, 0), 1))
+    now = [0.0]
+    scan = SharedScan(1.0, clock=lambda: now[0])
+    assert scan.usage(10).members == 1 and scan.usage(20).members == 1
+    _process(fake_proc, 11, _stat(11, "a2", "S", 10, (TICKS, 0, 0, 0), 1))
+    now[0] = 0.9
+    assert scan.usage(10).members == 1, "the same scan, not read again"
+    now[0] = 1.0
+    assert scan.usage(10).members == 2 and scan.usage(10, skip=[11]).members == 1
+
+
+def test_a_slow_scan_is_taken_less_often(fake_proc: Path) -> None:
+    """A scan costs what the machine's process count makes it: its interval grows so
+    that scanning takes at most `budget` of the time."""
+    _process(fake_proc, 10, _stat(10, "a", "S", 10, (TICKS, 0, 0, 0), 1))
+    ticks = iter([0.0, 0.1, 0.5, 4.9, 5.0, 5.1])  # each scan takes 0.1 s
+    scan = SharedScan(0.25, budget=0.02, clock=lambda: next(ticks))
+    scan.usage(10)  # scanned at 0.0 (took 0.1 s): the next is due at 5.0
+    _process(fake_proc, 11, _stat(11, "a2", "S", 10, (TICKS, 0, 0, 0), 1))
+    assert scan.usage(10).members == 1  # at 0.5
+    assert scan.usage(10).members == 1  # at 4.9
+    assert scan.usage(10).members == 2  # at 5.0: scanned again

@@ -204,8 +204,8 @@ async def test_the_watchdog_stops_a_group_over_its_limits(
         seen.append(skip)
         return GroupUsage(3, rss=200, cpu_time=1.0)
 
-    monkeypatch.setattr(_supervisor, "group_usage", usage)
     supervisor = _supervisor_for(tmp_path, _Launcher([]))
+    monkeypatch.setattr(supervisor._scan, "usage", usage)  # the shared /proc scan
     task = record(tmp_path, memory=100, cpu_time=5.0, init_pid=8)
     task.process = cast(Any, SimpleNamespace(pid=7))
     with trio.move_on_after(1):
