@@ -251,7 +251,10 @@ class LeaseAgent:
             "cancel", epoch, Ended.CANCELLED, spec.replicas, now + 4 * self._wait,
             operator=None if spec.submitted_by == self.me else operator,
         )  # fmt: skip
-        return self._repeat(tid, pending, now)
+        out, cur = self._repeat(tid, pending, now), None if entry is None else entry.current
+        if cur is not None and cur.owner not in (*spec.replicas, self.me) and cur.epoch:
+            out += self._to(cur.owner, Finish(tid, epoch, Ended.CANCELLED, 0, operator), now)
+        return out
 
     def task_exited(
         self, task_id: str, epoch: int, result: TaskResult | None, now: float
@@ -468,12 +471,15 @@ class LeaseAgent:
 
     def _on_finish(self, sender: str, msg: Finish, now: float) -> list[AgentCommand]:
         tid = msg.task_id
-        rec = self.grants.get(tid)
+        rec, o = self.grants.get(tid), self._owned.get(tid)
+        if rec is None and o is not None and msg.ended is Ended.CANCELLED and not o.stopping:
+            # A cancel of a run we own: stop now, if it is the canceller's.
+            why = may_cancel(tid, o.spec, sender, msg.operator, self._check_operator, fresh=True)
+            return self._stop_cancelled(tid, o, now) if why is None else []
         if rec is None:
             self._count("finishes_refused_unknown")
-            return self._to(
-                sender, FinishAnswer(tid, msg.epoch, msg.ended, Refusal.UNKNOWN, Ended.NO), now
-            )
+            unknown = FinishAnswer(tid, msg.epoch, msg.ended, Refusal.UNKNOWN, Ended.NO)
+            return self._to(sender, unknown, now)
         before = (rec.epoch, rec.owner, rec.ended, rec.failures)
         operator = (
             msg.operator is not None
@@ -915,10 +921,9 @@ class LeaseAgent:
         return out
 
     def _stop_cancelled(self, tid: str, o: Owned, now: float) -> list[AgentCommand]:
-        """Stop a run a cancel ended, and tell the replicas we are done with the epoch
-        (a release of it), so a cancel waiting on our lease is final now, not when the
-        lease lapses. A promise never to start this epoch: kept in memory, and in the
-        table (the claim released, persisted) once the run had started."""
+        """Stop a run a cancel ended, and release its epoch to the replicas: a cancel
+        waiting on our lease is final now. We never start this epoch again (in memory,
+        and in the table, persisted, once the run had started)."""
         epoch = o.epoch
         self._owned_before[tid] = max(self._owned_before.get(tid, 0), epoch)
         delta = None

@@ -10,7 +10,7 @@ import pytest
 
 from populi_p2p.leases import TaskSpec
 from populi_p2p.leases.agent import LeaseAgent
-from populi_p2p.leases.agent_commands import Acknowledged, SendTo
+from populi_p2p.leases.agent_commands import Acknowledged, SendTo, StopTask
 from populi_p2p.leases.agent_wire import Finish, GrantRequest, RenewAnswer, decode, encode
 from populi_p2p.leases.grants import Ended
 
@@ -408,3 +408,18 @@ def test_a_cancel_reaches_the_table_though_its_canceller_restarted_meanwhile() -
     shown = {n.agent.table.get(tid).phase.name for n in c.nodes.values() if n.up}  # type: ignore[union-attr]
     assert shown == {"CANCELLED"}
     assert c.check() == []
+
+
+def test_an_owner_that_holds_no_record_stops_at_once_on_its_cancellers_word() -> None:
+    """The canceller tells a running task's owner too (an owner of a later epoch is
+    often not a replica, and would hear only at its next renewal); the owner stops at
+    once, but only for the node that may cancel the task."""
+    c, tid, owner, _spec, _insider = _running_with_an_insider()
+    evil = next(n for n in c.nodes if n not in (owner, "n0"))  # n0 accepted the task
+    agent = c.nodes[owner].agent
+    del agent.grants[tid]  # as an owner outside the replica set holds none
+    forged = agent.receive(encode(Finish(tid, 1, Ended.CANCELLED), evil), c.now, evil)
+    assert not any(isinstance(cmd, StopTask) for cmd in forged) and agent.running() == {tid: 1}
+    told = agent.receive(encode(Finish(tid, 1, Ended.CANCELLED), "n0"), c.now, "n0")
+    assert [cmd.reason for cmd in told if isinstance(cmd, StopTask)] == ["cancelled"]
+    assert agent.running() == {}
