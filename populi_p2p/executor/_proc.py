@@ -94,10 +94,13 @@ class SharedScan:
         self._groups: Groups = {}
         self._next = -math.inf
 
-    def usage(self, pgid: int, skip: Iterable[int | None] = ()) -> GroupUsage:
-        """`pgid`'s usage from the latest scan, scanning again if that one is due."""
+    def usage(
+        self, pgid: int, skip: Iterable[int | None] = (), *, fresh: bool = False
+    ) -> GroupUsage:
+        """`pgid`'s usage from the latest scan, scanning again if that one is due (or
+        `fresh`: a reap must not see a group as gone from a scan taken before)."""
         started = self._clock()
-        if started >= self._next:
+        if fresh or started >= self._next:
             self._groups = scan_groups()
             took = self._clock() - started
             self._next = started + max(self._min_interval, took / self._budget)

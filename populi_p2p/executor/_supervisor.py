@@ -31,7 +31,7 @@ from .._log import event, get_logger
 from ._config import ExecutorConfig
 from ._launch import TaskLauncher, monotonic_to_trio
 from ._leftovers import Leftovers
-from ._proc import SharedScan, group_usage
+from ._proc import SharedScan
 from ._record import StartFailed, TaskRecord, memory_detail, tail
 from ._types import TaskExited
 
@@ -101,7 +101,7 @@ class TaskSupervisor:
             await process.wait()
         self._signal(task, signal.SIGKILL)
         with trio.move_on_after(self.config.grace_period):
-            while group_usage(process.pid, skip=[process.pid]).members:
+            while self._scan.usage(process.pid, skip=[process.pid], fresh=True).members:
                 await trio.sleep(self.config.poll_interval)
 
     async def _timer(self, task: TaskRecord, deadline: float) -> None:
