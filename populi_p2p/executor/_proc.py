@@ -92,15 +92,17 @@ class SharedScan:
     ) -> None:  # fmt: skip
         self._min_interval, self._budget, self._clock = min_interval, budget, clock
         self._groups: Groups = {}
-        self._next = -math.inf
+        self._next = self._taken = -math.inf
 
     def usage(
-        self, pgid: int, skip: Iterable[int | None] = (), *, fresh: bool = False
+        self, pgid: int, skip: Iterable[int | None] = (), *, not_before: float = -math.inf
     ) -> GroupUsage:
-        """`pgid`'s usage from the latest scan, scanning again if that one is due (or
-        `fresh`: a reap must not see a group as gone from a scan taken before)."""
+        """`pgid`'s usage from the latest scan, scanning again if that one is due or
+        was taken before `not_before` (a reap must not see a group gone from a scan
+        taken before its kill; reaps at about the same time share one)."""
         started = self._clock()
-        if fresh or started >= self._next:
+        if started >= self._next or self._taken < not_before:
+            self._taken = started
             self._groups = scan_groups()
             took = self._clock() - started
             self._next = started + max(self._min_interval, took / self._budget)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from typing import Final
 
 import trio
@@ -100,8 +101,9 @@ class TaskSupervisor:
             self._signal(task, sig)
             await process.wait()
         self._signal(task, signal.SIGKILL)
+        killed = time.monotonic()  # the scan's clock
         with trio.move_on_after(self.config.grace_period):
-            while self._scan.usage(process.pid, skip=[process.pid], fresh=True).members:
+            while self._scan.usage(process.pid, skip=[process.pid], not_before=killed).members:
                 await trio.sleep(self.config.poll_interval)
 
     async def _timer(self, task: TaskRecord, deadline: float) -> None:

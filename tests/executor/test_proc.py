@@ -114,7 +114,8 @@ def test_one_scan_serves_every_task_until_the_next_is_due(fake_proc: Path) -> No
     _process(fake_proc, 11, _stat(11, "a2", "S", 10, (TICKS, 0, 0, 0), 1))
     now[0] = 0.9
     assert scan.usage(10).members == 1, "the same scan, not read again"
-    assert scan.usage(10, fresh=True).members == 2, "unless asked for a fresh one"
+    assert scan.usage(10, not_before=0.5).members == 2, "unless it predates not_before"
+    assert scan.usage(10, not_before=0.5).members == 2  # (this one does not)
     _process(fake_proc, 12, _stat(12, "a3", "S", 10, (TICKS, 0, 0, 0), 1))
     now[0] = 1.0
     assert scan.usage(10).members == 2, "the fresh scan at 0.9 holds until 1.9"
