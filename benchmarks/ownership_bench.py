@@ -171,14 +171,17 @@ def partition(lab: Lab, tids: list[str], args: argparse.Namespace) -> dict[str, 
     }
 
 
-def window(lab: Lab, seconds: float) -> tuple[float, float, float]:
-    """Per member over `seconds`: bytes/s sent, mean and max CPU (% of one core)."""
+def window(lab: Lab, seconds: float) -> tuple[float, float, float, dict[str, float]]:
+    """Per member over `seconds`: bytes/s sent, mean and max CPU (% of one core), and
+    each status counter's change per member per second (which kind of traffic it was)."""
 
-    def sample() -> dict[str, tuple[float, float]]:
-        return {
-            d.name: (d.status()["traffic"]["bytes_out"], cpu_seconds(d.proc.pid))
-            for d in lab.live.values()
-        }
+    def sample() -> dict[str, tuple[float, float, dict[str, float]]]:
+        out = {}
+        for d in lab.live.values():
+            status = d.status()
+            counters = flat_counters(status)
+            out[d.name] = (status["traffic"]["bytes_out"], cpu_seconds(d.proc.pid), counters)
+        return out
 
     before, t0 = sample(), time.monotonic()
     time.sleep(seconds)  # a measuring window, not a wait for an event
@@ -186,7 +189,28 @@ def window(lab: Lab, seconds: float) -> tuple[float, float, float]:
     names = [n for n in before if n in after]
     sent = sum(after[n][0] - before[n][0] for n in names) / elapsed / len(names)
     cpu = [(after[n][1] - before[n][1]) / elapsed * 100 for n in names]
-    return sent, sum(cpu) / len(cpu), max(cpu)
+    rates: dict[str, float] = {}
+    for n in names:
+        for key, value in after[n][2].items():
+            rates[key] = rates.get(key, 0.0) + value - before[n][2].get(key, 0.0)
+    rates = {k: v / elapsed / len(names) for k, v in rates.items() if v}
+    return sent, sum(cpu) / len(cpu), max(cpu), rates
+
+
+def flat_counters(status: dict[str, Any]) -> dict[str, float]:
+    """The status's numeric counters by dotted path (traffic, swim, driver, tasks)."""
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), value)
+        elif isinstance(node, int | float) and not isinstance(node, bool):
+            out[prefix] = float(node)
+
+    for section in ("traffic", "swim", "driver", "tasks"):
+        walk(section, status.get(section, {}))
+    return out
 
 
 def scale(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
@@ -251,11 +275,13 @@ def report(lab: Lab, args: argparse.Namespace, r: dict[str, Any]) -> None:
         print(f"  kills skipped (no running task on a live daemon in 30 s): {r['kills_missed']}")
     if "idle" in r:
         for name in ("idle", "loaded"):
-            sent, mean, peak = r[name]
+            sent, mean, peak, rates = r[name]
             print(
                 f"  {name:>6}: {sent:.0f} B/s sent per member, CPU per daemon mean"
                 f" {mean:.1f}% max {peak:.1f}% of a core"
             )
+            top = sorted(rates.items(), key=lambda kv: -abs(kv[1]))[: args.show]
+            print("          per member per s: " + ", ".join(f"{k} {v:.1f}" for k, v in top))
         print(f"  lease traffic: {r['loaded'][0] - r['idle'][0]:.0f} B/s per member with"
               f" {r['running']} tasks running (all running: {r['all_running']})")  # fmt: skip
 
