@@ -547,10 +547,13 @@ class LeaseAgent(AgentBase):
         prop.resend_at = now + self.config.lease_renew_interval
         out: list[AgentCommand] = []
         for node in prop.replicas:
-            if node not in prop.granted and node not in prop.refused:
-                out += self._to(node, GrantRequest(tid, prop.epoch, prop.owner), now)
-                if tid not in self._proposals:
-                    break  # answered and decided meanwhile (our own grant)
+            if node in prop.granted or node in prop.refused:
+                continue
+            if node == self.me and not is_quorum(prop.replicas, prop.granted | {node}):
+                continue  # our own grant last (`_on_grant_answer`)
+            out += self._to(node, GrantRequest(tid, prop.epoch, prop.owner), now)
+            if tid not in self._proposals:
+                break  # answered and decided meanwhile (our own grant)
         return out
 
     def _on_grant_answer(self, sender: str, msg: GrantAnswer, now: float) -> list[AgentCommand]:
@@ -560,13 +563,15 @@ class LeaseAgent(AgentBase):
             return []
         if sender not in prop.replicas:
             return []
+        prop.highest = max(prop.highest, min(msg.held_epoch, EPOCH_MAX - 1))
         if msg.refusal:
             prop.refused[sender] = msg.refusal
-            prop.highest = max(prop.highest, msg.held_epoch)
             prop.wait = max(prop.wait, msg.live_for)
         else:
             prop.granted.add(sender)
         prop.failures = max(prop.failures, msg.failures)
+        mine = self.me in prop.replicas and self.me not in (*prop.granted, *prop.refused)
+        request = GrantRequest(tid, prop.epoch, prop.owner)
         if is_quorum(prop.replicas, prop.granted):
             del self._proposals[tid]
             self._count("grants_won")
@@ -575,15 +580,28 @@ class LeaseAgent(AgentBase):
             self._retry_at[tid] = now + self._wait
             known = self.spec_of(tid)
             assert known is not None
-            return self._to(prop.owner, Own(tid, prop.epoch, *known, prop.failures), now)
+            # Decided without our vote: our record follows, so the owner renews here too.
+            out = self._to(self.me, request, now) if mine else []
+            return out + self._to(prop.owner, Own(tid, prop.epoch, *known, prop.failures), now)
         if not can_still_reach_quorum(prop.replicas, prop.refused):
             return self._lost(tid, prop, now)
+        if mine and is_quorum(prop.replicas, prop.granted | {self.me}):
+            # Our own vote completes a majority. Asked only now: a proposal the others
+            # refuse then moves no epoch of ours, and a granter that proposed in vain
+            # each lease (its own lease unrenewed, the owner renewing elsewhere) no
+            # longer drifts above the others for as long as the task runs.
+            return self._to(self.me, request, now)
         return []
 
     def _lost(self, tid: str, prop: Proposal, now: float) -> list[AgentCommand]:
         """No majority: try again later, past what the granters hold and wait for."""
         del self._proposals[tid]
         self._count("grants_lost")
+        # The next proposal goes above every epoch a replica told us it holds: a
+        # proposer that went on from its own record alone could leave the replicas'
+        # epochs spread wider than a granter may jump (`EPOCH_STEP_MAX`), and then no
+        # epoch gets a majority again (seen: 20 daemons, 1,000 tasks, none running).
+        self._epoch_seen[tid] = max(self._epoch_seen.get(tid, 0), prop.highest)
         finished = [node for node, r in prop.refused.items() if r == Refusal.FINISHED]
         if is_quorum(prop.replicas, finished):
             self._settled.add(tid)  # final at a majority: nothing can be granted again
@@ -638,13 +656,16 @@ class LeaseAgent(AgentBase):
                 nxt = min(nxt, due)
                 continue
             entry = self.table.get(tid)
-            epoch = max(rec.epoch, 0 if entry is None else entry.epoch) + 1
+            known = (rec.epoch, 0 if entry is None else entry.epoch, self._epoch_seen.get(tid, 0))
+            epoch = max(known) + 1
             failed = {rec.owner} if rec.ended is Ended.FAILED else set()
             out += self._propose(tid, epoch, expired, now, failed)
         for tid, (_spec, _sig) in self._offers.items():  # first epochs we still owe
             entry = self.table.get(tid)
             if tid in self.grants or tid in self._proposals or entry is None:
                 continue
+            if self._epoch_seen.get(tid, 0) >= 1:
+                continue  # a replica holds a first epoch: later ones are the replicas' to propose
             due = self._retry_at.get(tid, 0.0)
             owed = entry.epoch == 0 and not entry.finished() and ("offer", tid) not in self._pending
             if owed and now >= due:
@@ -843,3 +864,5 @@ class LeaseAgent(AgentBase):
         stale = now - self.config.lease_ttl
         self._early.expire(stale)
         self._nudge_at = {t: at for t, at in self._nudge_at.items() if t in self.grants}
+        seen = self._epoch_seen.items()
+        self._epoch_seen = {t: e for t, e in seen if self.table.get(t) is not None}

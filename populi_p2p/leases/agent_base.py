@@ -73,6 +73,7 @@ class AgentBase:
         self.draining = False
         self._proposals: dict[str, Proposal] = {}
         self._retry_at: dict[str, float] = {}
+        self._epoch_seen: dict[str, int] = {}  # task -> highest epoch a replica told us of
         self._settled: set[str] = set()  # refused as final by a majority: not proposed
         self._need_since: dict[str, float] = {}
         self._owned: dict[str, Owned] = {}
