@@ -19,26 +19,23 @@ simulator drive this same object.
 from __future__ import annotations
 
 import functools
-import random
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection
 from typing import Final
 
 import attrs
 
-from ._cancel import OperatorCheck, OperatorProof, cancel_refusal_line, may_cancel, no_operators
+from ._cancel import OperatorProof, cancel_refusal_line, may_cancel
 from ._entry import Phase, TaskEntry, TaskResult
-from ._spec import Signer, TaskSpec, Verifier
-from ._table import LeaseError, LeaseTable
+from ._spec import TaskSpec
+from .agent_base import AgentBase
 from .agent_commands import (
     Acknowledged,
     AgentCommand,
     FenceTask,
-    Gossip,
-    SendTo,
     StartTask,
     StopTask,
 )
-from .agent_state import EarlyGrants, Owned, Pending, Proposal
+from .agent_state import Owned, Pending, Proposal
 from .agent_wire import (
     AgentMessage,
     Finish,
@@ -53,16 +50,13 @@ from .agent_wire import (
     RenewDigest,
     SpecWanted,
     decode,
-    encode,
 )
-from .config import LeaseConfig
-from .granter_book import GranterBook
 from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
-from .placement import Candidate, Placement, committed_resources, failed_nodes, place
+from .placement import Placement, committed_resources, failed_nodes, place
 from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
-from .renewals import RenewalRounds, lease_digest, refused_for_good, renewable, steady_round
+from .renewals import lease_digest, refused_for_good, renewable, steady_round
 from .wire import DecodeError, encode_entries
 
 __all__ = ["LeaseAgent", "replicas_for"]
@@ -79,105 +73,11 @@ _ENDS: Final = {
 #: A granter's record of a cancel, final or still settling: its owner stops the run.
 _CANCELS: Final = (Ended.CANCELLED, Ended.CANCELLING)
 
-Candidates = Callable[[TaskSpec, Mapping[str, float]], list[Candidate]]
 Replicas = tuple[str, ...]
 
 
-class LeaseAgent:
-    """Args:
-    config: the lease preset.
-    me: this node's id.
-    sign, verify: Ed25519 through the node's identity (the simulator passes stand-ins).
-    members: the live members (alive or suspect), this node included.
-    candidates: placement candidates for a spec, given the earned reliability.
-    rng: ties and jitter.
-    persist_grant: writes a changed `GrantRecord` durably before the agent answers.
-    forget_grant: deletes a final record compacted after `finished_retention`.
-    table: the shown lease table (its own `persist` wired by the caller).
-    check_operator: checks an operator's proof on a cancel (default: none holds).
-    """
-
-    def __init__(
-        self,
-        config: LeaseConfig,
-        me: str,
-        sign: Signer,
-        verify: Verifier,
-        *,
-        members: Callable[[], Collection[str]],
-        candidates: Candidates,
-        rng: random.Random,
-        table: LeaseTable,
-        persist_grant: Callable[[GrantRecord], None] | None = None,
-        forget_grant: Callable[[str], None] | None = None,
-        check_operator: OperatorCheck = no_operators,
-    ) -> None:
-        self.config, self.me, self.table = config, me, table
-        self._check_operator = check_operator
-        self._sign, self._verify = sign, verify
-        self._members, self._candidates, self._rng = members, candidates, rng
-        self._wait = config.lease_ttl * config.clock_margin
-        self._persist = persist_grant or (lambda _r: None)
-        self.book = GranterBook(
-            self._wait, persist=self._persist, forget=forget_grant or (lambda _t: None)
-        )
-        self._echo: dict[str, tuple[bytes, float]] = {}  # key -> (delta, echo until)
-        self._echo_at: float | None = None
-        self._compact_at = 0.0
-        self.grants = self.book.records
-        self.why: dict[str, str] = {}  # task -> last placement explanation here
-        self.ready = True  # a restarted node proposes nothing until its driver says so
-        self.draining = False
-        self._proposals: dict[str, Proposal] = {}
-        self._retry_at: dict[str, float] = {}
-        self._settled: set[str] = set()  # refused as final by a majority: not proposed
-        self._need_since: dict[str, float] = {}
-        self._owned: dict[str, Owned] = {}
-        self._pending: dict[tuple[str, str], Pending] = {}  # (what, task) -> pending
-        self._offers: dict[str, tuple[TaskSpec, bytes]] = {}  # tasks we accepted
-        self._early = EarlyGrants()  # grant requests that came before their offer
-        self._nudge_at: dict[str, float] = {}  # final cancels: when to tell the canceller
-        self._rounds = RenewalRounds(keep_for=config.lease_ttl)
-        self._renew_at: float | None = None
-        self._check_at = 0.0
-        self._acks: dict[tuple[str, int, float], set[str]] = {}  # (task, epoch, round)
-        self._owned_before: dict[str, int] = {}  # task -> highest epoch we owned and gave up
-        self._not_granted: dict[str, set[tuple[str, int]]] = {}  # replica -> leases it refused
-        self.counters: dict[str, int] = {}
-
-    ####################################################################################
-    # Reading
-
-    def owned(self) -> dict[str, int]:
-        """Tasks this node owns now (started or about to): task -> epoch."""
-        return {t: o.epoch for t, o in self._owned.items() if not o.stopping}
-
-    def running(self) -> dict[str, int]:
-        return {t: o.epoch for t, o in self._owned.items() if o.started and not o.stopping}
-
-    def _count(self, name: str) -> None:
-        self.counters[name] = self.counters.get(name, 0) + 1
-
-    def spec_of(self, task_id: str) -> tuple[TaskSpec, bytes] | None:
-        rec = self.grants.get(task_id)
-        if rec is not None:
-            return rec.spec, rec.spec_signature
-        if task_id in self._offers:
-            return self._offers[task_id]
-        entry = self.table.get(task_id)
-        if entry is not None and entry.spec is not None:
-            return entry.spec, entry.spec_signature
-        return None
-
-    def next_deadline(self) -> float | None:
-        """When `tick` has something to do (None: only on input)."""
-        times = [self._check_at] if self.ready else []
-        times += [t for t in (self._renew_at, self._echo_at) if t is not None]
-        times += [o.lease_until for o in self._owned.values() if o.started and not o.stopping]
-        times += [p.resend_at for p in self._proposals.values()]
-        times += [p.resend_at for p in self._pending.values()]
-        times += [t for t in (self.table.compaction_deadline(), self.book.next_deadline()) if t]
-        return min(times, default=None)
+class LeaseAgent(AgentBase):
+    """All of one node's lease logic (the arguments: `AgentBase`)."""
 
     ####################################################################################
     # Inputs from the node
@@ -380,16 +280,6 @@ class LeaseAgent:
                 known = self.spec_of(tid)
                 return [] if known is None else [self._send(sender, Offer(*known))]
         return []  # pragma: no cover
-
-    def _send(self, node: str, msg: AgentMessage) -> SendTo:
-        renewal = isinstance(msg, Renew | RenewDigest | RenewAnswer)
-        return SendTo(node, encode(msg, self.me), after_commit=not renewal)
-
-    def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
-        """Send to `node`; to ourselves, handle it at once (no network)."""
-        if node == self.me:
-            return self._dispatch(self.me, msg, now)
-        return [self._send(node, msg)]
 
     ####################################################################################
     # Granter side
@@ -603,45 +493,6 @@ class LeaseAgent:
             return [Acknowledged(tid, "submit", len(p.acks), f"task {tid}: replicas refused it")]
         return []  # a superseded result: fenced out, never shown
 
-    def _table_local(self, op: Callable[[], bytes]) -> bytes | None:
-        """A shown-table change made (and persisted) now, gossiped later."""
-        try:
-            return op()
-        except LeaseError:
-            self._count("table_ops_skipped")
-            return None
-
-    def _gossip(self, key: str, payload: bytes, now: float) -> Gossip:
-        """Broadcast a delta of ours, and again every `lease_renew_interval` for
-        `lease_ttl`: one broadcast reaches only a few members, some maybe dead."""
-        self._echo[key] = (payload, now + self.config.lease_ttl)
-        if self._echo_at is None:
-            self._echo_at = now + self.config.lease_renew_interval
-        return Gossip(key, payload)
-
-    def _echoes(self, now: float) -> list[AgentCommand]:
-        if self._echo_at is None or now < self._echo_at:
-            return []
-        out: list[AgentCommand] = []
-        for key, (payload, until) in list(self._echo.items()):
-            if now >= until:
-                del self._echo[key]
-            else:
-                out.append(Gossip(key, payload))
-        self._echo_at = now + self.config.lease_renew_interval if self._echo else None
-        return out
-
-    def _table_op(
-        self, tid: str, op: Callable[[], bytes], key: str, now: float
-    ) -> list[AgentCommand]:
-        """A shown-table change after agreement; skipped if the table moved on (an
-        epoch above ours arrived meanwhile)."""
-        try:
-            return [self._gossip(key, op(), now)]
-        except LeaseError:
-            self._count("table_ops_skipped")
-            return []
-
     ####################################################################################
     # Proposer side
 
@@ -696,10 +547,13 @@ class LeaseAgent:
         prop.resend_at = now + self.config.lease_renew_interval
         out: list[AgentCommand] = []
         for node in prop.replicas:
-            if node not in prop.granted and node not in prop.refused:
-                out += self._to(node, GrantRequest(tid, prop.epoch, prop.owner), now)
-                if tid not in self._proposals:
-                    break  # answered and decided meanwhile (our own grant)
+            if node in prop.granted or node in prop.refused:
+                continue
+            if node == self.me and not is_quorum(prop.replicas, prop.granted | {node}):
+                continue  # our own grant last (`_on_grant_answer`)
+            out += self._to(node, GrantRequest(tid, prop.epoch, prop.owner), now)
+            if tid not in self._proposals:
+                break  # answered and decided meanwhile (our own grant)
         return out
 
     def _on_grant_answer(self, sender: str, msg: GrantAnswer, now: float) -> list[AgentCommand]:
@@ -709,13 +563,15 @@ class LeaseAgent:
             return []
         if sender not in prop.replicas:
             return []
+        prop.highest = max(prop.highest, min(msg.held_epoch, EPOCH_MAX - 1))
         if msg.refusal:
             prop.refused[sender] = msg.refusal
-            prop.highest = max(prop.highest, msg.held_epoch)
             prop.wait = max(prop.wait, msg.live_for)
         else:
             prop.granted.add(sender)
         prop.failures = max(prop.failures, msg.failures)
+        mine = self.me in prop.replicas and self.me not in (*prop.granted, *prop.refused)
+        request = GrantRequest(tid, prop.epoch, prop.owner)
         if is_quorum(prop.replicas, prop.granted):
             del self._proposals[tid]
             self._count("grants_won")
@@ -724,15 +580,28 @@ class LeaseAgent:
             self._retry_at[tid] = now + self._wait
             known = self.spec_of(tid)
             assert known is not None
-            return self._to(prop.owner, Own(tid, prop.epoch, *known, prop.failures), now)
+            # Decided without our vote: our record follows, so the owner renews here too.
+            out = self._to(self.me, request, now) if mine else []
+            return out + self._to(prop.owner, Own(tid, prop.epoch, *known, prop.failures), now)
         if not can_still_reach_quorum(prop.replicas, prop.refused):
             return self._lost(tid, prop, now)
+        if mine and is_quorum(prop.replicas, prop.granted | {self.me}):
+            # Our own vote completes a majority. Asked only now: a proposal the others
+            # refuse then moves no epoch of ours, and a granter that proposed in vain
+            # each lease (its own lease unrenewed, the owner renewing elsewhere) no
+            # longer drifts above the others for as long as the task runs.
+            return self._to(self.me, request, now)
         return []
 
     def _lost(self, tid: str, prop: Proposal, now: float) -> list[AgentCommand]:
         """No majority: try again later, past what the granters hold and wait for."""
         del self._proposals[tid]
         self._count("grants_lost")
+        # The next proposal goes above every epoch a replica told us it holds: a
+        # proposer that went on from its own record alone could leave the replicas'
+        # epochs spread wider than a granter may jump (`EPOCH_STEP_MAX`), and then no
+        # epoch gets a majority again (seen: 20 daemons, 1,000 tasks, none running).
+        self._epoch_seen[tid] = max(self._epoch_seen.get(tid, 0), prop.highest)
         finished = [node for node, r in prop.refused.items() if r == Refusal.FINISHED]
         if is_quorum(prop.replicas, finished):
             self._settled.add(tid)  # final at a majority: nothing can be granted again
@@ -787,13 +656,16 @@ class LeaseAgent:
                 nxt = min(nxt, due)
                 continue
             entry = self.table.get(tid)
-            epoch = max(rec.epoch, 0 if entry is None else entry.epoch) + 1
+            known = (rec.epoch, 0 if entry is None else entry.epoch, self._epoch_seen.get(tid, 0))
+            epoch = max(known) + 1
             failed = {rec.owner} if rec.ended is Ended.FAILED else set()
             out += self._propose(tid, epoch, expired, now, failed)
         for tid, (_spec, _sig) in self._offers.items():  # first epochs we still owe
             entry = self.table.get(tid)
             if tid in self.grants or tid in self._proposals or entry is None:
                 continue
+            if self._epoch_seen.get(tid, 0) >= 1:
+                continue  # a replica holds a first epoch: later ones are the replicas' to propose
             due = self._retry_at.get(tid, 0.0)
             owed = entry.epoch == 0 and not entry.finished() and ("offer", tid) not in self._pending
             if owed and now >= due:
@@ -992,9 +864,5 @@ class LeaseAgent:
         stale = now - self.config.lease_ttl
         self._early.expire(stale)
         self._nudge_at = {t: at for t, at in self._nudge_at.items() if t in self.grants}
-
-    def statistics(self) -> dict[str, int]:
-        return {**self.counters, "granter_records": len(self.grants), "owned": len(self._owned)}
-
-    def __iter__(self) -> Iterator[GrantRecord]:
-        return iter(self.grants.values())
+        seen = self._epoch_seen.items()
+        self._epoch_seen = {t: e for t, e in seen if self.table.get(t) is not None}

@@ -39,7 +39,7 @@ __all__ = [
 EPOCH_MAX: Final = (1 << 62) - 1
 #: A grant or renewal may move a granter at most this many epochs past what it holds:
 #: a granter that was down catches up; nobody jumps to 2**62.
-EPOCH_STEP_MAX: Final = 8
+EPOCH_STEP_MAX: Final = 64
 
 
 class Ended(enum.IntEnum):
