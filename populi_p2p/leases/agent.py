@@ -63,6 +63,9 @@ __all__ = ["LeaseAgent", "replicas_for"]
 
 #: A pending task is placed again at least this often (views change without events).
 PLACE_INTERVAL: Final = 1.0
+#: After k lost proposals in a row the next waits up to 2^min(k-1, this) renewal
+#: intervals more, at random: proposers that split the votes stop meeting.
+LOSS_BACKOFF_DOUBLINGS: Final = 3
 
 #: The ends an owner writes into the table, as the granters record them.
 _ENDS: Final = {
@@ -324,12 +327,12 @@ class LeaseAgent(AgentBase):
             unknown = GrantAnswer(tid, msg.epoch, msg.owner, Refusal.UNKNOWN, 0, 0.0, 0)
             return self._to(sender, unknown, now) + self._to(sender, SpecWanted(tid), now)
         before = (rec.epoch, rec.owner, rec.ended)
-        refusal = on_grant(rec, self.me, msg.epoch, msg.owner, now, self._wait)
+        refusal = on_grant(rec, self.me, msg.epoch, msg.owner, now, self._wait, self._take_up)
         if refusal is not None:
             self._count(f"grants_refused_{refusal.name.lower()}")
         elif before != (rec.epoch, rec.owner, rec.ended):
             self._persist(rec)
-        live = rec.live(now, self._wait)
+        live = rec.live(now, self._wait, self._take_up)
         answer = GrantAnswer(tid, msg.epoch, msg.owner, refusal or 0, rec.epoch, live, rec.failures)
         return self._to(sender, answer, now)
 
@@ -574,6 +577,7 @@ class LeaseAgent(AgentBase):
         request = GrantRequest(tid, prop.epoch, prop.owner)
         if is_quorum(prop.replicas, prop.granted):
             del self._proposals[tid]
+            self._losses.pop(tid, None)
             self._count("grants_won")
             # Not again before the owner could have let the lease lapse: a repeat would
             # be granted alike (same epoch, same owner) and reach the owner late.
@@ -606,8 +610,11 @@ class LeaseAgent(AgentBase):
         if is_quorum(prop.replicas, finished):
             self._settled.add(tid)  # final at a majority: nothing can be granted again
             return []
-        jitter = self._rng.uniform(0.0, self.config.lease_renew_interval)
-        self._retry_at[tid] = now + max(prop.wait, self.config.lease_renew_interval) + jitter
+        # Proposers that keep splitting the votes back off at random, further each time.
+        losses = self._losses[tid] = self._losses.get(tid, 0) + 1
+        step = self.config.lease_renew_interval
+        jitter = self._rng.uniform(0.0, step * 2 ** min(losses - 1, LOSS_BACKOFF_DOUBLINGS))
+        self._retry_at[tid] = now + max(prop.wait, step) + jitter
         return []
 
     def _check(self, now: float) -> list[AgentCommand]:
@@ -630,7 +637,7 @@ class LeaseAgent(AgentBase):
                 # a live lease and waits it out (traced: 4 s more after a restart).
                 self._need_since.pop(tid, None)
                 continue
-            live_for = rec.live(now, self._wait)
+            live_for = rec.live(now, self._wait, self._take_up)
             first = rec.epoch == 0 and rec.spec.submitted_by in live
             if first:
                 live_for = max(live_for, rec.heard_at + self.config.first_grant_wait - now)
@@ -866,3 +873,4 @@ class LeaseAgent(AgentBase):
         self._nudge_at = {t: at for t, at in self._nudge_at.items() if t in self.grants}
         seen = self._epoch_seen.items()
         self._epoch_seen = {t: e for t, e in seen if self.table.get(t) is not None}
+        self._losses = {t: n for t, n in self._losses.items() if t in self._epoch_seen}

@@ -74,6 +74,8 @@ class AgentBase:
         self._proposals: dict[str, Proposal] = {}
         self._retry_at: dict[str, float] = {}
         self._epoch_seen: dict[str, int] = {}  # task -> highest epoch a replica told us of
+        self._losses: dict[str, int] = {}  # task -> proposals lost in a row
+        self._take_up = config.grant_take_up
         self._settled: set[str] = set()  # refused as final by a majority: not proposed
         self._need_since: dict[str, float] = {}
         self._owned: dict[str, Owned] = {}

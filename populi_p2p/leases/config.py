@@ -105,6 +105,14 @@ class LeaseConfig:
     #: it proposes one itself (the accepting node may have died right after `submit`).
     first_grant_wait: float = attrs.field(default=4.0, validator=_positive)
 
+    @property
+    def grant_take_up(self) -> float:
+        """How long a granter holds a grant its owner has not renewed yet before it
+        grants the next epoch: two renewal intervals, for the proposer's `Own` and the
+        owner's first round. Without it a second proposer preempted every fresh grant,
+        and under load no owner started (grants.GrantRecord.live)."""
+        return 2 * self.lease_renew_interval
+
     def __attrs_post_init__(self) -> None:
         if self.lease_ttl < 2 * self.lease_renew_interval:
             raise ValueError("LeaseConfig.lease_ttl must be >= 2 * lease_renew_interval")

@@ -108,19 +108,24 @@ class GrantRecord:
         """No epoch is granted or renewed again: final, or a cancel settling."""
         return self.final or self.ended is Ended.CANCELLING
 
-    def live(self, now: float, wait: float) -> float:
-        """Seconds the current lease stays live here (0: grantable)."""
-        if self.epoch == 0 or self.ended is not Ended.NO or not self.renewed:
+    def live(self, now: float, wait: float, take_up: float = 0.0) -> float:
+        """Seconds the current lease stays live here (0: grantable). A grant its owner
+        has not renewed yet holds for `take_up` only: long enough for the proposer's
+        `Own` and the owner's first renewal, short enough that a grant nobody took up
+        costs little."""
+        if self.epoch == 0 or self.ended is not Ended.NO:
             return 0.0
-        return max(0.0, self.heard_at + wait - now)
+        return max(0.0, self.heard_at + (wait if self.renewed else take_up) - now)
 
 
 def on_grant(
-    rec: GrantRecord, me: str, epoch: int, owner: str, now: float, wait: float
-) -> Refusal | None:
+    rec: GrantRecord, me: str, epoch: int, owner: str, now: float, wait: float,
+    take_up: float = 0.0,
+) -> Refusal | None:  # fmt: skip
     """Grant `epoch` to `owner` (mutating `rec`), or say why not. `wait` is
-    ``lease_ttl * clock_margin``. A repeat of the grant this granter gave is granted
-    again (the proposer lost our answer)."""
+    ``lease_ttl * clock_margin``, `take_up` how long a grant not yet renewed holds
+    (`GrantRecord.live`). A repeat of the grant this granter gave is granted again (the
+    proposer lost our answer)."""
     if me not in rec.spec.replicas:
         return Refusal.NOT_REPLICA
     if rec.closed:
@@ -131,7 +136,7 @@ def on_grant(
         return Refusal.STALE
     if epoch > rec.epoch + EPOCH_STEP_MAX or epoch > EPOCH_MAX:
         return Refusal.EPOCH_JUMP
-    if rec.live(now, wait) > 0:
+    if rec.live(now, wait, take_up) > 0:
         return Refusal.LEASE_LIVE
     rec.epoch, rec.owner, rec.ended, rec.heard_at = epoch, owner, Ended.NO, now
     rec.renewed = False

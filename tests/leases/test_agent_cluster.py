@@ -11,6 +11,7 @@ import pytest
 from populi_p2p.leases import TaskSpec
 from populi_p2p.leases.agent import LeaseAgent
 from populi_p2p.leases.agent_commands import Acknowledged, SendTo, StopTask
+from populi_p2p.leases.agent_state import Proposal
 from populi_p2p.leases.agent_wire import Finish, GrantRequest, RenewAnswer, decode, encode
 from populi_p2p.leases.grants import Ended
 
@@ -446,3 +447,28 @@ def test_an_owner_that_holds_no_record_stops_at_once_on_its_cancellers_word() ->
     told = agent.receive(encode(Finish(tid, 1, Ended.CANCELLED), "n0"), c.now, "n0")
     assert [cmd.reason for cmd in told if isinstance(cmd, StopTask)] == ["cancelled"]
     assert agent.running() == {}
+
+
+def test_a_proposer_that_keeps_losing_backs_off_further_each_time() -> None:
+    """Proposers whose views disagree can split the votes round after round; each lost
+    proposal in a row doubles the random part of the wait (up to 8 intervals)."""
+    c = Cluster(3, seed=4)
+    tid = c.submit("n0", 30.0)
+    c.run_until(1.0)
+    agent = c.nodes["n1"].agent
+    step = c.config.lease_renew_interval
+    spec = agent.spec_of(tid)
+    assert spec is not None
+    longest = {}
+    for lost_before in range(6):
+        delays = []
+        for _ in range(300):
+            agent._losses[tid] = lost_before
+            agent._proposals[tid] = Proposal(2, "n2", spec[0].replicas, "", give_up_at=9.0)
+            agent._lost(tid, agent._proposals[tid], 0.0)
+            delays.append(agent._retry_at[tid])
+        longest[lost_before] = max(delays)
+        assert min(delays) >= step
+    assert longest[0] <= 2 * step
+    assert 4 * step < longest[3] <= 9 * step
+    assert longest[5] <= 9 * step  # capped

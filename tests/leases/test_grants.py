@@ -51,6 +51,20 @@ def test_an_epoch_is_granted_once_and_never_below() -> None:
     assert (rec.epoch, rec.owner, rec.ended) == (2, "y", Ended.NO)
 
 
+def test_a_grant_not_renewed_yet_holds_for_the_take_up_only() -> None:
+    """Time for the `Own` and the owner's first round; then a grant nobody took up
+    stops blocking the next epoch (not a whole lease's wait)."""
+    rec = record()
+    assert on_grant(rec, "a", 1, "x", 0.0, WAIT, take_up=1.0) is None
+    assert rec.live(0.99, WAIT, take_up=1.0) > 0
+    assert on_grant(rec, "a", 2, "y", 0.99, WAIT, take_up=1.0) is Refusal.LEASE_LIVE
+    assert on_grant(rec, "a", 1, "x", 0.99, WAIT, take_up=1.0) is None  # the same grant
+    assert rec.live(1.0, WAIT, take_up=1.0) == 0
+    assert on_grant(rec, "a", 2, "y", 1.0, WAIT, take_up=1.0) is None
+    assert on_renew(rec, 2, "y", 1.5) is None
+    assert rec.live(1.5 + WAIT - 0.01, WAIT, take_up=1.0) > 0  # renewed: the whole wait
+
+
 def test_a_live_lease_is_not_granted_away_until_the_wait() -> None:
     rec = record()
     assert on_grant(rec, "a", 1, "x", 0.0, WAIT) is None

@@ -109,9 +109,10 @@ def test_control_a_granter_ignoring_the_live_lease_is_caught(
     owner starts while the old one (cut off, or stalled) still runs until its fence."""
 
     def hasty(
-        rec: GrantRecord, me: str, epoch: int, owner: str, now: float, wait: float
-    ) -> Refusal | None:
-        return on_grant(rec, me, epoch, owner, now, 0.0)
+        rec: GrantRecord, me: str, epoch: int, owner: str, now: float, wait: float,
+        take_up: float,
+    ) -> Refusal | None:  # fmt: skip
+        return on_grant(rec, me, epoch, owner, now, 0.0, 0.0)
 
     monkeypatch.setattr(agent_module, "on_grant", hasty)
     totals = _broken("leases-partition", [3])
