@@ -610,6 +610,12 @@ class LeaseAgent(AgentBase):
         if is_quorum(prop.replicas, finished):
             self._settled.add(tid)  # final at a majority: nothing can be granted again
             return []
+        live = [node for node, r in prop.refused.items() if r == Refusal.LEASE_LIVE]
+        if is_quorum(prop.replicas, live):
+            # A majority renews an owner: progress, so the rank delay starts over. (A
+            # granter whose own record is above that owner's epoch never sees the lease
+            # live itself, and proposed in vain every wait for as long as it ran.)
+            self._need_since[tid] = now + prop.wait
         # Proposers that keep splitting the votes back off at random, further each time.
         losses = self._losses[tid] = self._losses.get(tid, 0) + 1
         step = self.config.lease_renew_interval

@@ -472,3 +472,21 @@ def test_a_proposer_that_keeps_losing_backs_off_further_each_time() -> None:
     assert longest[0] <= 2 * step
     assert 4 * step < longest[3] <= 9 * step
     assert longest[5] <= 9 * step  # capped
+
+
+def test_a_granter_above_the_live_epoch_does_not_propose_every_wait() -> None:
+    """A granter that granted an epoch nobody took up refuses the live owner's
+    renewals (superseded), so it never sees the lease live and keeps proposing. A
+    majority's `lease_live` refusals count as progress: its rank delay starts over."""
+    c = Cluster(5, seed=2, drift=0.0)
+    tid = c.submit("n0", 200.0)
+    c.run_until(2.0)
+    owner = _owner_of(c, tid)
+    replicas = c.nodes[owner].agent.grants[tid].spec.replicas
+    stuck = [n for n in replicas if n != owner][-1]  # ranked last of the proposers
+    rec = c.nodes[stuck].agent.grants[tid]
+    rec.epoch, rec.owner, rec.ended, rec.renewed = rec.epoch + 3, "ghost", Ended.NO, False
+    before = c.nodes[stuck].agent.counters.get("proposals", 0)
+    c.run_until(62.0)
+    assert [(r.epoch, r.node) for r in c.runs[tid]] == [(1, owner)]
+    assert c.nodes[stuck].agent.counters.get("proposals", 0) - before <= 3  # was 7
