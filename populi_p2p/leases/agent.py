@@ -611,11 +611,12 @@ class LeaseAgent(AgentBase):
             self._settled.add(tid)  # final at a majority: nothing can be granted again
             return []
         live = [node for node, r in prop.refused.items() if r == Refusal.LEASE_LIVE]
-        if is_quorum(prop.replicas, live):
-            # A majority renews an owner: progress, so the rank delay starts over. (A
-            # granter whose own record is above that owner's epoch never sees the lease
-            # live itself, and proposed in vain every wait for as long as it ran.)
-            self._need_since[tid] = now + prop.wait
+        if is_quorum(prop.replicas, live) or finished:
+            # A majority renews an owner, or a replica holds an end: progress, so the
+            # rank delay starts over. (A granter whose own record is above the owner's
+            # epoch never sees the lease live itself, and one that missed an end sees
+            # it open: both proposed in vain every wait.)
+            self._need_since[tid] = now + max(prop.wait, self.config.lease_renew_interval)
         # Proposers that keep splitting the votes back off at random, further each time.
         losses = self._losses[tid] = self._losses.get(tid, 0) + 1
         step = self.config.lease_renew_interval
@@ -643,6 +644,12 @@ class LeaseAgent(AgentBase):
                 # a live lease and waits it out (traced: 4 s more after a restart).
                 self._need_since.pop(tid, None)
                 continue
+            entry = self.table.get(tid)
+            if entry is not None and entry.cancel is not None:
+                # The table shows a cancel only once a majority held it final: no epoch
+                # is granted again, though our own record missed it.
+                self._settled.add(tid)
+                continue
             live_for = rec.live(now, self._wait, self._take_up)
             first = rec.epoch == 0 and rec.spec.submitted_by in live
             if first:
@@ -668,7 +675,6 @@ class LeaseAgent(AgentBase):
             if now < due:
                 nxt = min(nxt, due)
                 continue
-            entry = self.table.get(tid)
             known = (rec.epoch, 0 if entry is None else entry.epoch, self._epoch_seen.get(tid, 0))
             epoch = max(known) + 1
             failed = {rec.owner} if rec.ended is Ended.FAILED else set()

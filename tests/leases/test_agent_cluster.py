@@ -490,3 +490,23 @@ def test_a_granter_above_the_live_epoch_does_not_propose_every_wait() -> None:
     c.run_until(62.0)
     assert [(r.epoch, r.node) for r in c.runs[tid]] == [(1, owner)]
     assert c.nodes[stuck].agent.counters.get("proposals", 0) - before <= 3  # was 7
+
+
+def test_a_replica_that_missed_a_cancel_the_table_shows_proposes_nothing() -> None:
+    """The table shows a cancel only once a majority held it final, so a replica whose
+    own record missed it (cut off meanwhile) no longer proposes epochs nobody grants."""
+    c = Cluster(5, seed=3, drift=0.0)
+    tid = c.submit("n0", 200.0)
+    c.run_until(2.0)
+    owner = _owner_of(c, tid)
+    replicas = c.nodes[owner].agent.grants[tid].spec.replicas
+    missed = [n for n in replicas if n not in (owner, "n0")][-1]
+    c.partition({missed})
+    c.cancel("n0", tid)
+    c.run_until(12.0)
+    agent = c.nodes[missed].agent
+    agent.table.apply(c.nodes["n0"].agent.table.full_delta(tid), c.nodes[missed].local(c.now))
+    assert agent.grants[tid].ended is Ended.NO
+    before = agent.counters.get("proposals", 0)
+    c.run_until(60.0)
+    assert agent.counters.get("proposals", 0) == before  # was 7
