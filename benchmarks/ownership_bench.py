@@ -171,6 +171,10 @@ def partition(lab: Lab, tids: list[str], args: argparse.Namespace) -> dict[str, 
     }
 
 
+#: scale: how often a cancel that timed out is asked again.
+CANCEL_TRIES = 5
+
+
 def window(lab: Lab, seconds: float) -> tuple[float, float, float, dict[str, float]]:
     """Per member over `seconds`: bytes/s sent, mean and max CPU (% of one core), and
     each status counter's change per member per second (which kind of traffic it was)."""
@@ -229,10 +233,16 @@ def scale(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     r["loaded"] = window(lab, args.window)
 
     def cancel(tid: str) -> None:
-        try:
-            lab.cancel(tid)
-        except ApiError as exc:
-            print(f"  cancel {tid[:12]}: {exc}")
+        # As a user would: a cancel the loaded daemon did not answer in time is asked
+        # again (it is idempotent); a refusal is final.
+        for attempt in range(CANCEL_TRIES):
+            try:
+                lab.cancel(tid)
+                return
+            except ApiError as exc:
+                if "did not answer" not in str(exc) or attempt == CANCEL_TRIES - 1:
+                    print(f"  cancel {tid[:12]}: {exc}")
+                    return
 
     with ThreadPoolExecutor(args.submitters) as pool:
         list(pool.map(cancel, tids))
