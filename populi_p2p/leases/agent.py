@@ -51,7 +51,16 @@ from .agent_wire import (
     SpecWanted,
     decode,
 )
-from .grants import EPOCH_MAX, Ended, GrantRecord, Refusal, on_finish, on_grant, on_renew
+from .grants import (
+    EPOCH_MAX,
+    EPOCH_STEP_MAX,
+    Ended,
+    GrantRecord,
+    Refusal,
+    on_finish,
+    on_grant,
+    on_renew,
+)
 from .placement import Placement, committed_resources, failed_nodes, place
 from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
@@ -675,8 +684,11 @@ class LeaseAgent(AgentBase):
             if now < due:
                 nxt = min(nxt, due)
                 continue
-            known = (rec.epoch, 0 if entry is None else entry.epoch, self._epoch_seen.get(tid, 0))
-            epoch = max(known) + 1
+            ours = max(rec.epoch, 0 if entry is None else entry.epoch)
+            # What replicas told us counts only within a granter's jump of our own
+            # record: one insider replica answering 2^62 cannot stall the task.
+            seen = min(self._epoch_seen.get(tid, 0), ours + EPOCH_STEP_MAX - 1)
+            epoch = max(ours, seen) + 1
             failed = {rec.owner} if rec.ended is Ended.FAILED else set()
             out += self._propose(tid, epoch, expired, now, failed)
         for tid, (_spec, _sig) in self._offers.items():  # first epochs we still owe

@@ -13,7 +13,7 @@ from populi_p2p.leases.agent import LeaseAgent
 from populi_p2p.leases.agent_commands import Acknowledged, SendTo, StopTask
 from populi_p2p.leases.agent_state import Proposal
 from populi_p2p.leases.agent_wire import Finish, GrantRequest, RenewAnswer, decode, encode
-from populi_p2p.leases.grants import Ended
+from populi_p2p.leases.grants import EPOCH_MAX, EPOCH_STEP_MAX, Ended
 
 from .agent_harness import Cluster, chaos
 
@@ -510,3 +510,21 @@ def test_a_replica_that_missed_a_cancel_the_table_shows_proposes_nothing() -> No
     before = agent.counters.get("proposals", 0)
     c.run_until(60.0)
     assert agent.counters.get("proposals", 0) == before  # was 7
+
+
+def test_an_epoch_a_replica_lied_about_does_not_stall_the_task() -> None:
+    """A proposer learns the epochs replicas answer with, but only within a granter's
+    jump of its own record: an insider replica that answers 2^62 - 2 would otherwise
+    have every later proposal refused as too far a jump."""
+    c = Cluster(5, seed=2, drift=0.0)
+    tid = c.submit("n0", 30.0)
+    c.run_until(1.0)
+    owner = _owner_of(c, tid)
+    c.crash(owner)
+    for node in c.nodes.values():
+        node.agent._epoch_seen[tid] = EPOCH_MAX - 1  # as if a replica had said so
+    c.run_until(60.0)
+    c.heal_and_sync()
+    assert c.check() == []
+    runs = c.runs[tid]
+    assert len(runs) == 2 and runs[1].epoch <= 1 + EPOCH_STEP_MAX
