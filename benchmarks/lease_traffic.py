@@ -34,7 +34,7 @@ from tests.leases.agent_harness import Cluster  # noqa: E402
 
 #: `AppKind.LEASE_AGENT` and the lease service's `send_app` key.
 AGENT_KIND = 4
-AGENT_KEY = "lease"
+AGENT_KEY = ""
 #: A TCP frame's length prefix (a message over the datagram budget goes by stream).
 FRAME_PREFIX = 4
 
@@ -63,7 +63,7 @@ def measure(preset: str, nodes: int, tasks: int, settle: float, window: float) -
     agent: collections.Counter[str] = collections.Counter()
     wire: collections.Counter[str] = collections.Counter()
     for (_at, src, _dst, size), payload in zip(c.sent_log, c._payloads, strict=True):
-        kind = type(decode(payload)[1]).__name__
+        kind = type(decode(payload)).__name__
         agent[kind] += size
         wire[kind] += on_wire(src, payload)
     scale = window * nodes

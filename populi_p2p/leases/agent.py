@@ -65,7 +65,7 @@ from .placement import Placement, committed_resources, failed_nodes, place
 from .placement import replica_nodes as deployment_nodes
 from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
-from .renewals import lease_digest, refused_for_good, renewable, steady_round
+from .renewals import lease_digest, refused_for_good, renewable, renewed_all, steady_round
 from .wire import DecodeError, encode_entries
 
 __all__ = ["LeaseAgent", "replicas_for"]
@@ -250,14 +250,11 @@ class LeaseAgent(AgentBase):
 
     def receive(self, payload: bytes, now: float, sender: str) -> list[AgentCommand]:
         """A message from `sender`, the verified signer of the packet it came in (it has
-        no signature of its own); junk, and one naming another sender, are dropped."""
+        no signature or sender of its own); junk is dropped and counted."""
         try:
-            claimed, msg = decode(payload)
+            msg = decode(payload)
         except DecodeError:
             self._count("decode_errors")
-            return []
-        if claimed != sender:
-            self._count("messages_refused_sender")
             return []
         return self._dispatch(sender, msg, now)
 
@@ -362,13 +359,17 @@ class LeaseAgent(AgentBase):
         return self._to(sender, RenewAnswer(msg.seq, tuple(refused)), now)
 
     def _on_renew_digest(self, sender: str, msg: RenewDigest, now: float) -> list[AgentCommand]:
-        """Renew every lease granted to `sender` here, if its digest names that very set."""
+        """Renew every lease granted to `sender` here, if its digest names that very set
+        (and say so, unless the digest is quiet)."""
         pairs = renewable(self.grants, sender)
         if len(pairs) != msg.count or lease_digest(pairs) != msg.digest:
             self._count("renew_digests_missed")
             return self._to(sender, RenewAnswer(msg.seq, (), missed=True), now)
         for tid, epoch in pairs:
             on_renew(self.grants[tid], epoch, sender, now)  # granted to it: renews
+        if msg.quiet:
+            self._count("renew_digests_quiet")
+            return []
         return self._to(sender, RenewAnswer(msg.seq, ()), now)
 
     def _on_finish(self, sender: str, msg: Finish, now: float) -> list[AgentCommand]:
@@ -757,8 +758,12 @@ class LeaseAgent(AgentBase):
         digest where the replica renewed the same set before: `renewals`)."""
         per_node = self._renewing()
         self._renew_at = now + self.config.lease_renew_interval if per_node else None
+        # After a round that renewed everything, ask only a majority to answer.
+        replicas = {t: o.spec.replicas for t, o in self._owned.items()}
+        quiet = (self.me, replicas) if self._steady else None
+        self._steady, self._round_at = False, now
         # All built first: our own answer, handled at once, may end a lease.
-        messages = self._rounds.messages(per_node, now)
+        messages = self._rounds.messages(per_node, now, quiet)
         out: list[AgentCommand] = []
         for node, msg in messages:
             out += self._to(node, msg, now)
@@ -797,6 +802,7 @@ class LeaseAgent(AgentBase):
                         out += self._stop(tid, o, "superseded")
         ends = [o.lease_until for o in self._owned.values() if not o.stopping]
         self._renew_at = steady_round(self._renew_at, at, ends, self.config)
+        self._steady = self._steady or (at >= self._round_at and renewed_all(at, ends, self.config))
         return out
 
     def _renewed(self, tid: str, o: Owned, node: str, at: float, now: float) -> list[AgentCommand]:

@@ -6,6 +6,7 @@ repeated messages and time. The split keeps each file readable; nothing here dec
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection, Iterator, Mapping
 
@@ -85,6 +86,10 @@ class AgentBase:
         self._nudge_at: dict[str, float] = {}  # final cancels: when to tell the canceller
         self._rounds = RenewalRounds(keep_for=config.lease_ttl)
         self._renew_at: float | None = None
+        #: When our last renewal round went out, and whether a round since renewed every
+        #: lease with a majority (then the next round asks only a majority to answer).
+        self._round_at = -math.inf
+        self._steady = False
         self._check_at = 0.0
         self._acks: dict[tuple[str, int, float], set[str]] = {}  # (task, epoch, round)
         self._owned_before: dict[str, int] = {}  # task -> highest epoch we owned and gave up
@@ -134,7 +139,7 @@ class AgentBase:
 
     def _send(self, node: str, msg: AgentMessage) -> SendTo:
         renewal = isinstance(msg, Renew | RenewDigest | RenewAnswer)
-        return SendTo(node, encode(msg, self.me), after_commit=not renewal)
+        return SendTo(node, encode(msg), after_commit=not renewal)
 
     def _to(self, node: str, msg: AgentMessage, now: float) -> list[AgentCommand]:
         """Send to `node`; to ourselves, handle it at once (no network)."""

@@ -4,12 +4,12 @@ Every message goes to one member, point to point (swim's `send_app`: its own dat
 TCP frame, never relayed or gossiped), so the packet envelope around it already proves
 who sent it: an Ed25519 signature by the sender's enrolled key, over the whole packet,
 addressed to the recipient, fresh and not replayed (`overlay.auth`). The message carries
-no signature of its own. It names its `sender`, and the receiver drops one whose sender
-is not the envelope's verified signer (`LeaseAgent.receive`: counted as
-``messages_refused_sender``; swim's core already refuses an `App` whose source is not
-that signer). Layout (msgpack, append-only): ``[VERSION, type, sender, body]``. Task ids
-travel as their 16 raw bytes. Version 1 (a 64-byte signature as a fifth element) is
-refused as a bad envelope.
+no signature and no sender of its own: its sender is the `App`'s source, which swim's
+core binds to the envelope's verified signer (an `App` naming another source is dropped
+and counted, `app_refused_sender`), so no message can speak in another member's name.
+Layout (msgpack, append-only): ``[VERSION, type, body]``. Task ids travel as their 16 raw
+bytes. Versions 1 (a signature inside) and 2 (a `sender` inside) are refused as a bad
+envelope.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = [
     "encode",
 ]
 
-VERSION: Final = 2
+VERSION: Final = 3
 #: Largest encoded message (a spec with a 4 KiB command and a 4 KiB env fits).
 MESSAGE_BYTES_MAX: Final = 64 * 1024
 #: Leases named in one renewal at most (an owner holding more sends several).
@@ -112,11 +112,15 @@ class Renew:
 @attrs.frozen
 class RenewDigest:
     """Owner -> replica: renew the `count` leases you granted me whose (task, epoch)
-    pairs hash to `digest` (the same set the replica renewed in full before)."""
+    pairs hash to `digest` (the same set the replica renewed in full before).
+
+    A `quiet` digest is answered only when it misses: the owner counts on the answers of
+    other replicas for its majority this round (`renewals.answering`)."""
 
     seq: int
     count: int
     digest: bytes
+    quiet: bool = False
 
 
 @attrs.frozen
@@ -199,8 +203,8 @@ def _body(msg: AgentMessage) -> tuple[_Type, list[Any]]:
         case RenewAnswer(seq, refused, missed):
             pairs = [[_tid(t), r] for t, r in refused]
             return _Type.RENEW_ANSWER, [seq, pairs, 1] if missed else [seq, pairs]
-        case RenewDigest(seq, count, digest):
-            return _Type.RENEW_DIGEST, [seq, count, digest]
+        case RenewDigest(seq, count, digest, quiet):
+            return _Type.RENEW_DIGEST, [seq, count, digest, 1] if quiet else [seq, count, digest]
         case Finish(tid, epoch, ended, failures, operator):
             body = [_tid(tid), epoch, int(ended), failures]
             return _Type.FINISH, body if operator is None else [*body, operator.to_wire()]
@@ -211,10 +215,10 @@ def _body(msg: AgentMessage) -> tuple[_Type, list[Any]]:
     raise TypeError(f"not an agent message: {msg!r}")  # pragma: no cover
 
 
-def encode(msg: AgentMessage, sender: str) -> bytes:
-    """The message, ready to send to one member inside `sender`'s signed envelope."""
+def encode(msg: AgentMessage) -> bytes:
+    """The message, ready to send to one member inside our signed envelope."""
     kind, body = _body(msg)
-    return msgpack.packb([VERSION, int(kind), sender, body], use_bin_type=True)  # type: ignore[no-any-return]
+    return msgpack.packb([VERSION, int(kind), body], use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def _need(cond: bool, what: str) -> None:
@@ -296,11 +300,12 @@ def _message(kind: int, b: list[Any]) -> AgentMessage:
             _need(type(b[0]) is int and 0 <= b[0] <= EPOCH_MAX, "bad seq")
             _need(n == 2 or (type(b[2]) is int and b[2] == 1), "bad missed flag")
             return RenewAnswer(b[0], _pairs(b[1], Refusal), n == 3)
-        case _Type.RENEW_DIGEST if n == 3:
+        case _Type.RENEW_DIGEST if n in (3, 4):
             _need(type(b[0]) is int and 0 <= b[0] <= EPOCH_MAX, "bad seq")
             _need(type(b[1]) is int and 0 < b[1] <= RENEW_LEASES_MAX, "bad lease count")
             _need(type(b[2]) is bytes and len(b[2]) == RENEW_DIGEST_BYTES, "bad digest")
-            return RenewDigest(b[0], b[1], b[2])
+            _need(n == 3 or (type(b[3]) is int and b[3] == 1), "bad quiet flag")
+            return RenewDigest(b[0], b[1], b[2], n == 4)
         case _Type.FINISH if n in (4, 5):
             ended = Ended(_enum(Ended, b[2]))
             proof = _operator(b[4]) if n == 5 else None
@@ -315,15 +320,15 @@ def _message(kind: int, b: list[Any]) -> AgentMessage:
     raise DecodeError("unknown message type or layout")
 
 
-def decode(data: bytes) -> tuple[str, AgentMessage]:
-    """(claimed sender, message) from bytes; `DecodeError` for junk. The caller checks
-    the sender against the packet's verified signer."""
+def decode(data: bytes) -> AgentMessage:
+    """The message in `data`; `DecodeError` for junk. Its sender is the packet's
+    verified signer, which the caller knows."""
     _need(len(data) <= MESSAGE_BYTES_MAX, "message too large")
     try:
         raw = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=len(data))
     except (ValueError, msgpack.UnpackException) as exc:
         raise DecodeError(f"not msgpack: {exc}") from None
-    _need(isinstance(raw, list) and len(raw) == 4 and raw[0] == VERSION, "bad envelope")
-    _, kind, sender, body = raw
+    _need(isinstance(raw, list) and len(raw) == 3 and raw[0] == VERSION, "bad envelope")
+    _, kind, body = raw
     _need(type(kind) is int and isinstance(body, list), "bad envelope")
-    return _node(sender), _message(kind, body)
+    return _message(kind, body)

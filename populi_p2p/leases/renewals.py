@@ -11,14 +11,22 @@ A digest renews nothing that the full message would not: only leases this grante
 granted to the sender, at the epoch it granted.
 
 A full list longer than `RENEW_CHUNK` is split, each part its own sequence number (an
-answer names the part it answers); such a set is never sent as a digest. Pure: time
-comes in as `now`.
+answer names the part it answers); such a set is never sent as a digest.
+
+An owner needs a majority of each lease's replicas, not all of them. After a round that
+renewed every lease with a majority, the next round's digests ask only the replicas
+that make up a majority of each lease again (`answering`: those that answered last
+first); the others get a `quiet` digest, renew just the same, and answer only when it
+misses. A quiet replica's renewal extends its lease without telling the owner, so it
+only makes that granter wait longer: the owner's fence and starts count answers alone.
+A round that misses a majority makes the next one ask everyone. Pure: time comes in as
+`now`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -26,14 +34,17 @@ import attrs
 from .agent_wire import RENEW_DIGEST_BYTES, Renew, RenewAnswer, RenewDigest
 from .config import LeaseConfig
 from .grants import Ended, GrantRecord, Refusal
+from .quorum import is_quorum
 
 __all__ = [
     "RENEW_CHUNK",
     "RenewPart",
     "RenewalRounds",
+    "answering",
     "lease_digest",
     "refused_for_good",
     "renewable",
+    "renewed_all",
     "steady_round",
 ]
 
@@ -78,17 +89,53 @@ def refused_for_good(refusal: int, *, early: bool) -> bool:
     return not early and refusal in (Refusal.UNKNOWN, Refusal.NOT_OWNER)
 
 
+def renewed_all(at: float, lease_ends: Iterable[float], config: LeaseConfig) -> bool:
+    """Whether the round sent at `at` renewed every lease we hold with a majority (each
+    now ends at ``at + lease_ttl`` or later)."""
+    return all(end >= at + config.lease_ttl for end in lease_ends)
+
+
 def steady_round(
     due: float | None, at: float, lease_ends: Iterable[float], config: LeaseConfig
 ) -> float | None:
     """When the owner's next round is due, once an answer to the round sent at `at`
-    came: `lease_renew_steady` after that round if it renewed every lease we hold with
-    a majority (each now ends at ``at + lease_ttl`` or later), else `due` unchanged
-    (`lease_renew_interval` after the last round). So a steady owner sends less, and
-    one that missed a majority tries again soon; None: nothing to renew."""
-    if due is None or any(end < at + config.lease_ttl for end in lease_ends):
+    came: `lease_renew_steady` after that round if it renewed every lease we hold
+    (`renewed_all`), else `due` unchanged (`lease_renew_interval` after the last round).
+    So a steady owner sends less, and one that missed a majority tries again soon; None:
+    nothing to renew."""
+    if due is None or not renewed_all(at, lease_ends, config):
         return due
     return max(due, at + config.lease_renew_steady)
+
+
+def answering(
+    per_node: Mapping[str, Collection[tuple[str, int]]],
+    replicas: Mapping[str, Sequence[str]],
+    loud: Collection[str],
+    preference: Sequence[str],
+) -> set[str]:
+    """The replicas a round asks to answer: `loud` (ourselves, and those sent a full
+    list, who answer anyway), then, for each lease, replicas taken in `preference`
+    order until those asked make a majority of its set (`quorum.is_quorum`). A lease
+    that no choice covers leaves all its replicas asked.
+
+    Args:
+        per_node: the leases the round renews at each replica.
+        replicas: each task's replica set.
+    """
+    asked = set(loud)
+    holders: dict[str, list[str]] = {}
+    rank = {node: i for i, node in enumerate(preference)}
+    for node in sorted(per_node, key=lambda n: (rank.get(n, len(rank)), n)):
+        for tid, _epoch in per_node[node]:
+            holders.setdefault(tid, []).append(node)
+    for tid, nodes in holders.items():
+        members = replicas.get(tid, ())
+        for node in nodes:
+            if is_quorum(members, asked.intersection(nodes)):
+                break
+            asked.add(node)
+    return asked
 
 
 @attrs.frozen
@@ -115,23 +162,42 @@ class RenewalRounds:
         self.sent: dict[int, RenewPart] = {}
         #: Per replica: the set it last renewed in full with no refusal.
         self._basis: dict[str, frozenset[tuple[str, int]]] = {}
+        #: Per replica: when it last answered (`answering` asks the freshest first).
+        self._answered_at: dict[str, float] = {}
         self.digests_sent = 0
+        self.quiet_sent = 0
         self.full_sent = 0
 
     def messages(
-        self, per_node: Mapping[str, list[tuple[str, int]]], now: float
+        self,
+        per_node: Mapping[str, list[tuple[str, int]]],
+        now: float,
+        quiet: tuple[str, Mapping[str, Sequence[str]]] | None = None,
     ) -> list[tuple[str, Renew | RenewDigest]]:
         """This round's messages: a digest where the replica holds our set, else the
-        full list in parts."""
+        full list in parts. With `quiet` (our name and each task's replica set), the
+        digests to replicas that `answering` leaves out are quiet."""
         self._prune(now)
+        digest = {
+            node
+            for node, pairs in per_node.items()
+            if len(pairs) <= RENEW_CHUNK and frozenset(pairs) == self._basis.get(node)
+        }
+        asked: Collection[str] = per_node.keys()
+        if quiet is not None:
+            me, replicas = quiet
+            preference = sorted(self._answered_at, key=lambda n: -self._answered_at[n])
+            asked = answering(per_node, replicas, {me} | (per_node.keys() - digest), preference)
         out: list[tuple[str, Renew | RenewDigest]] = []
         for node, pairs in per_node.items():
-            if len(pairs) <= RENEW_CHUNK and frozenset(pairs) == self._basis.get(node):
-                seq = self._next(RenewPart(now, node, tuple(pairs), True))
-                out.append((node, RenewDigest(seq, len(pairs), lease_digest(pairs))))
-                self.digests_sent += 1
+            if node not in digest:
+                out += self.full(node, pairs, now)
                 continue
-            out += self.full(node, pairs, now)
+            seq = self._next(RenewPart(now, node, tuple(pairs), True))
+            hush = node not in asked
+            out.append((node, RenewDigest(seq, len(pairs), lease_digest(pairs), hush)))
+            self.digests_sent += 1
+            self.quiet_sent += hush
         return out
 
     def full(
@@ -152,6 +218,7 @@ class RenewalRounds:
         part = self.sent.get(answer.seq)
         if part is None or part.node != sender:
             return None
+        self._answered_at[sender] = max(self._answered_at.get(sender, part.at), part.at)
         if answer.missed or answer.refused:
             self._basis.pop(sender, None)
         elif not part.digest and len(part.pairs) <= RENEW_CHUNK:
@@ -167,3 +234,5 @@ class RenewalRounds:
         horizon = now - self._keep_for
         for seq in [s for s, p in self.sent.items() if p.at < horizon]:
             del self.sent[seq]
+        for node in [n for n, at in self._answered_at.items() if at < horizon]:
+            del self._answered_at[node]

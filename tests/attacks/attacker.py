@@ -314,14 +314,12 @@ class Insider(Attacker):
         alive = wire.Alive(self.node_id, self.incarnation, self.address, self._record)
         self.send(target, self.seal(alive, recipient=target_id))
 
-    def agent(
-        self, message: AgentMessage, *, sender: str | None = None, source: str | None = None
-    ) -> wire.App:
+    def agent(self, message: AgentMessage, *, source: str | None = None) -> wire.App:
         """A swim App message carrying `message` (`AppKind.LEASE_AGENT`), in our name
-        unless the message names another `sender` or the App another `source`. (Our
-        envelope signs the packet either way.)"""
-        body = agent_wire.encode(message, sender or self.node_id)
-        return wire.App(source or self.node_id, "lease", bytes([AppKind.LEASE_AGENT]) + body)
+        unless the App names another `source`. (Our envelope signs the packet either
+        way; an agent message names no sender of its own.)"""
+        body = agent_wire.encode(message)
+        return wire.App(source or self.node_id, "", bytes([AppKind.LEASE_AGENT]) + body)
 
     def leases(self, delta: bytes, key: str = "x") -> wire.App:
         """A swim App message carrying a lease-table delta (`AppKind.LEASES`)."""
@@ -419,4 +417,4 @@ class Insider(Attacker):
                     got = agent_wire.decode(message.payload[1:])
                 except LeaseDecodeError:
                     continue
-                self.inbox.append(got)
+                self.inbox.append((message.source, got))

@@ -380,7 +380,7 @@ class Cluster:
         """The `sent` messages that are renewals (`Renew`, `RenewDigest`)."""
         return [
             m for m, payload in zip(self.sent_log, self._payloads, strict=True)
-            if isinstance(decode(payload)[1], Renew | RenewDigest)
+            if isinstance(decode(payload), Renew | RenewDigest)
         ]  # fmt: skip
 
     def starts(self) -> int:

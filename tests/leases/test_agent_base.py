@@ -30,7 +30,7 @@ def test_a_message_to_another_node_is_sent_and_signed_by_the_envelope() -> None:
     agent = make_base()
     (cmd,) = agent._to("b", GrantRequest(TID, 1, "a"), 0.0)
     assert isinstance(cmd, SendTo) and cmd.node == "b"
-    assert decode(cmd.payload) == ("a", GrantRequest(TID, 1, "a"))
+    assert decode(cmd.payload) == GrantRequest(TID, 1, "a")
     assert cmd.after_commit  # a grant request may follow a commit of ours
 
 

@@ -85,7 +85,7 @@ def test_a_raw_cancel_from_a_member_is_refused_by_every_replica_and_counted() ->
     c = _cluster(4)
     tid = _running(c)
     evil = "n3"
-    forged = encode(Finish(tid, 1, Ended.CANCELLED), evil)
+    forged = encode(Finish(tid, 1, Ended.CANCELLED))
     answers: list[FinishAnswer] = []
     for r in _replicas(c, tid):
         c._push(c.now, "msg", (evil, r, forged))
@@ -94,7 +94,7 @@ def test_a_raw_cancel_from_a_member_is_refused_by_every_replica_and_counted() ->
     def spy(payload: bytes, now: float, sender: str):  # type: ignore[no-untyped-def]
         from populi_p2p.leases.agent_wire import decode
 
-        _, msg = decode(payload)
+        msg = decode(payload)
         if isinstance(msg, FinishAnswer):
             answers.append(msg)
         return original(payload, now, sender)
@@ -187,7 +187,7 @@ def test_a_forged_expired_or_foreign_operator_proof_is_refused(case: str) -> Non
     (answer,) = _cancel_answers(c, tid)
     assert answer.forbidden and answer.refusal is not None
     assert reason in answer.refusal and "--operator-key FILE" in answer.refusal
-    forged = encode(Finish(tid, 1, Ended.CANCELLED, 0, proof), "n2")
+    forged = encode(Finish(tid, 1, Ended.CANCELLED, 0, proof))
     for r in _replicas(c, tid):
         c._push(c.now, "msg", ("n2", r, forged))
     c.run_until(3.0)

@@ -48,7 +48,7 @@ def test_held_requests_are_bounded_and_refused_as_unknown_beyond(
     requests += [("n2", GrantRequest(f"{k:032x}", 1, "n2")) for k in range(3, 5)]  # 1 held
     requests += [("n2", GrantRequest(f"{5:032x}", 2, "n2"))]  # not a first epoch
     for sender, request in requests:
-        out += granter.receive(encode(request, sender), 0.0, sender)
+        out += granter.receive(encode(request), 0.0, sender)
     assert granter.counters.get("grants_held_early") == 3
     assert granter.counters.get("grants_refused_unknown") == 3
     assert all(isinstance(cmd, SendTo) for cmd in out)
@@ -58,10 +58,10 @@ def test_only_renewals_and_their_answers_may_leave_before_a_commit() -> None:
     """`SendTo.after_commit`: the driver sends renewals and their answers at once,
     everything else only after the records it follows from are durable."""
     granter = Cluster(3, seed=3).nodes["n1"].agent
-    renew = encode(Renew(7, ((f"{1:032x}", 1),)), "n0")
+    renew = encode(Renew(7, ((f"{1:032x}", 1),)))
     (answer,) = granter.receive(renew, 0.0, "n0")
     assert isinstance(answer, SendTo) and answer.after_commit is False
-    assert isinstance(decode(answer.payload)[1], RenewAnswer)
-    request = encode(GrantRequest(f"{2:032x}", 1, "n0"), "n0")
+    assert isinstance(decode(answer.payload), RenewAnswer)
+    request = encode(GrantRequest(f"{2:032x}", 1, "n0"))
     (wanted,) = granter.receive(request, 0.0, "n0")  # held early; the spec is asked for
     assert isinstance(wanted, SendTo) and wanted.after_commit is True

@@ -21,7 +21,7 @@ def test_an_own_for_an_ended_epoch_starts_nothing() -> None:
 
     def spy(node: Node, cmds: list[AgentCommand]) -> None:
         for cmd in cmds:
-            if isinstance(cmd, SendTo) and isinstance(decode(cmd.payload)[1], Own):
+            if isinstance(cmd, SendTo) and isinstance(decode(cmd.payload), Own):
                 owns.append((cmd.node, cmd.payload))
         apply(node, cmds)
 
@@ -36,9 +36,9 @@ def test_an_own_for_an_ended_epoch_starts_nothing() -> None:
         known = owner.agent.spec_of(tid)
         assert known is not None
 
-        repeats = [encode(Own(tid, 1, *known, 0), "n0")]
+        repeats = [encode(Own(tid, 1, *known, 0))]
     owner = c.nodes[owner_name]
-    cmds = owner.agent.receive(repeats[-1], owner.local(c.now), decode(repeats[-1])[0])
+    cmds = owner.agent.receive(repeats[-1], owner.local(c.now), "n0")
     cmds += owner.agent.tick(owner.local(c.now))
     c._apply(owner, cmds)
     c.run_until(c.now + 30.0)

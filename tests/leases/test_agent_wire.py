@@ -1,6 +1,6 @@
-"""The agents' messages: each one round-trips with the sender it names, and junk, a
-signed version-1 message and anything out of the wire's bounds are one `DecodeError`.
-(The packet envelope signs them; `test_agent_cluster` checks the sender binding.)"""
+"""The agents' messages: each one round-trips, and junk, a version-1 (signed) or
+version-2 (sender inside) message and anything out of the wire's bounds are one
+`DecodeError`. (The packet envelope signs them and names their sender.)"""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ MESSAGES: list[AgentMessage] = [
     RenewAnswer(7, ((TID, Refusal.SUPERSEDED),)),
     RenewAnswer(8, (), missed=True),
     RenewDigest(9, 2, bytes(range(16))),
+    RenewDigest(10, 3, bytes(range(16)), quiet=True),
     Finish(TID, 3, Ended.FAILED, 3),
     Finish(TID, 3, Ended.CANCELLED, 0, OperatorProof(b"c" * 140, 1_700_000_000, b"s" * 64)),
     FinishAnswer(TID, 3, Ended.CANCELLED, Refusal.FINISHED, Ended.SUCCEEDED),
@@ -56,16 +57,18 @@ MESSAGES: list[AgentMessage] = [
 
 
 @pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
-def test_every_message_round_trips_with_its_sender(msg: AgentMessage) -> None:
-    data = encode(msg, "n1")
-    assert decode(data) == ("n1", msg)
+def test_every_message_round_trips(msg: AgentMessage) -> None:
+    assert decode(encode(msg)) == msg
 
 
 @pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
-def test_a_signed_version_1_message_or_an_extra_element_is_refused(msg: AgentMessage) -> None:
-    """Version 1 carried its own signature as a fifth element: not read any more."""
-    raw = msgpack.unpackb(encode(msg, "n1"))
-    for bad in ([1, *raw[1:], b"s" * 64], [*raw, b"s" * 64], raw[:3]):
+def test_an_older_version_or_an_extra_element_is_refused(msg: AgentMessage) -> None:
+    """Version 1 carried its own signature as a fifth element, version 2 its sender as
+    the third: neither is read any more."""
+    raw = msgpack.unpackb(encode(msg))
+    v1 = [1, raw[1], "n1", raw[2], b"s" * 64]
+    v2 = [2, raw[1], "n1", raw[2]]
+    for bad in (v1, v2, [3, raw[1], "n1", raw[2]], [*raw, b"s" * 64], raw[:2]):
         with pytest.raises(DecodeError, match="bad envelope"):
             decode(msgpack.packb(bad))
 
@@ -73,19 +76,21 @@ def test_a_signed_version_1_message_or_an_extra_element_is_refused(msg: AgentMes
 def test_bounds_are_checked() -> None:
     with pytest.raises(DecodeError, match="too large"):
         decode(b"\x00" * (MESSAGE_BYTES_MAX + 1))
-    for sender in ("", "n" * 129, 7, None):
+    for owner in ("", "n" * 129, 7, None):
         with pytest.raises(DecodeError, match="bad node id"):
-            decode(msgpack.packb([2, 3, sender, [bytes(16), 1, "n1"]]))
+            decode(msgpack.packb([3, 3, [bytes(16), 1, owner]]))
     for body in ([b"short", 1, "n1"], [bytes(16), 2**62, "n1"], [bytes(16), -1, "n1"]):
         with pytest.raises(DecodeError):
-            decode(msgpack.packb([2, 3, "n1", body]))
-    # A digest renewal: a count within the renewal bound, 16 bytes of digest; a
-    # renewal answer's `missed` flag is 1 or absent.
+            decode(msgpack.packb([3, 3, body]))
+    # A digest renewal: a count within the renewal bound, 16 bytes of digest, a quiet
+    # flag that is 1 or absent; a renewal answer's `missed` flag is 1 or absent.
     for kind, body in ((11, [1, 0, bytes(16)]), (11, [1, 4096, bytes(16)]),
-                       (11, [1, 2, bytes(15)]), (11, [1, 2, "x" * 16]), (7, [1, [], 0]),
+                       (11, [1, 2, bytes(15)]), (11, [1, 2, "x" * 16]),
+                       (11, [1, 2, bytes(16), 0]), (11, [1, 2, bytes(16), True]),
+                       (11, [1, 2, bytes(16), 1, 1]), (7, [1, [], 0]),
                        (7, [1, [], True])):  # fmt: skip
         with pytest.raises(DecodeError):
-            decode(msgpack.packb([2, kind, "n1", body]))
+            decode(msgpack.packb([3, kind, body]))
 
 
 @settings(max_examples=200, deadline=None)
@@ -102,14 +107,14 @@ def test_a_flipped_byte_is_a_decode_error_or_a_message_within_bounds(
 ) -> None:
     """No signature guards the bytes here (the envelope's does, in transit): whatever a
     flip makes of them decodes to a message that encodes again, or to one error."""
-    raw = bytearray(encode(MESSAGES[i], "n1"))
+    raw = bytearray(encode(MESSAGES[i]))
     at = data.draw(st.integers(0, len(raw) - 1))
     raw[at] ^= data.draw(st.integers(1, 255))
     try:
-        sender, msg = decode(bytes(raw))
+        msg = decode(bytes(raw))
     except DecodeError:
         return
-    assert decode(encode(msg, sender)) == (sender, msg)
+    assert decode(encode(msg)) == msg
 
 
 PROOFS = st.builds(
@@ -126,13 +131,13 @@ def test_a_cancel_with_any_operator_proof_round_trips(
     tid: bytes, epoch: int, proof: OperatorProof
 ) -> None:
     msg = Finish(tid.hex(), epoch, Ended.CANCELLED, 0, proof)
-    data = encode(msg, "n1")
+    data = encode(msg)
     assert len(data) <= MESSAGE_BYTES_MAX
-    assert decode(data) == ("n1", msg)
+    assert decode(data) == msg
 
 
 def _finish(body: list[object]) -> bytes:
-    return msgpack.packb([2, 8, "n1", body])  # type: ignore[no-any-return]
+    return msgpack.packb([3, 8, body])  # type: ignore[no-any-return]
 
 
 HOSTILE = st.recursive(
@@ -150,7 +155,7 @@ def test_a_hostile_operator_proof_is_one_decode_error_or_a_bounded_proof(raw: ob
     within the bounds (certificate at most 256 bytes, a 64-byte signature)."""
     data = _finish([bytes(16), 1, int(Ended.CANCELLED), 0, raw])
     try:
-        _, msg = decode(data)
+        msg = decode(data)
     except DecodeError:
         return
     assert isinstance(msg, Finish) and msg.operator is not None
@@ -182,5 +187,6 @@ def test_an_end_that_only_a_granter_records_is_not_a_message(ended: Ended) -> No
     """`CANCELLING` is a granter's state while a cancel waits on a lease: an owner that
     posted it could end its own task as cancelled with no canceller's say."""
     with pytest.raises(DecodeError, match="not an end anyone posts"):
-        decode(encode(Finish(TID, 3, ended, 0), "n1"))
-    assert decode(encode(FinishAnswer(TID, 3, Ended.CANCELLED, 0, ended), "n1"))[1].final is ended
+        decode(encode(Finish(TID, 3, ended, 0)))
+    answer = decode(encode(FinishAnswer(TID, 3, Ended.CANCELLED, 0, ended)))
+    assert isinstance(answer, FinishAnswer) and answer.final is ended

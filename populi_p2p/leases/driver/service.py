@@ -401,7 +401,7 @@ class LeaseService:
     async def _send_to(self, node: str, payload: bytes) -> None:
         self._trace.message("out", node, payload)
         try:
-            await self._send(node, "lease", bytes([AppKind.LEASE_AGENT]) + payload)
+            await self._send(node, "", bytes([AppKind.LEASE_AGENT]) + payload)
         except ValueError:  # not a member (yet, or any more): the agent repeats
             self.send_failures += 1
 

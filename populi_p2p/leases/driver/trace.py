@@ -59,7 +59,7 @@ class LeaseTrace:
         if self._file is None:
             return
         try:
-            _sender, msg = decode(payload)
+            msg = decode(payload)
         except DecodeError:
             self.note(ev, peer=peer[:12], kind="junk")
             return

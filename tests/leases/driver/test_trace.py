@@ -33,8 +33,8 @@ def test_off_unless_the_variable_names_a_directory(
 
 def test_messages_and_notes_become_json_lines(tmp_path: Path) -> None:
     trace = LeaseTrace("node-a-with-a-long-id", str(tmp_path))
-    trace.message("out", "peer-b-long-id", encode(GrantRequest(TASK, 3, "o"), "a"))
-    trace.message("out", "peer-b-long-id", encode(Renew(7, ((TASK, 3),)), "a"))
+    trace.message("out", "peer-b-long-id", encode(GrantRequest(TASK, 3, "o")))
+    trace.message("out", "peer-b-long-id", encode(Renew(7, ((TASK, 3),))))
     trace.message("in", "peer-b-long-id", b"\xc1junk")
     trace.note("commit", rows=2, ms=1.5)
     trace.close()
