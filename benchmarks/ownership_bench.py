@@ -221,16 +221,26 @@ def scale(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     """Idle window, then `tasks` long probes all held at once, a loaded window, then
     cancel them all (acknowledged cancels: I2 checks nothing starts after)."""
     r: dict[str, Any] = {"idle": window(lab, args.window)}
+    print(f"  idle: {r['idle'][0]:.0f} B/s sent per member", flush=True)
     tids = lab.burst(args.tasks, args.submitters, args.seconds, args.via)
     r["all_running"] = poll(
         lambda: len({e.task for e in lab.live_runs(tids)}) == len(tids), args.timeout, 1.0
     )
     r["running"] = len({e.task for e in lab.live_runs(tids)})
+    running_at = time.monotonic()
     # The starts' table deltas are broadcast again for `lease_ttl` after each start:
     # burst traffic, not the steady cost of holding the leases, so measure after it.
     ttl = resolve_preset(args.preset).lease.lease_ttl
     time.sleep(args.settle if args.settle is not None else 2 * ttl)  # a measuring delay
-    r["loaded"] = window(lab, args.window)
+    # Back to back, each printed as it ends: the burst's drain, then the steady cost.
+    for i in range(args.windows):
+        r["loaded"] = w = window(lab, args.window)
+        print(
+            f"  window {i + 1}/{args.windows}, ending {time.monotonic() - running_at:.0f} s"
+            f" after all ran: {w[0]:.0f} B/s sent per member ({w[0] - r['idle'][0]:.0f} over"
+            f" idle), CPU per daemon mean {w[1]:.1f}% (load {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
 
     def cancel(tid: str) -> None:
         # As a user would: a cancel the loaded daemon did not answer in time is asked
@@ -310,6 +320,8 @@ def main() -> int:
                         " this long halfway through the kills (root: namespaces)")  # fmt: skip
     parser.add_argument("--minority", type=int, default=3, help="churn: daemons cut off")
     parser.add_argument("--window", type=float, default=10.0, help="scale: window (s)")
+    parser.add_argument("--windows", type=int, default=1, help="scale: loaded windows,"
+                        " back to back, each printed (the last is reported)")
     parser.add_argument("--settle", type=float, default=None,
                         help="scale: seconds between all running and the loaded window"
                         " (default: twice the preset's lease_ttl)")  # fmt: skip

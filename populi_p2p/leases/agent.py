@@ -63,7 +63,7 @@ from .grants import (
 )
 from .placement import Placement, committed_resources, failed_nodes, place
 from .placement import replica_nodes as deployment_nodes
-from .quorum import can_still_reach_quorum, is_quorum, neighbours, replicas_for
+from .quorum import can_still_reach_quorum, epoch_vouched, is_quorum, neighbours, replicas_for
 from .reliability import earned_reliability
 from .renewals import lease_digest, refused_for_good, renewable, renewed_all, steady_round
 from .wire import DecodeError, encode_entries
@@ -577,6 +577,7 @@ class LeaseAgent(AgentBase):
         if sender not in prop.replicas:
             return []
         prop.highest = max(prop.highest, min(msg.held_epoch, EPOCH_MAX - 1))
+        prop.held[sender] = min(msg.held_epoch, EPOCH_MAX - 1)
         if msg.refusal:
             prop.refused[sender] = msg.refusal
             prop.wait = max(prop.wait, msg.live_for)
@@ -611,11 +612,16 @@ class LeaseAgent(AgentBase):
         """No majority: try again later, past what the granters hold and wait for."""
         del self._proposals[tid]
         self._count("grants_lost")
-        # The next proposal goes above every epoch a replica told us it holds: a
+        # The next proposal goes above the epochs the replicas told us they hold: a
         # proposer that went on from its own record alone could leave the replicas'
         # epochs spread wider than a granter may jump (`EPOCH_STEP_MAX`), and then no
         # epoch gets a majority again (seen: 20 daemons, 1,000 tasks, none running).
+        # Above those that liars cannot have made up (`epoch_vouched`): one insider
+        # answering 2^62 would otherwise push the honest granters apart.
         self._epoch_seen[tid] = max(self._epoch_seen.get(tid, 0), prop.highest)
+        rec = self.grants.get(tid)
+        vouched = epoch_vouched(prop.replicas, prop.held, 0 if rec is None else rec.epoch)
+        self._epoch_learned[tid] = max(self._epoch_learned.get(tid, 0), vouched)
         finished = [node for node, r in prop.refused.items() if r == Refusal.FINISHED]
         if is_quorum(prop.replicas, finished):
             self._settled.add(tid)  # final at a majority: nothing can be granted again
@@ -688,7 +694,7 @@ class LeaseAgent(AgentBase):
             ours = max(rec.epoch, 0 if entry is None else entry.epoch)
             # What replicas told us counts only within a granter's jump of our own
             # record: one insider replica answering 2^62 cannot stall the task.
-            seen = min(self._epoch_seen.get(tid, 0), ours + EPOCH_STEP_MAX - 1)
+            seen = min(self._epoch_learned.get(tid, 0), ours + EPOCH_STEP_MAX - 1)
             epoch = max(ours, seen) + 1
             failed = {rec.owner} if rec.ended is Ended.FAILED else set()
             out += self._propose(tid, epoch, expired, now, failed)
@@ -903,4 +909,6 @@ class LeaseAgent(AgentBase):
         self._nudge_at = {t: at for t, at in self._nudge_at.items() if t in self.grants}
         seen = self._epoch_seen.items()
         self._epoch_seen = {t: e for t, e in seen if self.table.get(t) is not None}
+        learned = self._epoch_learned.items()
+        self._epoch_learned = {t: e for t, e in learned if t in self._epoch_seen}
         self._losses = {t: n for t, n in self._losses.items() if t in self._epoch_seen}

@@ -75,6 +75,8 @@ class AgentBase:
         self._proposals: dict[str, Proposal] = {}
         self._retry_at: dict[str, float] = {}
         self._epoch_seen: dict[str, int] = {}  # task -> highest epoch a replica told us of
+        #: task -> the highest epoch vouched for by lost proposals (`quorum.epoch_vouched`)
+        self._epoch_learned: dict[str, int] = {}
         self._losses: dict[str, int] = {}  # task -> proposals lost in a row
         self._take_up = config.grant_take_up
         self._settled: set[str] = set()  # refused as final by a majority: not proposed

@@ -31,6 +31,7 @@ class Proposal:
     why: str
     granted: set[str] = attrs.field(factory=set)
     refused: dict[str, int] = attrs.field(factory=dict)
+    held: dict[str, int] = attrs.field(factory=dict)  # epoch each replica answered with
     highest: int = 0
     failures: int = 0
     wait: float = 0.0

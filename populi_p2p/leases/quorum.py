@@ -25,9 +25,15 @@ with the same few nodes whatever the number of tasks.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-__all__ = ["can_still_reach_quorum", "is_quorum", "neighbours", "replicas_for"]
+__all__ = [
+    "can_still_reach_quorum",
+    "epoch_vouched",
+    "is_quorum",
+    "neighbours",
+    "replicas_for",
+]
 
 
 def replicas_for(key: str, live: Collection[str], count: int) -> tuple[str, ...]:
@@ -64,3 +70,15 @@ def can_still_reach_quorum(replicas: Sequence[str], refused: Collection[str]) ->
     """Whether the replicas that have not refused could still form a quorum."""
     refusing = set(refused)
     return is_quorum(replicas, [r for r in replicas if r not in refusing])
+
+
+def epoch_vouched(replicas: Sequence[str], held: Mapping[str, int], own: int) -> int:
+    """The highest epoch held at a replica that liars among them cannot have made up:
+    with `f` = the replicas beyond a strict majority (2 of 5), the (f + 1)-th highest
+    of the epochs the replicas answered with and our own record. The top f may all be
+    made up; the next is at most what an honest replica holds. A proposal just above it
+    is one that the replicas at or below it, at least a majority when all answered, can
+    grant. With f values or fewer, our own record."""
+    tolerated = len(replicas) - (len(replicas) // 2 + 1)
+    values = sorted([own, *(e for node, e in held.items() if node in replicas)], reverse=True)
+    return values[tolerated] if len(values) > tolerated else own

@@ -1,5 +1,6 @@
 """`quorum.is_quorum`: the one property safety rests on (two quorums of a set share a
-member), and what the primary adds to even sets."""
+member), what the primary adds to even sets, and the epoch that liars among the set
+cannot have made up (`epoch_vouched`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from populi_p2p.leases.quorum import can_still_reach_quorum, is_quorum, neighbours
+from populi_p2p.leases.quorum import can_still_reach_quorum, epoch_vouched, is_quorum, neighbours
 
 NODES = [f"n{i}" for i in range(7)]
 
@@ -78,3 +79,31 @@ def test_neighbours_are_the_owners_and_exclude_it() -> None:
     assert neighbours("n3", reversed(live), 4) == first, "the same on every view"
     assert neighbours("n4", live, 4) != first, "another owner, other neighbours"
     assert neighbours("n3", ["n3", "n1"], 4) == ("n1",), "fewer in a small mesh"
+
+
+def test_an_epoch_is_vouched_for_only_past_what_the_tolerated_liars_could_say() -> None:
+    five = ("a", "b", "c", "d", "e")  # 2 beyond a majority: the third highest counts
+    assert epoch_vouched(five, {"b": 2**62, "c": 2**62, "d": 9, "e": 7}, 5) == 9
+    assert epoch_vouched(five, {"b": 2**62, "c": 9}, 5) == 5, "three values: the third"
+    assert epoch_vouched(five, {"b": 2**62}, 5) == 5, "too few answers: our own record"
+    assert epoch_vouched(five, {"z": 2**62, "y": 2**62, "b": 3}, 1) == 1, "outsiders count nil"
+    three = ("a", "b", "c")  # 1 beyond a majority: the second highest counts
+    assert epoch_vouched(three, {"b": 2**62, "c": 4}, 2) == 4
+    assert epoch_vouched(("a",), {}, 3) == 3
+
+
+@given(
+    st.lists(st.integers(0, 100), min_size=5, max_size=5),
+    st.lists(st.booleans(), min_size=5, max_size=5),
+    st.integers(0, 100),
+)
+def test_the_vouched_epoch_is_never_above_every_honest_replica(
+    honest: list[int], lying: list[bool], own: int
+) -> None:
+    """Whatever up to 2 of 5 replicas say (here 2^62), the vouched epoch is at most the
+    highest that we or an honest replica hold."""
+    replicas = ("r0", "r1", "r2", "r3", "r4")
+    liars = [r for r, lie in zip(replicas, lying, strict=True) if lie][:2]
+    held = {r: (2**62 if r in liars else e) for r, e in zip(replicas, honest, strict=True)}
+    truth = max([own, *(e for r, e in held.items() if r not in liars)])
+    assert epoch_vouched(replicas, held, own) <= truth
