@@ -321,12 +321,16 @@ class Lab:
         """Cancel through any live daemon, with an operator key of the lab's authority
         (without one only the accepting daemon may, and it may be dead); an
         acknowledged cancel joins the history."""
+        from populi_p2p.cli_tasks import CANCEL_TIMEOUT
         from populi_p2p.trust.operator import OperatorKey, proof_to_json
 
         d = self.rng.choice(list(self.live.values()))
         operator, _ = OperatorKey.create(self.mesh.authority, now=time.time())
         proof = proof_to_json(operator.prove_cancel(tid, time.time()))
-        d.client.post(f"/v1/tasks/{tid}/cancel", {"operator": proof})
+        # As `populi-node cancel` waits: a cancel that meets a running task is answered
+        # once its owner stopped it (up to a lease's wait), not within the harness's 5 s.
+        client = ApiClient(d.client.socket_path, timeout=CANCEL_TIMEOUT)
+        client.post(f"/v1/tasks/{tid}/cancel", {"operator": proof})
         with self._lock:
             self.acks.append(Ack(tid, "cancel", time.time()))
 
