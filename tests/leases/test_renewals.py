@@ -205,15 +205,21 @@ def test_replicas_holding_another_set_miss_and_the_full_list_keeps_the_lease() -
     assert len(c.runs[tid]) == 1 and c.runs[tid][0].end is None, "still running, once"
 
 
-def test_a_digest_in_another_members_name_set_renews_nothing_of_the_owners() -> None:
-    c = Cluster(4, seed=13)
+def _one_running(seed: int) -> tuple[Cluster, str, str, tuple[str, ...]]:
+    """Four agents running one task: the cluster, the task, its owner, its replicas."""
+    c = Cluster(4, seed=seed)
     tid = c.submit("n0", 100.0)
     c.run_until(5.0)
     owner = c.runs[tid][0].node
     spec = c.nodes[owner].agent.spec_of(tid)
     assert spec is not None
+    return c, tid, owner, spec[0].replicas
+
+
+def test_a_digest_in_another_members_name_set_renews_nothing_of_the_owners() -> None:
+    c, tid, owner, replicas = _one_running(seed=13)
     evil = next(n for n in c.nodes if n != owner)
-    replica = next(r for r in spec[0].replicas if r not in (owner, evil))
+    replica = next(r for r in replicas if r not in (owner, evil))
     rec = c.nodes[replica].agent.grants[tid]
     heard = rec.heard_at
     stolen = RenewDigest(1, 1, lease_digest([(tid, rec.epoch)]))
@@ -372,13 +378,8 @@ def test_lost_answers_from_one_replica_leave_the_lease_held() -> None:
 
 
 def test_a_quiet_digest_that_misses_is_answered() -> None:
-    c = Cluster(4, seed=23)
-    tid = c.submit("n0", 100.0)
-    c.run_until(5.0)
-    owner = c.runs[tid][0].node
-    spec = c.nodes[owner].agent.spec_of(tid)
-    assert spec is not None
-    replica = next(r for r in spec[0].replicas if r != owner)
+    c, _tid, owner, replicas = _one_running(seed=23)
+    replica = next(r for r in replicas if r != owner)
     agent = c.nodes[replica].agent
     wrong = RenewDigest(10**6, 1, bytes(16), quiet=True)
     [answer] = agent.receive(encode(wrong), c.nodes[replica].local(c.now), owner)
