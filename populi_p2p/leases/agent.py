@@ -692,8 +692,9 @@ class LeaseAgent(AgentBase):
                 nxt = min(nxt, due)
                 continue
             ours = max(rec.epoch, 0 if entry is None else entry.epoch)
-            # What replicas told us counts only within a granter's jump of our own
-            # record: one insider replica answering 2^62 cannot stall the task.
+            # What replicas told us counts only as far as they vouch for it, and only
+            # within a granter's jump of our own record: an insider replica answering
+            # 2^62 cannot stall the task.
             seen = min(self._epoch_learned.get(tid, 0), ours + EPOCH_STEP_MAX - 1)
             epoch = max(ours, seen) + 1
             failed = {rec.owner} if rec.ended is Ended.FAILED else set()
