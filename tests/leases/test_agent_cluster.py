@@ -207,6 +207,25 @@ def test_in_two_members_a_task_waits_while_its_primary_is_away() -> None:
     assert two.check() == [] and len(two.runs[tid]) == 2
 
 
+def test_a_task_whose_set_lost_its_quorum_for_good_waits_and_never_runs_twice() -> None:
+    """Three members, so three replicas: the owner and one more go away for good. The
+    survivor alone is no quorum, so nothing is granted and the task does not run again
+    (docs/leases.md, "Small meshes"): no at-least-once fallback."""
+    c = Cluster(3, seed=7)
+    tid = c.submit("n0", 30.0)
+    c.run_until(2.0)
+    owner = c.runs[tid][0].node
+    gone = next(n for n in sorted(c.nodes) if n != owner)
+    survivor = next(n for n in c.nodes if n not in (owner, gone))
+    c.crash(owner)
+    c.crash(gone)
+    c.run_until(300.0)
+    assert len(c.runs[tid]) == 1, "it waits"
+    agent = c.nodes[survivor].agent
+    assert agent.grants[tid].epoch == 1 and agent.counters.get("grants_won", 0) == 0
+    assert agent.counters.get("proposals", 0) >= 1, "the survivor tried, and no one granted"
+
+
 def _acks(c: Cluster, node: str, cmds: list) -> list[Acknowledged]:  # type: ignore[type-arg]
     return [x for x in cmds if isinstance(x, Acknowledged)]
 
