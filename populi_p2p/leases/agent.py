@@ -576,7 +576,6 @@ class LeaseAgent(AgentBase):
             return []
         if sender not in prop.replicas:
             return []
-        prop.highest = max(prop.highest, min(msg.held_epoch, EPOCH_MAX - 1))
         prop.held[sender] = min(msg.held_epoch, EPOCH_MAX - 1)
         if msg.refusal:
             prop.refused[sender] = msg.refusal
@@ -618,7 +617,7 @@ class LeaseAgent(AgentBase):
         # epoch gets a majority again (seen: 20 daemons, 1,000 tasks, none running).
         # Above those that liars cannot have made up (`epoch_vouched`): one insider
         # answering 2^62 would otherwise push the honest granters apart.
-        self._epoch_seen[tid] = max(self._epoch_seen.get(tid, 0), prop.highest)
+        self._epoch_seen[tid] = max(self._epoch_seen.get(tid, 0), *prop.held.values(), 0)
         rec = self.grants.get(tid)
         vouched = epoch_vouched(prop.replicas, prop.held, 0 if rec is None else rec.epoch)
         self._epoch_learned[tid] = max(self._epoch_learned.get(tid, 0), vouched)

@@ -32,7 +32,6 @@ class Proposal:
     granted: set[str] = attrs.field(factory=set)
     refused: dict[str, int] = attrs.field(factory=dict)
     held: dict[str, int] = attrs.field(factory=dict)  # epoch each replica answered with
-    highest: int = 0
     failures: int = 0
     wait: float = 0.0
     resend_at: float = 0.0

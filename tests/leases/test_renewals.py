@@ -385,3 +385,42 @@ def test_a_quiet_digest_that_misses_is_answered() -> None:
     [answer] = agent.receive(encode(wrong), c.nodes[replica].local(c.now), owner)
     assert isinstance(answer, SendTo) and answer.node == owner
     assert decode(answer.payload) == RenewAnswer(10**6, (), missed=True)
+
+
+def test_a_round_that_missed_its_majority_makes_the_next_ask_everyone() -> None:
+    """Every answer to the owner is lost for a moment: the round sent in it misses its
+    majority, so the next comes `lease_renew_interval` (not `lease_renew_steady`) later
+    and sends no quiet digest; rounds after a full majority are quiet again."""
+    c = Counting(5, seed=24, config=LAN, drift=0.0)
+    tid = c.submit("n0", 300.0)
+    c.run_until(30.0)
+    owner = c.runs[tid][0].node
+    rounds: dict[float, list[bool]] = {}  # round time -> each digest's quiet flag
+    apply, event = c._apply, c._event
+
+    def spy(node: Any, cmds: list[Any]) -> None:
+        for cmd in cmds:
+            if node.name == owner and isinstance(cmd, SendTo) and cmd.node != owner:
+                msg = decode(cmd.payload)
+                if isinstance(msg, RenewDigest):
+                    rounds.setdefault(round(c.now, 3), []).append(msg.quiet)
+        apply(node, cmds)
+
+    def lossy(kind: str, data: Any) -> None:
+        lost = kind == "msg" and data[1] == owner and 50.0 <= c.now < 54.0
+        if not (lost and isinstance(decode(data[2]), RenewAnswer)):
+            event(kind, data)
+
+    c._apply = spy  # type: ignore[method-assign]
+    c._event = lossy  # type: ignore[method-assign]
+    c.run_until(80.0)
+    times = sorted(rounds)
+    before = [t for t in times if t < 50.0]
+    assert before and all(any(rounds[t]) for t in before), "steady rounds are quiet"
+    missed = [(a, b) for a, b in itertools.pairwise(times)
+              if abs(b - a - LAN.lease_renew_interval) < 0.01 and a >= 50.0]  # fmt: skip
+    assert missed, f"a round missed its majority: {times}"
+    _, after = missed[0]
+    assert not any(rounds[after]), "the round after a miss asks everyone"
+    assert any(any(rounds[t]) for t in times if t > after), "then quiet again"
+    assert _counters(c).get("fenced", 0) == 0 and len(c.runs[tid]) == 1
