@@ -27,6 +27,8 @@ __all__ = [
     "DelegatingStream",
     "WrappingBackend",
     "coalescing_transport",
+    "open_response",
+    "request_timeouts",
     "transport_over",
 ]
 
@@ -177,3 +179,24 @@ def coalescing_transport(
     """httpx's own transport over a pool that uses `CoalescingBackend`."""
     backend = CoalescingBackend()
     return transport_over(backend, limits, ssl_context), backend
+
+
+async def open_response(
+    transport: httpx.AsyncBaseTransport, request: httpx.Request
+) -> httpx.Response:
+    """`request` sent through `transport`, its answer left to be read as it comes.
+
+    What ``AsyncClient.send(request, stream=True)`` does, less its auth, redirect,
+    cookie, event-hook and timer steps, which no peer or engine call uses: about 0.1 ms
+    of CPU a request on each hop of the relay. The request carries its own timeouts
+    (``extensions["timeout"]``, as `request_timeouts` gives them); the answer is closed
+    by the caller (``await response.aclose()``).
+    """
+    response = await transport.handle_async_request(request)
+    response.request = request
+    return response
+
+
+def request_timeouts(timeout: httpx.Timeout) -> dict[str, dict[str, float | None]]:
+    """The extensions a request needs for `timeout` to hold through `open_response`."""
+    return {"timeout": timeout.as_dict()}

@@ -13,7 +13,7 @@ import httpx
 
 from ._tls import tls_context
 from ._tls import url as _url
-from ._transport import coalescing_transport
+from ._transport import coalescing_transport, open_response, request_timeouts
 from .engines import EngineService
 from .openai_errors import openai_error
 from .peer_api import PeerRequest, PeerResponse
@@ -42,12 +42,11 @@ class LocalEngine:
         transport, _ = coalescing_transport(  # each request in one write, as to peers
             httpx.Limits(max_connections=256, max_keepalive_connections=64), tls_context()
         )
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=2.0), transport=transport, trust_env=False
-        )
+        self._transport = transport
+        self._extensions = request_timeouts(httpx.Timeout(None, connect=2.0))
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     @contextlib.asynccontextmanager
     async def open(
@@ -75,14 +74,15 @@ class LocalEngine:
             )
             return
         assert isinstance(model, str)
-        request = self._http.build_request(
-            "POST", _url(url, path), content=body, headers={"content-type": "application/json"}
-        )
+        request = httpx.Request(
+            "POST", _url(url, path), content=body,
+            headers={"content-type": "application/json"}, extensions=self._extensions,
+        )  # fmt: skip
         started = time.monotonic()
         self._engines.begin(model)
         try:
             try:
-                response = await self._http.send(request, stream=True)
+                response = await open_response(self._transport, request)
             except httpx.ConnectError as exc:
                 self._engines.mark_failed(url, f"connection refused: {exc}")
                 raise

@@ -10,7 +10,7 @@ import httpx
 
 from ._bulk_reads import bulk_transport
 from ._tls import tls_context, url
-from ._transport import CoalescingBackend, coalescing_transport
+from ._transport import CoalescingBackend, coalescing_transport, open_response, request_timeouts
 from .peer_auth import PeerCallSigner
 
 __all__ = ["BULK_READ_BYTES", "PeerClient", "peer_base_url"]
@@ -54,11 +54,10 @@ class PeerClient:
             transport, self.backend = coalescing_transport(limits, tls_context())
         else:
             transport = bulk_transport(read_bytes, limits=limits, ssl_context=tls_context())
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
-            transport=transport,
-            trust_env=False,
-        )
+        timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self._client = httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False)
+        self._transport = transport
+        self._extensions = request_timeouts(timeout)
         self._bulk: PeerClient | None = None
 
     def bulk(self) -> PeerClient:
@@ -96,10 +95,17 @@ class PeerClient:
     async def stream(
         self, callee: str, base_url: str, method: str, path: str, body: bytes = b""
     ) -> AsyncIterator[httpx.Response]:
-        """A call whose answer is read as it comes (``response.aiter_raw()``)."""
-        response = await self._client.send(
-            self._build(callee, base_url, method, path, body), stream=True
-        )
+        """A call whose answer is read as it comes (``response.aiter_raw()``).
+
+        Sent through the transport itself (`open_response`), with only the headers the
+        callee reads: the relay's hop to the serving node is on every stream's path."""
+        headers = self._signer.headers(method, path, body, callee)
+        headers["content-type"] = "application/json"
+        request = httpx.Request(
+            method, url(base_url, path), content=body, headers=headers,
+            extensions=self._extensions,
+        )  # fmt: skip
+        response = await open_response(self._transport, request)
         try:
             yield response
         finally:

@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -110,3 +111,35 @@ async def test_the_bulk_twin_shares_the_signer_and_closes_with_it(
     assert r.status_code == 200 and callee.seen[-1]["caller"] == ALICE.node_id
     await client.aclose()
     assert client._client.is_closed and bulk._client.is_closed
+
+
+async def test_a_streamed_call_keeps_its_read_timeout(nursery: trio.Nursery) -> None:
+    """`stream` skips httpx's client (`open_response`), so its timeouts travel in the
+    request: a callee that takes the call and never answers is given up on."""
+    quiet = trio.Event()
+
+    async def silent(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        await read_body(receive, 1 << 20)
+        quiet.set()
+        await trio.sleep_forever()
+
+    port = await nursery.start(
+        lambda task_status: serve_tcp(
+            silent, "127.0.0.1", 0, logger_name="test", task_status=task_status
+        )
+    )
+    client = PeerClient(
+        PeerCallSigner(ALICE, CERTS[ALICE.node_id], clock=time.time), read_timeout=0.2
+    )
+    try:
+        with trio.fail_after(10), pytest.raises(httpx.ReadTimeout):
+            async with client.stream(
+                BOB.node_id, peer_base_url("127.0.0.1", port), "POST", "/peer/v1/stream"
+            ):
+                pass  # pragma: no cover
+        assert quiet.is_set()
+    finally:
+        await client.aclose()
