@@ -10,8 +10,10 @@ lost connection, a gap between tokens longer than the stall timeout, an error ev
 from the engine, or the membership saying the node is no longer alive (checked every
 `WATCH_INTERVAL`) moves the stream to the next node with a continuation request (the
 original request plus the text already sent, `sse.continuation`). The upstream's
-``[DONE]`` is held back: the client gets exactly one, after the last node, or a clear
-error event when no node is left.
+``[DONE]`` is replaced by the relay's own: the client gets exactly one, with the events
+of the batch that held the upstream's (at once, not after the upstream's end of body:
+a one-token answer's token is in that batch), or a clear error event when no node is
+left.
 
 The request path never waits for failure detection: a reset or refusal is seen in
 milliseconds; SWIM only adds the case of a node that goes silent without a reset.
@@ -124,8 +126,9 @@ class StreamResult:
     #: The first byte's node and status, once the response has started.
     status: int = 0
     first_node: str | None = None
-    #: The stream's last bytes (its last events and the one [DONE], or the error event),
-    #: not emitted: the caller sends them as the end of its answer, in one write.
+    #: The stream's last bytes, not emitted: the caller sends them as the end of its
+    #: answer, in one write ([DONE] or the error event; nothing when the [DONE] went
+    #: out with the last events).
     final: bytes = b""
 
 
@@ -270,11 +273,11 @@ class Relay:
                         started = True
                         result.status, result.first_node = 200, node
                         await start(200, node, None)
-                    tail = await self._pump(node, response, chat, emit, result)
+                    end = await self._pump(node, response, chat, emit, result)
                     result.attempts.append(Attempt(node, "served", result.tokens - sent_before))
                     self._on_outcome(node, True)
                     result.done = True
-                    result.final = tail + DONE  # one write: the last events, [DONE], the end
+                    result.final = end  # [DONE] unless it went out with the last events
                     return result
             except (httpx.HTTPError, _Broken) as exc:
                 why = exc.why if isinstance(exc, _Broken) else _why(exc)
@@ -336,9 +339,9 @@ class Relay:
     async def _pump(
         self, node: str, response: httpx.Response, chat: bool, emit: Emit, result: StreamResult
     ) -> bytes:
-        """Pass `response`'s events to `emit` until it finishes. Returns the events of
-        the batch that held the upstream's [DONE], not yet emitted (so that they go out
-        with ours in one write).
+        """Pass `response`'s events to `emit` until it finishes. Returns what is left
+        for the end of the answer: nothing when our [DONE] went out with the upstream's
+        last events, else [DONE] (the upstream finished without one).
 
         Raises:
             _Broken: when the node fails mid-stream, with the text it had sent.
@@ -377,7 +380,7 @@ class _Pump:
         #: An end (b"") or an error seen behind a batch: handled after that batch.
         self._pending: bytes | BaseException | None = None
         self._finished = False  # the upstream said it is done
-        self._tail: list[bytes] = []  # the end's events: they go out with our [DONE]
+        self._said_done = False  # our [DONE] went out (with the upstream's last events)
 
     async def run(self) -> bytes:
         """The events held back for the end; raises `_Broken` when the node fails."""
@@ -433,7 +436,7 @@ class _Pump:
                     self._watch()
             if isinstance(item, BaseException) or item == b"":
                 if self._finished:
-                    return b"".join(self._tail)
+                    return b"" if self._said_done else DONE
                 if item == b"":
                     raise self._broken("connection closed before the end of the stream")
                 raise self._broken(f"connection lost ({type(item).__name__})")
@@ -478,8 +481,9 @@ class _Pump:
         return b"".join(parts) if len(parts) > 1 else item
 
     def _batch(self, batch: bytes) -> bytes | None:
-        """The whole events of `batch` to emit now (None: none; the end's are kept in
-        `_tail`), with its tokens counted and the gap since the last ones timed.
+        """The whole events of `batch` to emit now (None: none), with our [DONE] when
+        the batch held the upstream's, its tokens counted and the gap since the last
+        ones timed.
 
         Raises:
             _Broken: on a bad event or an event over the splitter's limit.
@@ -504,8 +508,13 @@ class _Pump:
             self._last = now
             result.tokens += tokens
         data = None
-        if self._finished or (done and whole.rstrip().endswith(b"[DONE]")):
-            self._tail += out  # the end: goes out with our [DONE]
+        if self._said_done:
+            pass  # after the upstream's [DONE], nothing more is the client's
+        elif done and whole.rstrip().endswith(b"[DONE]"):
+            # The end: its events and our one [DONE] go out now, without waiting for the
+            # upstream's end of body (one more hop's write and wake-up).
+            data = b"".join(out) + DONE
+            self._said_done = True
         elif out:
             data = out[0] if len(out) == 1 else b"".join(out)
             self._sent.append(data)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import trio
 
 from populi_p2p.inference.relay import Relay
 
@@ -95,3 +96,41 @@ async def test_text_that_cannot_be_recovered_ends_with_an_error_not_a_guess() ->
     last = sent.rstrip().rsplit(b"\n\n", 1)[-1]
     assert b"cannot be continued" in last and json.loads(last[6:])["error"]
     assert outcomes == [("a", False)]
+
+
+async def test_the_last_events_and_done_go_out_before_the_upstream_ends() -> None:
+    """A one-token answer's token is in the batch with the upstream's [DONE]: it goes
+    out at once, with our one [DONE], not after the upstream's end of body."""
+    released = trio.Event()
+    last = event("only", "stop") + b"data: [DONE]\n\n"
+
+    @contextlib.asynccontextmanager
+    async def open_(node: str, model: str, path: str, body: bytes) -> AsyncIterator[httpx.Response]:
+        async def stream() -> AsyncIterator[bytes]:
+            yield last
+            await released.wait()  # the end of body comes only once the client has all
+
+        yield httpx.Response(200, content=stream())
+
+    out: list[bytes] = []
+
+    async def start(status: int, node: str, body: bytes | None) -> None:
+        assert status == 200
+
+    async def emit(data: bytes) -> None:
+        out.append(data)
+        if data.endswith(b"data: [DONE]\n\n"):
+            released.set()
+
+    relay = Relay(open_, lambda n: True, stall_timeout=5.0, on_outcome=lambda n, ok: None)
+    request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    with trio.fail_after(5):
+        result = await relay.stream(["a"], "/v1/chat/completions", request, True, start, emit)
+    assert out == [last] and result.final == b"" and result.done and result.tokens == 1
+
+
+async def test_an_upstream_that_ends_without_done_still_gets_one() -> None:
+    script = Script({"a": ([event("w0 "), event(None, "stop")], True)})
+    sent, outcomes = await run(script, ["a"])
+    assert sent == event("w0 ") + event(None, "stop") + b"data: [DONE]\n\n"
+    assert sent.count(b"[DONE]") == 1 and outcomes == [("a", True)]
