@@ -111,13 +111,26 @@ async def send_stream(
 
 async def _send_coalesced(send: Send, chunks: AsyncIterator[bytes]) -> bool:
     """Whether the last write was the end of the answer (the iterator had ended when
-    its last chunks were taken: they go out as the final body, with the end)."""
+    its last chunks were taken: they go out as the final body, with the end).
+
+    The first chunk is awaited here and sent at once: it is the one the client waits
+    for (the time to first token), and a reader task would add a task's start and a
+    hand-over to its path. The rest is read by a task that queues what arrives while a
+    write is under way, so that it goes out with the next write."""
+    iterator = aiter(chunks)
+    first = b""
+    while not first:
+        try:
+            first = await anext(iterator)
+        except StopAsyncIteration:
+            return False
+    await send({"type": "http.response.body", "body": first, "more_body": True})
     chunks_in, chunks_out = trio.open_memory_channel[bytes](64)
 
     async def pull() -> None:
         try:
             async with chunks_in:
-                async for chunk in chunks:
+                async for chunk in iterator:
                     if not chunk:
                         continue
                     # No checkpoint while the iterator hands out what it already has.

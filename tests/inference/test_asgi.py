@@ -119,14 +119,38 @@ async def test_a_coalesced_stream_carries_the_same_bytes_and_ends_once(
     assert sent[-1].get("more_body", False) is False
 
 
-async def test_a_coalesced_stream_joins_what_is_already_there() -> None:
+async def test_a_coalesced_stream_sends_its_first_chunk_at_once_and_joins_the_rest() -> None:
+    """The first chunk is what the client waits for: it goes out alone, as soon as it
+    comes. What is already there after it goes out in one write, the end with it."""
+
     async def ready() -> AsyncIterator[bytes]:
-        for part in (b"a", b"b", b"c"):  # no checkpoint between them
+        for part in (b"a", b"b", b"c", b"d"):  # no checkpoint between them
             yield part
 
     sent = Sent()
     await send_stream(sent, 200, ready(), content_type="text/plain", coalesce=True)
-    assert sent.bodies() == [b"abc"]  # one write, the end with it
+    assert sent.bodies() == [b"a", b"bcd"]
+    assert [m.get("more_body", False) for m in sent[1:]] == [True, False]
+
+
+async def test_a_coalesced_stream_sends_its_first_chunk_before_the_next_comes() -> None:
+    later = trio.Event()
+
+    class Watched(Sent):
+        async def __call__(self, message: Message) -> None:
+            await super().__call__(message)
+            if self.bodies():
+                later.set()  # the source's next chunk comes only after a body was sent
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield b"first"
+        await later.wait()
+        yield b"second"
+
+    sent = Watched()
+    with trio.fail_after(5):
+        await send_stream(sent, 200, slow(), content_type="text/plain", coalesce=True)
+    assert sent.bodies() == [b"first", b"second"]
 
 
 async def test_a_coalesced_stream_closes_its_source() -> None:
