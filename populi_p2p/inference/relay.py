@@ -82,22 +82,35 @@ def _next_node(route: Sequence[str] | NextNode) -> NextNode:
 
 
 class GapStats:
-    """Recent inter-token gaps, for the adaptive stall timeout."""
+    """Recent inter-token gaps, for the adaptive stall timeout.
+
+    The timeout (3x the p99 gap) is computed again only after `RECOMPUTE_AFTER` new
+    gaps: every stream asks for it at its start, and sorting the last 1,024 gaps each
+    time would be on every stream's path to its first token."""
+
+    #: New gaps before the p99 is computed again.
+    RECOMPUTE_AFTER: Final = 32
 
     def __init__(self, size: int = 1024) -> None:
         self._gaps: deque[float] = deque(maxlen=size)
+        self._timeout: float | None = None
+        self._new = 0
 
     def add(self, gap: float) -> None:
         self._gaps.append(gap)
+        self._new += 1
 
     def stall_timeout(self, configured: float | None) -> float:
         if configured is not None:
             return configured
         if len(self._gaps) < 20:
             return STALL_FLOOR
-        ordered = sorted(self._gaps)
-        p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
-        return max(3 * p99, STALL_FLOOR)
+        if self._timeout is None or self._new >= self.RECOMPUTE_AFTER:
+            ordered = sorted(self._gaps)
+            p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+            self._timeout = max(3 * p99, STALL_FLOOR)
+            self._new = 0
+        return self._timeout
 
 
 class UpstreamRefused(httpx.HTTPError):

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import trio
 
-from populi_p2p.inference.relay import Relay
+from populi_p2p.inference.relay import STALL_FLOOR, GapStats, Relay
 
 
 def event(piece: str | None, finish: str | None = None) -> bytes:
@@ -134,3 +134,18 @@ async def test_an_upstream_that_ends_without_done_still_gets_one() -> None:
     sent, outcomes = await run(script, ["a"])
     assert sent == event("w0 ") + event(None, "stop") + b"data: [DONE]\n\n"
     assert sent.count(b"[DONE]") == 1 and outcomes == [("a", True)]
+
+
+def test_the_stall_timeout_follows_the_gaps_and_is_not_sorted_per_stream() -> None:
+    gaps = GapStats()
+    assert gaps.stall_timeout(7.0) == 7.0  # configured: fixed
+    for _ in range(19):
+        gaps.add(0.01)
+    assert gaps.stall_timeout(None) == STALL_FLOOR  # too few gaps to judge
+    gaps.add(0.01)
+    assert gaps.stall_timeout(None) == STALL_FLOOR  # 3 x 0.01 s is under the floor
+    for _ in range(GapStats.RECOMPUTE_AFTER - 1):
+        gaps.add(1.0)
+    assert gaps.stall_timeout(None) == STALL_FLOOR  # not computed again yet
+    gaps.add(1.0)
+    assert gaps.stall_timeout(None) == 3.0  # the p99 gap is now 1 s
