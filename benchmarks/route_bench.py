@@ -11,7 +11,11 @@ engine processes; the client is this process.
   and through the accepting daemon (public API, route, signed peer call to the serving
   daemon, its engine), alternated sample by sample in the same run [added: median
   <= 2 ms, p99 <= 5 ms], and the CPU each daemon spends per request (``/proc``), its
-  background work measured apart while idle. ``--profile DIR`` runs both daemons
+  background work measured apart while idle. By default the engine answers at once
+  with one token (the worst case: its end, and the serving daemon's relay of it, run
+  while the accepting daemon forwards the token, on the same cores);
+  ``--ttft-tokens 8 --engine-delay 0.02`` asks for 8 tokens from an engine that takes
+  20 ms a token, as a GPU engine does. ``--profile DIR`` runs both daemons
   under cProfile and prints the top entries of each; ``--sample DIR`` records them
   with py-spy (``pip install py-spy``; raw stacks, one file per daemon). Either
   inflates the figures of its run.
@@ -23,6 +27,7 @@ Usage::
 
     python benchmarks/route_bench.py                 # split and ttft
     python benchmarks/route_bench.py --only ttft --runs 500
+    python benchmarks/route_bench.py --only ttft --runs 500 --ttft-tokens 8 --engine-delay 0.02
 """
 
 from __future__ import annotations
@@ -212,9 +217,11 @@ def run_split(streams: int, tries: int) -> None:
         print(f"{streams} concurrent streams, {label}: s0/s1 = {', '.join(splits)}  [{target}]")
 
 
-async def ttft(api: str, engines: dict[str, str], runs: int) -> tuple[list[float], list[float]]:
+async def ttft(
+    api: str, engines: dict[str, str], runs: int, tokens: int
+) -> tuple[list[float], list[float]]:
     """(direct, relayed) time to first token, seconds, alternated per sample."""
-    body = {**BODY, "max_tokens": 1}
+    body = {**BODY, "max_tokens": tokens}
     direct, relayed = [], []
     async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
         for _ in range(10):  # warm both paths' connections
@@ -233,8 +240,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_ttft(runs: int, profile: Path | None, sample: Path | None) -> None:
-    with daemons([("--tokens", "400")], profile) as (api, engines, _, procs):
+def run_ttft(
+    runs: int, profile: Path | None, sample: Path | None, tokens: int, delay: float
+) -> None:
+    print(f"ttft: {tokens} token(s) a request, the engine taking {delay * 1000:g} ms a token")
+    flags = ("--tokens", "400", "--delay", str(delay))
+    with daemons([flags], profile) as (api, engines, _, procs):
         idle = [cpu_seconds(d.proc.pid) for d in procs]
         time.sleep(3.0)  # the daemons' own background work, to tell it apart
         before = [cpu_seconds(d.proc.pid) for d in procs]
@@ -247,7 +258,7 @@ def run_ttft(runs: int, profile: Path | None, sample: Path | None) -> None:
             for d in procs
         ]  # fmt: skip
         start = time.monotonic()
-        direct, relayed = trio.run(ttft, api, engines, runs)
+        direct, relayed = trio.run(ttft, api, engines, runs, tokens)
         elapsed = time.monotonic() - start
         after = [cpu_seconds(d.proc.pid) for d in procs]
         for sampler in samplers:
@@ -284,6 +295,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300, help="TTFT samples")
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--tries", type=int, default=4, help="split tries per case")
+    parser.add_argument("--ttft-tokens", type=int, default=1, help="tokens a TTFT request asks")
+    parser.add_argument(
+        "--engine-delay", type=float, default=0.0, help="the TTFT engine's seconds a token"
+    )
     parser.add_argument("--profile", type=Path, help="cProfile the daemons into DIR")
     parser.add_argument(
         "--sample", type=Path, help="sample the daemons with py-spy (raw stacks) into DIR"
@@ -297,7 +312,7 @@ def main() -> None:
             args.profile.mkdir(parents=True, exist_ok=True)
         if args.sample is not None:
             args.sample.mkdir(parents=True, exist_ok=True)
-        run_ttft(args.runs, args.profile, args.sample)
+        run_ttft(args.runs, args.profile, args.sample, args.ttft_tokens, args.engine_delay)
     print(f"after: {load_line()}")
 
 
