@@ -12,12 +12,10 @@ part file), so when the last chunk lands only the chunks after the first gap are
 to hash; the blob is moved into place only if it is the blob's digest. A mismatch means
 the manifest lied, and the partial is discarded.
 
-Memory is bounded: a chunk is never held whole, only `STORE_SPAN` of it and the
-transport's piece (512 KiB for the bulk client) while a worker thread hashes and writes
-what was held, with at most the plan's `total` chunks in flight (12: about 30 MiB).
-The bandwidth cap is a token bucket shared by every transfer. A cancelled fetch (the
-daemon killed or stopped) leaves its partial file and done map for the next
-`fetch_blob`.
+Memory is bounded: a chunk is never held whole, only the transport's pieces (64 KiB),
+with at most the plan's `total` chunks in flight. The bandwidth cap is a token bucket
+shared by every transfer. A cancelled fetch (the daemon killed or stopped) leaves its
+partial file and done map for the next `fetch_blob`.
 """
 
 from __future__ import annotations
@@ -41,8 +39,6 @@ __all__ = ["ChunkSource", "FetchError", "FetchProgress", "SourceError", "TokenBu
 MANIFEST_QUORUM: Final = 3
 #: Most bytes the whole hash reads in one worker-thread call (a stop waits for one).
 HASH_SPAN: Final = 64 * 1024 * 1024
-#: Bytes of a chunk received before a worker thread hashes and writes them.
-STORE_SPAN: Final = 2 * 1024 * 1024
 #: The largest manifest read (512 GiB of 4 MiB chunks: 4 MiB of hashes, plus framing).
 MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024 + 1024
 
@@ -314,35 +310,19 @@ async def _fetch_one(
     bucket: TokenBucket,
     progress: FetchProgress,
 ) -> None:
-    """Stream one chunk to its offset, hashing it. Raises `SourceError`.
-
-    The pieces are hashed and written by a worker thread, `STORE_SPAN` bytes at a
-    time (hashing and writing release the GIL): the event loop only receives, so a
-    fetch from several holders is not held to one core's pace by the hashing."""
+    """Stream one chunk to its offset, hashing it. Raises `SourceError`."""
     manifest = partial.manifest
     offset, length = manifest.chunk_span(chunk)
     h = hashlib.sha256()
-    got = stored = 0
-    held: list[bytes] = []
-
-    def store(pieces: list[bytes], at: int) -> None:
-        for piece in pieces:
-            h.update(piece)
-            partial.write(at, piece)
-            at += len(piece)
-
+    got = 0
     async with source.chunk(holder, manifest.digest, chunk) as pieces:
         async for piece in pieces:
             if got + len(piece) > length:
                 raise SourceError(ChunkFailure.CORRUPT, f"chunk {chunk} is too long")
             await bucket.take(len(piece))
-            held.append(piece)
+            h.update(piece)
+            partial.write(offset + got, piece)
             got += len(piece)
             progress.bytes_fetched += len(piece)
-            if got - stored >= STORE_SPAN:
-                await trio.to_thread.run_sync(store, held, offset + stored)
-                held, stored = [], got
-    if held:
-        await trio.to_thread.run_sync(store, held, offset + stored)
     if got != length or h.digest() != manifest.chunk_hashes[chunk]:
         raise SourceError(ChunkFailure.CORRUPT, f"chunk {chunk} does not match its hash")
