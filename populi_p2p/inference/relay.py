@@ -396,7 +396,8 @@ class _Pump:
         self._said_done = False  # our [DONE] went out (with the upstream's last events)
 
     async def run(self) -> bytes:
-        """The events held back for the end; raises `_Broken` when the node fails."""
+        """What is left for the end of the answer (`Relay._pump`); raises `_Broken`
+        when the node fails."""
         outcome: bytes | _Broken
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._read)
@@ -432,8 +433,7 @@ class _Pump:
         return _Broken(why, *recovered)
 
     async def _consume(self) -> bytes:
-        """Pass the chunks on, batch by batch, until the end: the events held back
-        for it."""
+        """Pass the chunks on, batch by batch, until the end: what is left for it."""
         chunks_out, emit = self._chunks_out, self._emit
         self._last = trio.current_time()
         while True:
