@@ -47,10 +47,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(wildcard $(TYPED))
 
-# sysdeps first: the engine build needs g++ and cmake. Then the swim and simulator tests
-# again on the optional compiled build (`compiled`, below), so the same tests cover both.
+# sysdeps first: the engine build needs g++ and cmake. The test files run on
+# TEST_WORKERS workers (pytest-xdist), each file whole on one worker, so that its
+# module-scoped meshes stay one; most of the suite's time is real daemons waiting out
+# protocol windows, which overlap well (docs/testing.md). Then the swim and simulator
+# tests again on the optional compiled build (`compiled`, below), so the same tests
+# cover both.
+TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps $(LLAMA_SERVER) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) test-compiled
 
 # Random exploration, kept out of `make test` (which is derandomized, see
