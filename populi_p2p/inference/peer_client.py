@@ -79,11 +79,14 @@ class PeerClient:
     def _build(
         self, callee: str, base_url: str, method: str, path: str, body: bytes
     ) -> httpx.Request:
+        """The signed request, with only the headers the callee reads and its own
+        timeouts (`stream` sends it past httpx's client)."""
         headers = self._signer.headers(method, path, body, callee)
         headers["content-type"] = "application/json"
-        return self._client.build_request(
-            method, url(base_url, path), content=body, headers=headers
-        )
+        return httpx.Request(
+            method, url(base_url, path), content=body, headers=headers,
+            extensions=self._extensions,
+        )  # fmt: skip
 
     async def call(
         self, callee: str, base_url: str, method: str, path: str, body: bytes = b""
@@ -97,14 +100,9 @@ class PeerClient:
     ) -> AsyncIterator[httpx.Response]:
         """A call whose answer is read as it comes (``response.aiter_raw()``).
 
-        Sent through the transport itself (`open_response`), with only the headers the
-        callee reads: the relay's hop to the serving node is on every stream's path."""
-        headers = self._signer.headers(method, path, body, callee)
-        headers["content-type"] = "application/json"
-        request = httpx.Request(
-            method, url(base_url, path), content=body, headers=headers,
-            extensions=self._extensions,
-        )  # fmt: skip
+        Sent through the transport itself (`open_response`): the relay's hop to the
+        serving node is on every stream's path."""
+        request = self._build(callee, base_url, method, path, body)
         response = await open_response(self._transport, request)
         try:
             yield response
