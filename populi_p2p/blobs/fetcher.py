@@ -4,13 +4,19 @@
 of them agree on wins and the dissenters are skipped), opens or resumes the partial file
 (`BlobStore.begin_partial`; chunks marked done are checked again), then drives a
 `FetchPlan`: each chunk is streamed from its holder straight to its offset in the part
-file, hashed as it comes and marked done only if its sha256 is the manifest's. A
+file. A holder's chunks are hashed as they come until one of them matched the
+manifest (a holder that sends garbage is skipped at its first chunk); after that its
+chunks are checked by the whole hash, which saves one sha256 pass over the blob. A
 corrupt chunk, a holder that lies about holding the blob, an unreachable or busy holder
-are the plan's to handle. The whole file's sha256 is computed in order as the prefix of
-verified chunks grows (`_PrefixHash`, a worker thread beside the transfers, reading the
-part file), so when the last chunk lands only the chunks after the first gap are left
-to hash; the blob is moved into place only if it is the blob's digest. A mismatch means
-the manifest lied, and the partial is discarded.
+are the plan's to handle.
+
+The whole file's sha256 is computed in order as the prefix of written chunks grows
+(`_PrefixHash`, a worker thread beside the transfers, reading the part file), so when
+the last chunk lands only the chunks after the first gap are left to hash; the blob is
+moved into place only if it is the blob's digest. If it is not, every chunk written
+unchecked is checked: the corrupt ones are fetched again from other holders, their
+senders skipped, and the whole hash is redone (a holder that turned corrupt costs one
+more pass). If none is corrupt, the manifest lied, and the partial is discarded.
 
 Memory is bounded: a chunk is never held whole, only the transport's pieces (64 KiB),
 with at most the plan's `total` chunks in flight. The bandwidth cap is a token bucket
@@ -193,7 +199,7 @@ async def fetch_blob(
 
 
 class _PrefixHash:
-    """The blob's sha256, fed in order from the part file as the prefix of verified
+    """The blob's sha256, fed in order from the part file as the prefix of written
     chunks grows (a worker thread, beside the transfers), so the whole-hash check at
     the end costs the last chunks, not a second pass over the blob."""
 
@@ -204,7 +210,7 @@ class _PrefixHash:
         self._grew = trio.Event()
 
     def grew(self) -> None:
-        """A chunk was marked done (the verified prefix may be longer)."""
+        """A chunk was marked done (the written prefix may be longer)."""
         self._grew.set()
 
     def _prefix_end(self) -> int:
@@ -214,7 +220,7 @@ class _PrefixHash:
         return self._partial.manifest.chunk_span(first_missing)[0]
 
     async def run(self) -> None:
-        """Hash the verified prefix as it grows, until the whole blob is hashed."""
+        """Hash the written prefix as it grows, until the whole blob is hashed."""
         size = self._partial.manifest.size
         while self._hashed < size:
             end = min(self._prefix_end(), self._hashed + HASH_SPAN)
@@ -245,33 +251,69 @@ async def _fetch_chunks(
     per_holder: int,
     total: int,
 ) -> BlobEntry:
+    """Fetch every chunk not done, in rounds: a round ends with the whole hash; if it
+    is not the digest, the chunks written unchecked are checked, the corrupt ones are
+    fetched again from other holders (their senders skipped), and the hash is redone.
+    Each such round skips at least one holder, so the rounds end."""
     manifest = partial.manifest
     done = [i for i, flag in enumerate(partial.done) if flag]
     plan = FetchPlan(manifest.chunks, done, holders, per_holder=per_holder, total=total)
     for holder, why in skipped.items():
         plan.skip(holder, why)
-    progress.size, progress.chunks, progress.state = manifest.size, manifest.chunks, "fetching"
+    progress.size, progress.chunks = manifest.size, manifest.chunks
+    while True:
+        progress.state = "fetching"
+        digest = await _fetch_round(source, partial, plan, bucket, progress)
+        if digest == manifest.digest:
+            return store.finish_partial(partial)
+        corrupt = await trio.to_thread.run_sync(partial.refute_unchecked)
+        if not corrupt:
+            store.drop_partial(partial, discard=True)
+            givers = ", ".join(h[:12] for h, s in plan.holders.items() if s.skipped is None)
+            raise FetchError(
+                f"blob {manifest.hex}: every chunk matched the manifest but the whole sha256"
+                f" did not: the manifest was false (given by {givers}); the partial was"
+                " discarded"
+            )
+        for chunk in corrupt:
+            plan.refuted(chunk)
+        _report(progress, plan)
+
+
+def _report(progress: FetchProgress, plan: FetchPlan) -> None:
+    progress.done = plan.done_count
+    progress.holders = {h: attrs.asdict(s) for h, s in plan.holders.items()}
+
+
+async def _fetch_round(
+    source: ChunkSource,
+    partial: Partial,
+    plan: FetchPlan,
+    bucket: TokenBucket,
+    progress: FetchProgress,
+) -> bytes:
+    """Fetch until every chunk is written; returns the whole sha256, computed as the
+    written prefix grows. A holder's chunks are checked on the way in until one of
+    them matched (a holder that sends garbage is caught at once); later ones are
+    checked by the whole hash. Raises `FetchError` when no holder is left."""
     wake = trio.Event()
     whole = _PrefixHash(partial)
 
-    def report() -> None:
-        progress.done = plan.done_count
-        progress.holders = {h: attrs.asdict(s) for h, s in plan.holders.items()}
-
     async def one(chunk: int, holder: str) -> None:
         nonlocal wake
+        check = plan.holders[holder].served == 0
         try:
-            await _fetch_one(source, partial, chunk, holder, bucket, progress)
+            await _fetch_one(source, partial, chunk, holder, bucket, progress, check=check)
         except SourceError as exc:
             plan.failed(chunk, holder, exc.failure, trio.current_time())
         else:
-            partial.mark_done(chunk)
+            partial.mark_done(chunk, verified=check)
             plan.succeeded(chunk, holder)
             whole.grew()
-        report()
+        _report(progress, plan)
         wake.set()
 
-    report()
+    _report(progress, plan)
     stuck: str | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(whole.run)
@@ -291,15 +333,8 @@ async def _fetch_chunks(
             wake = trio.Event()
         progress.state = "verifying"  # the nursery waits for the last of the whole hash
     if stuck is not None:
-        raise FetchError(f"blob {manifest.hex}: {stuck}")
-    if whole.digest() != manifest.digest:
-        store.drop_partial(partial, discard=True)
-        givers = ", ".join(h[:12] for h, s in plan.holders.items() if s.skipped is None)
-        raise FetchError(
-            f"blob {manifest.hex}: every chunk matched the manifest but the whole sha256 did"
-            f" not: the manifest was false (given by {givers}); the partial was discarded"
-        )
-    return store.finish_partial(partial)
+        raise FetchError(f"blob {partial.manifest.hex}: {stuck}")
+    return whole.digest()
 
 
 async def _fetch_one(
@@ -309,20 +344,26 @@ async def _fetch_one(
     holder: str,
     bucket: TokenBucket,
     progress: FetchProgress,
+    *,
+    check: bool,
 ) -> None:
-    """Stream one chunk to its offset, hashing it. Raises `SourceError`."""
+    """Stream one chunk to its offset (and `check` its sha256 on the way). Raises
+    `SourceError`."""
     manifest = partial.manifest
     offset, length = manifest.chunk_span(chunk)
-    h = hashlib.sha256()
+    h = hashlib.sha256() if check else None
     got = 0
     async with source.chunk(holder, manifest.digest, chunk) as pieces:
         async for piece in pieces:
             if got + len(piece) > length:
                 raise SourceError(ChunkFailure.CORRUPT, f"chunk {chunk} is too long")
             await bucket.take(len(piece))
-            h.update(piece)
+            if h is not None:
+                h.update(piece)
             partial.write(offset + got, piece)
             got += len(piece)
             progress.bytes_fetched += len(piece)
-    if got != length or h.digest() != manifest.chunk_hashes[chunk]:
+    if got != length:
+        raise SourceError(ChunkFailure.CORRUPT, f"chunk {chunk} is too short")
+    if h is not None and h.digest() != manifest.chunk_hashes[chunk]:
         raise SourceError(ChunkFailure.CORRUPT, f"chunk {chunk} does not match its hash")

@@ -9,6 +9,8 @@ The fetcher (`fetcher.py`) asks `assign(now)` for work, reports each chunk's out
 - A holder that sends a **corrupt** chunk (its sha256 is not the manifest's) or **lies**
   about holding the blob (answers "not here" after advertising it) is skipped for the
   rest of the fetch and counted; its chunk goes back to the queue for another holder.
+  A chunk found corrupt only after it was counted done (`refuted`: the fetcher checks
+  a holder's later chunks by the whole hash) is handled the same way.
 - A holder that is **unreachable** or **busy** backs off (`backoff_min` doubling to
   `backoff_max`) and is skipped after `max_failures` failures in a row.
 - A holder that **lacks** a chunk (it is fetching the blob itself and serves only the
@@ -98,6 +100,7 @@ class FetchPlan:
         self._done = set(done)
         self._pending = sorted(set(range(chunks)) - self._done, reverse=True)  # pop() = lowest
         self._inflight: dict[int, str] = {}
+        self._served_by: dict[int, str] = {}  # chunk -> the holder it came from
         self.holders: dict[str, HolderStats] = {h: HolderStats() for h in holders}
         self._per_holder = per_holder
         self._total = total
@@ -197,6 +200,7 @@ class FetchPlan:
         stats.failures_in_row = 0
         stats.retry_at = 0.0
         self._done.add(chunk)
+        self._served_by[chunk] = holder
         for other in self.holders:
             self._lacking.pop((other, chunk), None)
 
@@ -224,6 +228,22 @@ class FetchPlan:
             stats.retry_at = now + min(high, low * 2 ** max(0, stats.failures_in_row - 1))
             if stats.failures_in_row >= self._max_failures and stats.skipped is None:
                 stats.skipped = f"unreachable {stats.failures_in_row} times in a row"
+
+    def refuted(self, chunk: int) -> None:
+        """A chunk counted done turned out corrupt: its holder is skipped and counted,
+        and the chunk goes back to the queue."""
+        if chunk not in self._done:
+            raise AssertionError(f"chunk {chunk} is not done")
+        self._done.discard(chunk)
+        self._pending.append(chunk)
+        self._pending.sort(reverse=True)
+        holder = self._served_by.pop(chunk, None)
+        if holder is None:  # held before this fetch (it was checked then): nobody to blame
+            return
+        stats = self.holders[holder]
+        stats.served -= 1
+        stats.corrupt += 1
+        stats.skipped = stats.skipped or "sent a corrupt chunk"
 
     def skip(self, holder: str, why: str) -> None:
         """Stop asking `holder` (e.g. its manifest disagreed with the others)."""

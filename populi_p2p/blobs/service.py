@@ -41,7 +41,7 @@ from .fetcher import FetchError, FetchProgress, SourceError, TokenBucket, fetch_
 from .holders import MODEL_KIND, SECTION, advert_section, mesh_catalogue, resolve
 from .manifest import ManifestError, parse_digest
 from .planner import ChunkFailure
-from .store import BlobStore, QuotaError, check_name
+from .store import GOOD, UNCHECKED, BlobStore, Partial, QuotaError, check_name
 
 __all__ = ["CHUNK_PATH", "MANIFEST_PATH", "BlobService", "PeerChunkSource"]
 
@@ -101,6 +101,17 @@ class PeerChunkSource:
 async def _pieces(resp: httpx.Response) -> AsyncIterator[bytes]:
     async for piece in resp.aiter_raw():
         yield piece
+
+
+async def _checked_chunk(partial: Partial, index: int) -> bool:
+    """Whether a fetch in progress may serve chunk `index`: written and its sha256
+    checked (a chunk written unchecked is checked now, once; one that failed is not
+    checked again)."""
+    if not partial.checked or not partial.done[index]:
+        return False
+    if partial.verified[index] != UNCHECKED:
+        return partial.verified[index] == GOOD
+    return await trio.to_thread.run_sync(partial.verify_chunk, index)
 
 
 def _check_status(status: int) -> None:
@@ -258,7 +269,7 @@ class BlobService:
             return _json(404, {"error": "not held here"})
         if not 0 <= index < manifest.chunks:
             return _json(400, {"error": f"chunk index is 0 to {manifest.chunks - 1}"})
-        if partial is not None and not (partial.checked and partial.done[index]):
+        if partial is not None and not await _checked_chunk(partial, index):
             return self._lacks()
         offset, length = manifest.chunk_span(index)
         try:

@@ -6,7 +6,7 @@ Layout (``STATE/blobs``, mode 0700)::
     <hex>.manifest      its manifest (`Manifest.encode`)
     catalogue.json      name, kind, size, added and last-used times, and pins, per blob
     partial/<hex>.part  a fetch in progress (written at chunk offsets)
-    partial/<hex>.done  one byte per chunk, 1 once the chunk was written and checked
+    partial/<hex>.done  one byte per chunk, 1 once the chunk was written
     partial/<hex>.manifest  the manifest the fetch follows
 
 The quota counts complete blobs and the full size of every partial one (reserved when
@@ -17,7 +17,10 @@ line, and nothing is lost.
 
 A partial fetch survives a kill: its ``.done`` map says which chunks were written, and
 on resumption every chunk marked done is checked again against the manifest (a chunk
-that did not reach the disk is fetched again), so no fsync per chunk is needed.
+that did not reach the disk is fetched again), so no fsync per chunk is needed. Which
+chunks were checked is kept in memory (`Partial.verified`): only checked chunks are
+served to other fetchers, and a written chunk that was not checked yet is checked when
+one is asked for (`verify_chunk`) or when the whole hash fails (`refute_unchecked`).
 
 Blocking file work (copying, hashing) is in plain functions run in a worker thread;
 the catalogue is changed only under the store's lock.
@@ -47,6 +50,10 @@ MAX_NAME: Final = 64
 #: The most pins one blob keeps (each a deployment or task id).
 MAX_PINS: Final = 1024
 _CATALOGUE: Final = "catalogue.json"
+#: A chunk's check (`Partial.verified`).
+UNCHECKED: Final = 0
+GOOD: Final = 1
+BAD: Final = 2
 
 
 class Hash(Protocol):
@@ -107,6 +114,8 @@ class Partial:
         self.done = bytearray(raw.ljust(manifest.chunks, b"\0"))
         #: Whether the done map was checked (`recheck`): only then are chunks served.
         self.checked = False
+        #: Per chunk: `UNCHECKED`, `GOOD` (its sha256 is the manifest's) or `BAD`.
+        self.verified = bytearray(manifest.chunks)
         if len(raw) < manifest.chunks:
             os.pwrite(self._done_fd, bytes(self.done), 0)
 
@@ -118,12 +127,33 @@ class Partial:
         match (blocking: a worker thread). Returns how many were cleared."""
         cleared = 0
         for index, flag in enumerate(self.done):
-            if flag and not self._chunk_matches(index):
-                self.done[index] = 0
-                os.pwrite(self._done_fd, b"\0", index)
+            if flag and not self.verify_chunk(index):
+                self._clear(index)
                 cleared += 1
         self.checked = True
         return cleared
+
+    def verify_chunk(self, index: int) -> bool:
+        """Whether chunk `index` is written and matches the manifest, checked once
+        (blocking: a worker thread)."""
+        if not self.done[index]:
+            return False
+        if self.verified[index] == UNCHECKED:
+            self.verified[index] = GOOD if self._chunk_matches(index) else BAD
+        return self.verified[index] == GOOD
+
+    def refute_unchecked(self) -> list[int]:
+        """Check every written chunk not checked yet (the whole hash failed); clear the
+        ones that do not match, so they are fetched again. Returns them (blocking)."""
+        bad = [i for i, flag in enumerate(self.done) if flag and not self.verify_chunk(i)]
+        for index in bad:
+            self._clear(index)
+        return bad
+
+    def _clear(self, index: int) -> None:
+        self.done[index] = 0
+        self.verified[index] = UNCHECKED
+        os.pwrite(self._done_fd, b"\0", index)
 
     def _chunk_matches(self, index: int) -> bool:
         offset, length = self.manifest.chunk_span(index)
@@ -143,8 +173,10 @@ class Partial:
             n = os.pwrite(self.fd, view, offset)
             view, offset = view[n:], offset + n
 
-    def mark_done(self, index: int) -> None:
+    def mark_done(self, index: int, *, verified: bool) -> None:
+        """Chunk `index` is written (and was `verified` on the way in, or not)."""
         self.done[index] = 1
+        self.verified[index] = GOOD if verified else UNCHECKED
         os.pwrite(self._done_fd, b"\1", index)
 
     def hash_span(self, whole: Hash, start: int, end: int) -> None:

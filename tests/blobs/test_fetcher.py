@@ -23,7 +23,8 @@ from .test_store import _file
 
 
 class Holders:
-    """Holders by behaviour: honest, corrupt (flips a byte), liar (404), slow."""
+    """Holders by behaviour: honest, corrupt (flips a byte), sly (honest for its first
+    two chunks, then corrupt), liar (404), gone (unreachable)."""
 
     def __init__(self, data: bytes, manifest: Manifest, kinds: dict[str, str]) -> None:
         self.data, self.real, self.kinds = data, manifest, kinds
@@ -52,7 +53,7 @@ class Holders:
             raise SourceError(ChunkFailure.UNREACHABLE, "connection refused")
         off, n = self.real.chunk_span(index)
         body = bytearray(self.data[off : off + n])
-        if kind == "corrupt":
+        if kind == "corrupt" or (kind == "sly" and [h for h, _ in self.asked].count(holder) > 2):
             body[7] ^= 1
 
         async def pieces() -> AsyncIterator[bytes]:
@@ -85,6 +86,30 @@ async def test_corrupt_and_lying_holders_skipped_chunks_from_the_honest(
     assert stats["good"]["served"] == manifest.chunks
     assert not any(h == "liar" for h, _ in holders.asked)  # skipped at the manifest
     assert progress.state == "done"
+
+
+async def test_a_holder_corrupt_after_its_first_chunks_is_caught_by_the_whole_hash(
+    tmp_path: Path, blob: tuple[bytes, Manifest]
+) -> None:
+    """A holder's first chunks are checked on the way in; once one matched, its later
+    ones are checked by the whole hash. When that fails, the chunks written unchecked
+    are checked, the corrupt ones fetched again from another holder, and the sender
+    skipped."""
+    data, manifest = blob
+    holders = Holders(data, manifest, {"sly": "sly", "good": "honest"})
+    store = BlobStore(tmp_path / "blobs", 0)
+    progress = FetchProgress(manifest.digest, "m")
+    entry = await fetch_blob(store, holders, manifest.digest, ["sly", "good"], name="m",
+                             kind="model", progress=progress, per_holder=2)  # fmt: skip
+    assert store.path(entry.digest).read_bytes() == data  # type: ignore[union-attr]
+    sly, good = progress.holders["sly"], progress.holders["good"]
+    asked_sly = [i for h, i in holders.asked if h == "sly"]
+    assert len(asked_sly) > 2  # it was trusted after its first chunks matched
+    assert sly["skipped"] == "sent a corrupt chunk" and sly["corrupt"] == len(asked_sly) - 2
+    assert sly["served"] == 2 and good["served"] == manifest.chunks - 2
+    refetched = [i for h, i in holders.asked if h == "good" and i in asked_sly[2:]]
+    assert sorted(refetched) == sorted(asked_sly[2:])
+    assert progress.state == "done" and progress.done == manifest.chunks
 
 
 async def test_a_forged_manifest_is_outvoted(tmp_path: Path, blob: tuple[bytes, Manifest]) -> None:

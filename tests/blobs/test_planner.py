@@ -64,18 +64,34 @@ def test_a_holder_lacking_a_chunk_serves_the_others_and_is_asked_again_later() -
     assert plan.finished and plan.stuck() is None
 
 
+def test_a_chunk_refuted_after_it_was_done_is_fetched_again_elsewhere() -> None:
+    plan = FetchPlan(2, [1], ["sly", "good"], per_holder=1)
+    (a,) = plan.assign(0.0)
+    plan.succeeded(a.chunk, a.holder)
+    assert plan.finished and a == Assignment(0, "sly")
+    plan.refuted(0)
+    plan.refuted(1)  # held before this fetch: fetched again, nobody blamed
+    sly = plan.holders["sly"]
+    assert not plan.finished and sly.corrupt == 1 and sly.served == 0 and sly.skipped
+    assert sorted(plan.assign(0.0)) == [Assignment(0, "good")]
+    assert plan.holders["good"].corrupt == 0
+
+
 def test_resumption_fetches_only_what_is_missing() -> None:
     plan = FetchPlan(4, [0, 2], ["a"], per_holder=4)
     assert sorted(a.chunk for a in plan.assign(0.0)) == [1, 3]
 
 
 _HONEST, _CORRUPT, _LIAR, _FLAKY = "honest", "corrupt", "liar", "flaky"
+_SLY = "sly"  # its chunks arrive and count as done; the whole hash later refutes them
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     chunks=st.integers(1, 20),
-    kinds=st.lists(st.sampled_from([_HONEST, _CORRUPT, _LIAR, _FLAKY]), min_size=1, max_size=5),
+    kinds=st.lists(
+        st.sampled_from([_HONEST, _CORRUPT, _LIAR, _FLAKY, _SLY]), min_size=1, max_size=5
+    ),
     per_holder=st.integers(1, 4),
     total=st.integers(1, 8),
     coin=st.randoms(use_true_random=False),
@@ -91,7 +107,15 @@ def test_any_behaviour_finishes_with_an_honest_holder_and_respects_the_bounds(
     plan = FetchPlan(chunks, [], holders, per_holder=per_holder, total=total, max_failures=50)
     now, served_by = 0.0, {}
     for _ in range(10_000):
-        if plan.finished or (plan.stuck() and not plan.inflight()):
+        if plan.finished:  # the round's whole hash: a sly holder's chunks are refuted
+            sly = [c for c, h in served_by.items() if behaviour[h] == _SLY]
+            if not sly:
+                break
+            for c in sly:
+                plan.refuted(c)
+                del served_by[c]
+            continue
+        if plan.stuck() and not plan.inflight():
             break
         for a in plan.assign(now):
             assert plan.holders[a.holder].skipped is None
@@ -106,7 +130,7 @@ def test_any_behaviour_finishes_with_an_honest_holder_and_respects_the_bounds(
         chunk = coin.choice(sorted(inflight))
         holder = inflight[chunk]
         kind = behaviour[holder]
-        if kind == _HONEST or (kind == _FLAKY and coin.random() < 0.5):
+        if kind in (_HONEST, _SLY) or (kind == _FLAKY and coin.random() < 0.5):
             plan.succeeded(chunk, holder)
             served_by[chunk] = holder
         else:
@@ -120,5 +144,6 @@ def test_any_behaviour_finishes_with_an_honest_holder_and_respects_the_bounds(
         assert sorted(served_by) == list(range(chunks))
         assert all(behaviour[h] in (_HONEST, _FLAKY) for h in served_by.values())
     for h, s in plan.holders.items():
-        if behaviour[h] in (_CORRUPT, _LIAR) and (s.corrupt or s.missing):
+        if behaviour[h] in (_CORRUPT, _LIAR, _SLY) and (s.corrupt or s.missing):
             assert s.skipped is not None
+        assert s.served == sum(1 for x in served_by.values() if x == h)

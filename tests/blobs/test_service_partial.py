@@ -1,6 +1,7 @@
 """A node fetching a blob serves the chunks it has verified: over the peer API (409 for
-a chunk it lacks, which the fetcher takes as "ask again later", not as a lie), in its
-record's ``p`` rows, and in the fetch plan of the nodes that fetch from it."""
+a chunk it lacks or that does not match, which the fetcher takes as "ask again later",
+not as a lie), in its record's ``p`` rows, and in the fetch plan of the nodes that
+fetch from it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from populi_p2p.blobs.holders import advert_section, mesh_catalogue, parse_adver
 from populi_p2p.blobs.manifest import Manifest, hash_file
 from populi_p2p.blobs.planner import ChunkFailure
 from populi_p2p.blobs.service import BlobService, PeerChunkSource
+from populi_p2p.blobs.store import Partial
 from populi_p2p.inference.peer_api import PeerApi, PeerRoutes
 from populi_p2p.inference.peer_auth import PeerCallSigner, PeerCallVerifier
 from populi_p2p.inference.peer_client import BULK_READ_BYTES, PeerClient
@@ -38,7 +40,7 @@ async def test_a_fetching_node_serves_its_verified_chunks_and_409_for_the_rest(
     store = BlobStore(tmp_path / "blobs", 0)
     partial = store.begin_partial(manifest, "m", "model")
     partial.write(0, data[:CHUNK_BYTES])
-    partial.mark_done(0)
+    partial.mark_done(0, verified=False)
     service = BlobService(
         store, me=BOB.node_id, is_member={ALICE.node_id, BOB.node_id}.__contains__,
         sections=dict, address_of=lambda _n: None, peer_client=lambda: None,
@@ -81,7 +83,30 @@ async def test_a_fetching_node_serves_its_verified_chunks_and_409_for_the_rest(
             with pytest.raises(SourceError) as lacking:
                 await chunk(source, 1)
             assert lacking.value.failure is ChunkFailure.LACKS
-            assert service.stats["lacked"] == 2 and service.stats["served_chunks"] == 1
+            # Written unchecked (the fetcher checks a trusted holder's chunks by the
+            # whole hash): checked when asked for, and served only if it matches.
+            checked: list[int] = []
+            matches = Partial._chunk_matches
+
+            def counting(self: Partial, index: int) -> bool:
+                checked.append(index)
+                return matches(self, index)
+
+            monkeypatch.setattr(Partial, "_chunk_matches", counting)
+            partial.write(CHUNK_BYTES, data[CHUNK_BYTES : 2 * CHUNK_BYTES])
+            partial.mark_done(1, verified=False)
+            assert await chunk(source, 1) == data[CHUNK_BYTES : 2 * CHUNK_BYTES]
+            rotten = bytearray(data[2 * CHUNK_BYTES : 3 * CHUNK_BYTES])
+            rotten[9] ^= 1
+            partial.write(2 * CHUNK_BYTES, bytes(rotten))
+            partial.mark_done(2, verified=False)
+            for _ in range(2):
+                with pytest.raises(SourceError) as refused:
+                    await chunk(source, 2)
+                assert refused.value.failure is ChunkFailure.LACKS
+            assert await chunk(source, 1) == data[CHUNK_BYTES : 2 * CHUNK_BYTES]
+            assert checked == [1, 2]  # each once, however often it is asked for
+            assert service.stats["lacked"] == 4 and service.stats["served_chunks"] == 3
             store.drop_partial(partial, discard=False)  # the fetch stopped: not served
             with pytest.raises(SourceError) as gone:
                 await chunk(source, 0)

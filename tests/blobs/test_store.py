@@ -137,7 +137,7 @@ def test_partial_resumes_and_rechecks_what_it_kept(tmp_path: Path) -> None:
     for i in (0, 2):
         off, n = manifest.chunk_span(i)
         partial.write(off, data[off : off + n])
-        partial.mark_done(i)
+        partial.mark_done(i, verified=False)
     store.drop_partial(partial, discard=False)
     # Restarted: the catalogue knows the partial; its manifest needs no holder.
     store = BlobStore(tmp_path / "blobs", 0)
@@ -153,7 +153,7 @@ def test_partial_resumes_and_rechecks_what_it_kept(tmp_path: Path) -> None:
     for i in (1, 2):
         off, n = manifest.chunk_span(i)
         partial.write(off, data[off : off + n])
-        partial.mark_done(i)
+        partial.mark_done(i, verified=False)
     whole = hashlib.sha256()
     partial.hash_span(whole, 0, CHUNK_BYTES + 7)
     partial.hash_span(whole, CHUNK_BYTES + 7, manifest.size)
