@@ -262,6 +262,25 @@ class _GatedListener(trio.abc.Listener[trio.SocketStream]):
         await self._inner.aclose()
 
 
+class EagerLock:
+    """A lock whose acquire yields to the scheduler only when it must wait (a
+    `trio.Lock` always yields). A write of an answer passes two locks, hypercorn's and
+    `LingeringStream`'s; each yield was one more scheduling round on the way to the
+    socket, on every hop of a relayed stream."""
+
+    def __init__(self) -> None:
+        self._lock = trio.Lock()
+
+    async def __aenter__(self) -> None:
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class LingeringStream(trio.abc.HalfCloseableStream):
     """`stream` for hypercorn, whose `aclose` only sends our FIN and starts lingering:
     from then on `receive_some` drops what arrives and ends the stream (b"") when the
@@ -275,7 +294,7 @@ class LingeringStream(trio.abc.HalfCloseableStream):
         self._linger_until: float | None = None
         # hypercorn sends under its own lock but closes outside it: its send_eof then
         # met an answer still being sent (trio's BusyResourceError, a traceback).
-        self._sending = trio.Lock()
+        self._sending = EagerLock()
         self._holds = 0
         self._held = b""
 
@@ -487,7 +506,9 @@ async def serve_http(
                 if peer is not None:
                     gate.opened(peer, scope)
                 _CONNECTION.set(lingering := LingeringStream(stream))
-                await TCPServer(wrapped, config, context, ConnectionState({}), lingering)  # type: ignore[arg-type]
+                server = TCPServer(wrapped, config, context, ConnectionState({}), lingering)  # type: ignore[arg-type]
+                server.send_lock = EagerLock()  # type: ignore[assignment]
+                await server
         finally:
             # Cancelled (evicted, or at shutdown), hypercorn's own close stops at its
             # first checkpoint: close the socket here, whatever happened.

@@ -29,7 +29,7 @@ import contextlib
 import json
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -366,7 +366,11 @@ class _Pump:
     """One node's streamed response: a reader task that queues the raw chunks, and a
     consumer that passes them on in batches, watching for a stall or the node's death.
     The two share this state: the stall clock, the raw events sent (decoded only at
-    failover), and the held-back end."""
+    failover), and the held-back end.
+
+    The first chunk is read by the consumer itself (`_read_first`), so that the first token
+    is not handed over between tasks; a watcher task cancels that read if the node
+    dies or stalls meanwhile. The reader task takes over from the second chunk."""
 
     def __init__(
         self,
@@ -390,7 +394,8 @@ class _Pump:
         self._stall = relay.gaps.stall_timeout(relay._stall)
         self._first = result.tokens
         self._last = 0.0  # when the last token (or the end) came
-        #: An end (b"") or an error seen behind a batch: handled after that batch.
+        #: The first chunk, or an end (b"") or an error seen behind a batch: handled
+        #: next, before anything else is received.
         self._pending: bytes | BaseException | None = None
         self._finished = False  # the upstream said it is done
         self._said_done = False  # our [DONE] went out (with the upstream's last events)
@@ -399,9 +404,16 @@ class _Pump:
         """What is left for the end of the answer (`Relay._pump`); raises `_Broken`
         when the node fails."""
         outcome: bytes | _Broken
+        self._last = trio.current_time()
+        chunks = aiter(self._response.aiter_raw())
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read)
             try:
+                first = await self._read_first(chunks, nursery)
+                if isinstance(first, bytes) and first:
+                    nursery.start_soon(self._read, chunks)
+                else:
+                    self._chunks_in.close()  # the end, or an error: nothing more to read
+                self._pending = first
                 outcome = await self._consume()
             except _Broken as exc:
                 outcome = exc
@@ -410,12 +422,47 @@ class _Pump:
             raise outcome
         return outcome
 
-    async def _read(self) -> None:
-        """Queue the response's raw chunks, then the error that ended it, if any."""
+    async def _read_first(
+        self, chunks: AsyncIterator[bytes], nursery: trio.Nursery
+    ) -> bytes | BaseException:
+        """The first chunk (b"": the stream ended; or the error that ended it), read
+        here. Meanwhile a watcher task does `_consume`'s watch: it cancels the read and
+        raises here when the node dies or stalls (the connection is given up with it)."""
+        broken: list[_Broken] = []
+        read, watching = trio.CancelScope(), trio.CancelScope()
+
+        async def watch() -> None:
+            with watching:
+                while True:
+                    await trio.sleep(WATCH_INTERVAL)
+                    try:
+                        self._watch()
+                    except _Broken as exc:
+                        broken.append(exc)
+                        read.cancel()
+                        return
+
+        nursery.start_soon(watch)
+        item: bytes | BaseException = b""
+        with read:
+            try:
+                item = await anext(chunks)
+            except StopAsyncIteration:
+                pass
+            except (httpx.HTTPError, trio.BrokenResourceError) as exc:
+                item = exc
+        watching.cancel()
+        if read.cancelled_caught:
+            raise broken[0]
+        return item
+
+    async def _read(self, chunks: AsyncIterator[bytes]) -> None:
+        """Queue the response's raw chunks after the first, then the error that ended
+        it, if any."""
         chunks_in = self._chunks_in
         async with chunks_in:
             try:
-                async for chunk in self._response.aiter_raw():
+                async for chunk in chunks:
                     # No checkpoint while httpx hands out chunks it already has, so
                     # that the consumer takes them all in one write.
                     try:
@@ -435,7 +482,6 @@ class _Pump:
     async def _consume(self) -> bytes:
         """Pass the chunks on, batch by batch, until the end: what is left for it."""
         chunks_out, emit = self._chunks_out, self._emit
-        self._last = trio.current_time()
         while True:
             item, self._pending = self._pending, None
             while item is None:

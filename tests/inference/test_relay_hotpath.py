@@ -129,6 +129,91 @@ async def test_the_last_events_and_done_go_out_before_the_upstream_ends() -> Non
     assert out == [last] and result.final == b"" and result.done and result.tokens == 1
 
 
+async def test_the_first_chunk_is_passed_on_without_a_hand_over_between_tasks() -> None:
+    """The first token is read by the task that sends it: another task made runnable
+    as the upstream hands out its first chunk does not run before the chunk is sent
+    (with a reader task in between, it did: the hand-over took a scheduling round)."""
+    log: list[str] = []
+
+    async def canary() -> None:
+        log.append("another task ran")
+
+    async with trio.open_nursery() as nursery:
+
+        @contextlib.asynccontextmanager
+        async def open_(
+            node: str, model: str, path: str, body: bytes
+        ) -> AsyncIterator[httpx.Response]:
+            async def stream() -> AsyncIterator[bytes]:
+                nursery.start_soon(canary)
+                yield event("first ")
+                yield event(None, "stop") + b"data: [DONE]\n\n"
+
+            yield httpx.Response(200, content=stream())
+
+        async def start(status: int, node: str, body: bytes | None) -> None:
+            assert status == 200
+
+        async def emit(data: bytes) -> None:
+            log.append(f"sent {data[:20]!r}")
+
+        relay = Relay(open_, lambda n: True, stall_timeout=5.0, on_outcome=lambda n, ok: None)
+        request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        result = await relay.stream(["a"], "/v1/chat/completions", request, True, start, emit)
+    assert log[0] == f"sent {event('first ')[:20]!r}" and "another task ran" in log
+    assert result.done and result.tokens == 1
+
+
+async def _silent_then_served(
+    alive: Any, first_token_timeout: float
+) -> tuple[bytes, list[str], float]:
+    """Node "a" answers 200 and then sends nothing; node "b" serves. What the client
+    got, each attempt's outcome, and when "a" was given up (relay time)."""
+
+    @contextlib.asynccontextmanager
+    async def open_(node: str, model: str, path: str, body: bytes) -> AsyncIterator[httpx.Response]:
+        async def stream() -> AsyncIterator[bytes]:
+            if node == "a":
+                await trio.sleep_forever()
+            yield event("b0 ") + event(None, "stop") + b"data: [DONE]\n\n"
+
+        yield httpx.Response(200, content=stream())
+
+    out: list[bytes] = []
+    moved: list[float] = []
+
+    async def start(status: int, node: str, body: bytes | None) -> None:
+        assert status == 200
+
+    async def emit(data: bytes) -> None:
+        moved.append(trio.current_time())
+        out.append(data)
+
+    relay = Relay(open_, alive, stall_timeout=0.2, on_outcome=lambda n, ok: None)
+    relay.first_token_timeout = first_token_timeout
+    request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    began = trio.current_time()
+    result = await relay.stream(["a", "b"], "/v1/chat/completions", request, True, start, emit)
+    return b"".join(out) + result.final, [a.outcome for a in result.attempts], moved[0] - began
+
+
+async def test_a_node_silent_before_its_first_chunk_is_left_at_the_first_token_timeout(
+    autojump_clock: Any,
+) -> None:
+    sent, outcomes, after = await _silent_then_served(lambda n: True, first_token_timeout=1.0)
+    assert sent.startswith(event("b0 ")) and sent.count(b"[DONE]") == 1
+    assert "no token for 1.0 s" in outcomes[0] and outcomes[1] == "served"
+    assert 1.0 <= after <= 1.0 + 0.25  # within a watch interval or two
+
+
+async def test_a_node_that_dies_before_its_first_chunk_is_left_at_the_next_watch(
+    autojump_clock: Any,
+) -> None:
+    sent, outcomes, after = await _silent_then_served(lambda n: n != "a", first_token_timeout=60)
+    assert sent.startswith(event("b0 ")) and "no longer alive" in outcomes[0]
+    assert after <= 0.25
+
+
 async def test_an_upstream_that_ends_without_done_still_gets_one() -> None:
     script = Script({"a": ([event("w0 "), event(None, "stop")], True)})
     sent, outcomes = await run(script, ["a"])

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from populi_p2p._asgi import Receive, Scope, Send, send_json
-from populi_p2p._http_serve import ConnectionGate, HttpLimits, serve_http
+from populi_p2p._http_serve import ConnectionGate, EagerLock, HttpLimits, serve_http
 from populi_p2p.inference._asgi import read_body
 
 #: Generous bounds: what must happen happens long before them.
@@ -217,3 +217,31 @@ async def test_an_early_answer_reaches_a_client_still_sending_its_body() -> None
             assert answer.startswith(b"HTTP/1.1 401"), answer
             assert b"\r\nconnection: close" in answer.lower()
             sock.close()
+
+
+async def test_an_eager_lock_yields_only_when_it_must_wait() -> None:
+    """Free, it is taken without a checkpoint (a `trio.Lock` always takes one, a
+    scheduling round, and an answer's write passes two locks); held, a second task
+    waits its turn."""
+    lock = EagerLock()
+    entered: list[str] = []
+    for kind, each in (("eager", lock), ("trio", trio.Lock())):
+        with trio.CancelScope() as scope:
+            scope.cancel()  # any checkpoint on the way in raises Cancelled
+            async with each:
+                entered.append(kind)
+    assert entered == ["eager"]
+
+    order: list[str] = []
+
+    async def holder(name: str, task_status: trio.TaskStatus[None]) -> None:
+        async with lock:
+            task_status.started()
+            order.append(f"{name} in")
+            await trio.sleep(0.01)
+            order.append(f"{name} out")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(holder, "a")
+        await nursery.start(holder, "b")  # returns once b holds it: after a let go
+    assert order == ["a in", "a out", "b in", "b out"]
