@@ -168,9 +168,11 @@ class _BrokenAfter(Exception):
 
 class Relay:
     """Args: how to open an upstream (node, path, body), whether a node is still
-    alive, the configured stall timeout (None: adaptive), where outcomes go, and how
-    long a node may take to its first token (`first_token_timeout`, its prefill), and
-    how many nodes one request may be tried on (`max_attempts`)."""
+    alive, the configured stall timeout (None: adaptive), where outcomes go, how long
+    a node may take to its first token (`first_token_timeout`, its prefill), how many
+    nodes one request may be tried on (`max_attempts`), and whether a node is gone
+    (`node_gone`: dead or left; a node tried while suspect, the route's last resort,
+    is left when it is gone, not for staying suspect)."""
 
     def __init__(
         self,
@@ -182,8 +184,10 @@ class Relay:
         gaps: GapStats | None = None,
         first_token_timeout: float = FIRST_TOKEN_TIMEOUT,
         max_attempts: int = MAX_ATTEMPTS,
+        node_gone: Callable[[str], bool] | None = None,
     ) -> None:
         self._open = open_upstream
+        self._gone = node_gone
         self.max_attempts = max_attempts
         self.first_token_timeout = first_token_timeout
         self._alive = node_alive
@@ -393,6 +397,8 @@ class _Pump:
         self._sent: list[bytes] = []  # the raw events forwarded, decoded only at failover
         self._stall = relay.gaps.stall_timeout(relay._stall)
         self._first = result.tokens
+        #: Alive when its attempt began; else a suspect tried as the last resort.
+        self._started_alive = relay._alive(node)
         self._last = 0.0  # when the last token (or the end) came
         #: The first chunk, or an end (b"") or an error seen behind a batch: handled
         #: next, before anything else is received.
@@ -510,8 +516,12 @@ class _Pump:
     def _watch(self) -> None:
         """Raises `_Broken` when the node is no longer alive or has stalled (called
         every `WATCH_INTERVAL` without a chunk)."""
-        if not self._relay._alive(self._node):
-            raise self._broken("the node is no longer alive (membership)")
+        relay = self._relay
+        if self._started_alive:
+            if not relay._alive(self._node):
+                raise self._broken("the node is no longer alive (membership)")
+        elif relay._gone is not None and relay._gone(self._node):
+            raise self._broken("the node is gone (membership)")
         limit = (
             self._stall
             if self._result.tokens > self._first

@@ -7,14 +7,17 @@ the earned reliability of each node, and the requests outstanding at each node
 last reported); `choose_route` returns a `RouteDecision` that explains itself, in the
 style of a Nomad scheduler pipeline:
 
-1. *Feasibility*, each filter recording why it removed a node: the node is alive (not
-   suspect, dead or left), not draining, its record's ``models`` section lists the
+1. *Feasibility*, each filter recording why it removed a node: the node is alive or
+   suspect (not dead or left), not draining, its record's ``models`` section lists the
    model (which only happens while one of its engines answers its health poll), and it
    was not already tried for this request (`exclude`).
 2. *The gate*: a node is healthy unless its earned reliability is under
    `RELIABILITY_GATE` or the caller marks it failing (`failing`: its last relay from
    this node failed, moments ago). Failing nodes rank after every healthy one: they
-   serve only when nothing healthy is left.
+   serve only when nothing healthy is left. Suspect nodes rank after every alive one:
+   a suspicion is often a node busy for a moment (one just restarted, above all), so
+   one is tried as the last resort rather than a stream lost or a request refused,
+   and never while an alive node can serve.
 3. *Ranking by load*, least outstanding requests weighted by capacity: the cost of a
    node is ``(outstanding + 1 + RELIABILITY_WEIGHT * (1 - reliability)) / slots``,
    its capacity in use once this request is added. ``slots`` is what its engine
@@ -79,6 +82,8 @@ class Score:
     slots: int
     cost: float
     rtt: float | None
+    #: Suspect in the membership: ranked after every alive node (the last resort).
+    suspect: bool = False
 
 
 @attrs.frozen
@@ -100,8 +105,9 @@ class RouteDecision:
             return "none"
         s = self.scores[self.order[0]]
         rtt_text = "-" if s.rtt is None else f"{s.rtt * 1000:.1f}ms"
+        tier = "suspect" if s.suspect else "loaded" if s.healthy else "failing"
         return (
-            f"{'loaded' if s.healthy else 'failing'};reliability={s.reliability:.3f};"
+            f"{tier};reliability={s.reliability:.3f};"
             f"load={s.outstanding / s.slots:.2f};outstanding={s.outstanding}/{s.slots};"
             f"rtt={rtt_text};candidates={len(self.order)};ruled_out={len(self.ruled_out)}"
         )
@@ -118,7 +124,7 @@ def slots_of(facts: Mapping[str, Any]) -> int:
 def _why_not(c: Candidate, model: str, exclude: Collection[str]) -> str | None:
     if c.node_id in exclude:
         return "already tried"
-    if c.state != "alive":
+    if c.state not in ("alive", "suspect"):
         return c.state
     if c.draining:
         return "draining"
@@ -156,7 +162,7 @@ def choose_route(
     """
     ruled_out: dict[str, str] = {}
     counts: dict[str, int] = {}
-    keyed: list[tuple[tuple[bool, float, float, bytes, str], Score]] = []
+    keyed: list[tuple[tuple[int, float, float, bytes, str], Score]] = []
     for c in candidates:
         why = _why_not(c, model, exclude)
         if why is not None:
@@ -172,10 +178,12 @@ def choose_route(
         slots = slots_of(facts)
         rel = min(1.0, max(0.0, reliability.get(c.node_id, prior)))
         healthy = rel >= RELIABILITY_GATE and c.node_id not in failing
+        suspect = c.state == "suspect"
         cost = (busy + 1 + RELIABILITY_WEIGHT * (1 - rel)) / slots
         rtt = 0.0 if c.is_self else c.rtt
-        score = Score(healthy, rel, busy, slots, cost, rtt)
-        key = (not healthy, cost, _NO_RTT if rtt is None else rtt,
+        score = Score(healthy, rel, busy, slots, cost, rtt, suspect)
+        tier = 2 if suspect else 0 if healthy else 1
+        key = (tier, cost, _NO_RTT if rtt is None else rtt,
                _tiebreak(salt, c.node_id), c.node_id)  # fmt: skip
         keyed.append((key, score))
     best = heapq.nsmallest(max_candidates, keyed, key=lambda ks: ks[0])

@@ -135,6 +135,7 @@ class InferenceService:
             self._is_alive,
             stall_timeout=stall_timeout,
             on_outcome=self._record_outcome,
+            node_gone=self._is_gone,
         )
         self.catalogue = ModelCatalogue(view)
         self.log = RequestLog()
@@ -231,12 +232,18 @@ class InferenceService:
         return value
 
     def _is_alive(self, node: str) -> bool:
+        return self._state(node) == "alive"
+
+    def _is_gone(self, node: str) -> bool:
+        return self._state(node) not in ("alive", "suspect")
+
+    def _state(self, node: str) -> str | None:
         if self._state_of is not None:
-            return self._state_of(node) == "alive"
+            return self._state_of(node)
         for c in self._view():
             if c.node_id == node:
-                return c.state == "alive"
-        return False
+                return c.state
+        return None
 
     def decide(
         self, model: str, exclude: Collection[str] = ()

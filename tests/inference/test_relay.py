@@ -100,6 +100,8 @@ async def test_stall_moves_on_and_suspect_moves_on() -> None:
 
 
 async def test_suspect_node_gets_no_new_requests_and_errors_explain() -> None:
+    """A suspect node serves only as the last resort: while an alive one can, never;
+    when it is the only one, rather than a refusal. Dead nodes never."""
     async with trio.open_nursery() as nursery:
         mesh = await _mesh(nursery, StandinConfig(model="m"), StandinConfig(model="m"))
         mesh.members[ALICE.node_id].state = "suspect"
@@ -107,10 +109,16 @@ async def test_suspect_node_gets_no_new_requests_and_errors_explain() -> None:
             r, _, _ = await stream_chat(mesh.url, "m")
             assert r.headers["x-populi-node"] == BOB.node_id
         mesh.members[BOB.node_id].state = "dead"
+        r, text, _ = await stream_chat(mesh.url, "m")
+        assert r.status_code == 200 and text == words(20)
+        assert r.headers["x-populi-node"] == ALICE.node_id
+        assert r.headers["x-populi-route"].startswith("suspect;")
+        mesh.members[ALICE.node_id].state = "dead"
         r, _, _ = await stream_chat(mesh.url, "m")
         assert r.status_code == 503
         message = r.json()["error"]["message"]
-        assert "alice: suspect" in message and "bob: dead" in message
+        assert "alice: dead" in message and "bob: dead" in message
+        mesh.members[ALICE.node_id].state = "suspect"
         r, _, _ = await stream_chat(mesh.url, "nope")
         assert r.status_code == 404 and "the mesh has: m" not in r.json()["error"]["message"]
         mesh.members[ALICE.node_id].state = "alive"
@@ -182,13 +190,14 @@ async def test_no_node_left_ends_with_a_clear_error_event() -> None:
 
 
 async def test_a_failover_chooses_again_from_the_view_as_it_is_then() -> None:
-    """The issue's lost stream: bob was suspect for a moment just as the request came,
-    so a route fixed before the first byte held alice alone, and alice's death then
-    ended the stream although bob was back. The route is chosen again at the failover."""
+    """The issue's lost stream: bob was out of the view for a moment just as the
+    request came (then suspect; here dead, which no route takes), so a route fixed
+    before the first byte held alice alone, and alice's death then ended the stream
+    although bob was back. The route is chosen again at the failover."""
     async with trio.open_nursery() as nursery:
         cfg = StandinConfig(model="m", tokens=30, delay=0.005)
         mesh = await _mesh(nursery, cfg, cfg)
-        mesh.members[BOB.node_id].state = "suspect"
+        mesh.members[BOB.node_id].state = "dead"
         decision, _ = mesh.front.decide("m")  # type: ignore[union-attr]
         assert decision.order == (ALICE.node_id,)
 
@@ -205,6 +214,31 @@ async def test_a_failover_chooses_again_from_the_view_as_it_is_then() -> None:
         entry = mesh.front.recent_routes()[-1]  # type: ignore[union-attr]
         assert entry["order"] == ["alice"]  # the decision at the start
         assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_failover_to_the_only_other_node_while_it_is_suspect_continues_there() -> None:
+    """The real-engine failover lost 1 stream of 40: the serving node was killed while
+    the only other one, just restarted, was suspect for a moment. The suspect node is
+    now the last resort: the stream continues there, and its staying suspect does not
+    cut it (only its being declared dead, or a stall, would)."""
+    async with trio.open_nursery() as nursery:
+        cfg = StandinConfig(model="m", tokens=30, delay=0.005)
+        mesh = await _mesh(nursery, cfg, cfg)
+        mesh.members[BOB.node_id].state = "suspect"
+
+        async def kill_alice(i: int) -> None:
+            if i == 10:
+                mesh.members[ALICE.node_id].kill()
+
+        with trio.fail_after(10):
+            r, text, lines = await stream_chat(mesh.url, "m", on_token=kill_alice)
+        assert r.headers["x-populi-node"] == ALICE.node_id
+        assert text == words(30), text
+        assert lines.count("[DONE]") == 1 and lines[-1] == "[DONE]"
+        entry = mesh.front.recent_routes()[-1]  # type: ignore[union-attr]
+        assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
+        assert mesh.members[BOB.node_id].state == "suspect"  # all along
         nursery.cancel_scope.cancel()
 
 

@@ -165,15 +165,20 @@ async def test_the_first_chunk_is_passed_on_without_a_hand_over_between_tasks() 
 
 
 async def _silent_then_served(
-    alive: Any, first_token_timeout: float
+    first_token_timeout: float, *, dies: bool = False, suspect: bool = False
 ) -> tuple[bytes, list[str], float]:
-    """Node "a" answers 200 and then sends nothing; node "b" serves. What the client
-    got, each attempt's outcome, and when "a" was given up (relay time)."""
+    """Node "a" answers 200 and then sends nothing (and is declared dead once its
+    attempt began, if it `dies`; it was suspect all along, if `suspect`: tried as the
+    last resort); node "b" serves. What the client got, each attempt's outcome, and
+    when "a" was given up (relay time)."""
+    gone: set[str] = set()
 
     @contextlib.asynccontextmanager
     async def open_(node: str, model: str, path: str, body: bytes) -> AsyncIterator[httpx.Response]:
         async def stream() -> AsyncIterator[bytes]:
             if node == "a":
+                if dies:
+                    gone.add("a")
                 await trio.sleep_forever()
             yield event("b0 ") + event(None, "stop") + b"data: [DONE]\n\n"
 
@@ -189,7 +194,10 @@ async def _silent_then_served(
         moved.append(trio.current_time())
         out.append(data)
 
-    relay = Relay(open_, alive, stall_timeout=0.2, on_outcome=lambda n, ok: None)
+    relay = Relay(
+        open_, lambda n: n not in gone and not (suspect and n == "a"), stall_timeout=0.2,
+        on_outcome=lambda n, ok: None, node_gone=gone.__contains__,
+    )  # fmt: skip
     relay.first_token_timeout = first_token_timeout
     request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
     began = trio.current_time()
@@ -200,7 +208,7 @@ async def _silent_then_served(
 async def test_a_node_silent_before_its_first_chunk_is_left_at_the_first_token_timeout(
     autojump_clock: Any,
 ) -> None:
-    sent, outcomes, after = await _silent_then_served(lambda n: True, first_token_timeout=1.0)
+    sent, outcomes, after = await _silent_then_served(first_token_timeout=1.0)
     assert sent.startswith(event("b0 ")) and sent.count(b"[DONE]") == 1
     assert "no token for 1.0 s" in outcomes[0] and outcomes[1] == "served"
     assert 1.0 <= after <= 1.0 + 0.25  # within a watch interval or two
@@ -209,9 +217,23 @@ async def test_a_node_silent_before_its_first_chunk_is_left_at_the_first_token_t
 async def test_a_node_that_dies_before_its_first_chunk_is_left_at_the_next_watch(
     autojump_clock: Any,
 ) -> None:
-    sent, outcomes, after = await _silent_then_served(lambda n: n != "a", first_token_timeout=60)
+    sent, outcomes, after = await _silent_then_served(first_token_timeout=60, dies=True)
     assert sent.startswith(event("b0 ")) and "no longer alive" in outcomes[0]
     assert after <= 0.25
+
+
+async def test_a_node_tried_while_suspect_is_left_when_it_is_declared_dead(
+    autojump_clock: Any,
+) -> None:
+    """Its staying suspect does not cut it (it was tried as the last resort); its
+    death does, at the next watch, not at the first-token timeout."""
+    sent, outcomes, after = await _silent_then_served(
+        first_token_timeout=60, dies=True, suspect=True
+    )
+    assert sent.startswith(event("b0 ")) and "the node is gone" in outcomes[0]
+    assert after <= 0.25
+    _, outcomes, after = await _silent_then_served(first_token_timeout=1.0, suspect=True)
+    assert "no token for 1.0 s" in outcomes[0] and after >= 1.0  # suspect: not left for it
 
 
 async def test_an_upstream_that_ends_without_done_still_gets_one() -> None:

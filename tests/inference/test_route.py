@@ -45,17 +45,25 @@ def test_filters_say_why() -> None:
         cand("g"),
     ]
     d = choose_route("tiny", view, {}, 0.25, exclude=["g"])
-    assert d.order == ("f",)
+    assert d.order == ("f", "a")  # the suspect one last
     assert d.ruled_out == {
-        "a": "suspect", "b": "dead", "c": "draining", "d": "no healthy engine",
+        "b": "dead", "c": "draining", "d": "no healthy engine",
         "e": "does not serve the model", "g": "already tried",
     }  # fmt: skip
 
 
-def test_a_suspect_node_gets_no_new_requests() -> None:
-    """Even when it is the best by every other measure."""
+def test_a_suspect_node_gets_no_new_request_while_an_alive_one_can_serve() -> None:
+    """Even when it is the best by every other measure, and the alive one is gated as
+    failing: a suspect node is the last resort, tried before a request is refused or a
+    stream lost (a suspicion is often a node busy for a moment, one just restarted)."""
     view = [cand("best", state="suspect", rtt=0.0001), cand("other", rtt=0.05)]
-    assert choose_route("tiny", view, {"best": 0.99, "other": 0.1}, 0.25).order == ("other",)
+    assert choose_route("tiny", view, {"best": 0.99, "other": 0.1}, 0.25).order == (
+        "other", "best",
+    )  # fmt: skip
+    gated = choose_route("tiny", view, {"best": 0.99, "other": 0.01}, 0.25, failing=["other"])
+    assert gated.order == ("other", "best")
+    alone = choose_route("tiny", view, {"best": 0.99}, 0.25, exclude=["other"])
+    assert alone.order == ("best",) and alone.header().startswith("suspect;reliability=0.990")
 
 
 def test_load_ranks_before_reliability_then_rtt() -> None:
@@ -154,6 +162,9 @@ def test_decision_ignores_view_order(rows: list[tuple], rnd: random.Random) -> N
     assert first.order == again.order
     for node in first.order:
         assert dict(first.ruled_out).get(node) is None
+    states = [next(c.state for c in view if c.node_id == n) for n in first.order]
+    assert states == sorted(states)  # every alive node before any suspect one
+    assert "dead" not in states
 
 
 @given(
