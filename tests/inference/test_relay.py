@@ -5,6 +5,8 @@ failure before the first byte moves on at once; errors say what to do."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 import trio
@@ -206,15 +208,22 @@ async def test_a_failover_chooses_again_from_the_view_as_it_is_then() -> None:
                 mesh.members[BOB.node_id].state = "alive"
                 mesh.members[ALICE.node_id].kill()
 
-        with trio.fail_after(10):
-            r, text, lines = await stream_chat(mesh.url, "m", on_token=bob_back_then_kill_alice)
-        assert r.headers["x-populi-node"] == ALICE.node_id
-        assert text == words(30), text
-        assert lines.count("[DONE]") == 1 and lines[-1] == "[DONE]"
-        entry = mesh.front.recent_routes()[-1]  # type: ignore[union-attr]
+        entry = await _alice_to_bob(mesh, bob_back_then_kill_alice)
         assert entry["order"] == ["alice"]  # the decision at the start
-        assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
         nursery.cancel_scope.cancel()
+
+
+async def _alice_to_bob(mesh: Any, on_token: Any) -> dict[str, Any]:
+    """A 30-word stream that alice starts and bob finishes (`on_token` kills alice):
+    whole, with one [DONE]. Its route log entry."""
+    with trio.fail_after(10):
+        r, text, lines = await stream_chat(mesh.url, "m", on_token=on_token)
+    assert r.headers["x-populi-node"] == ALICE.node_id
+    assert text == words(30), text
+    assert lines.count("[DONE]") == 1 and lines[-1] == "[DONE]"
+    entry: dict[str, Any] = mesh.front.recent_routes()[-1]
+    assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
+    return entry
 
 
 async def test_a_failover_to_the_only_other_node_while_it_is_suspect_continues_there() -> None:
@@ -231,13 +240,7 @@ async def test_a_failover_to_the_only_other_node_while_it_is_suspect_continues_t
             if i == 10:
                 mesh.members[ALICE.node_id].kill()
 
-        with trio.fail_after(10):
-            r, text, lines = await stream_chat(mesh.url, "m", on_token=kill_alice)
-        assert r.headers["x-populi-node"] == ALICE.node_id
-        assert text == words(30), text
-        assert lines.count("[DONE]") == 1 and lines[-1] == "[DONE]"
-        entry = mesh.front.recent_routes()[-1]  # type: ignore[union-attr]
-        assert "broken" in entry["attempts"][0] and entry["attempts"][1] == "bob: served"
+        await _alice_to_bob(mesh, kill_alice)
         assert mesh.members[BOB.node_id].state == "suspect"  # all along
         nursery.cancel_scope.cancel()
 
