@@ -268,6 +268,7 @@ class Relay:
             body = request if not streamed else continuation(request, chat, streamed, result.tokens)
             raw = json.dumps(body).encode()
             sent_before = result.tokens
+            alive = self._alive(node)  # else a suspect node, the route's last resort
             try:
                 async with self._open(node, model, path, raw) as response:
                     status = response.status_code
@@ -290,7 +291,7 @@ class Relay:
                         started = True
                         result.status, result.first_node = 200, node
                         await start(200, node, None)
-                    end = await self._pump(node, response, chat, emit, result)
+                    end = await self._pump(node, response, chat, emit, result, alive)
                     result.attempts.append(Attempt(node, "served", result.tokens - sent_before))
                     self._on_outcome(node, True)
                     result.done = True
@@ -354,7 +355,13 @@ class Relay:
         return tokens, done
 
     async def _pump(
-        self, node: str, response: httpx.Response, chat: bool, emit: Emit, result: StreamResult
+        self,
+        node: str,
+        response: httpx.Response,
+        chat: bool,
+        emit: Emit,
+        result: StreamResult,
+        alive: bool,
     ) -> bytes:
         """Pass `response`'s events to `emit` until it finishes. Returns what is left
         for the end of the answer: nothing when our [DONE] went out with the upstream's
@@ -363,7 +370,7 @@ class Relay:
         Raises:
             _Broken: when the node fails mid-stream, with the text it had sent.
         """
-        return await _Pump(self, node, response, chat, emit, result).run()
+        return await _Pump(self, node, response, chat, emit, result, alive).run()
 
 
 class _Pump:
@@ -384,6 +391,7 @@ class _Pump:
         chat: bool,
         emit: Emit,
         result: StreamResult,
+        alive: bool,
     ) -> None:
         self._relay = relay
         self._node = node
@@ -398,7 +406,7 @@ class _Pump:
         self._stall = relay.gaps.stall_timeout(relay._stall)
         self._first = result.tokens
         #: Alive when its attempt began; else a suspect tried as the last resort.
-        self._started_alive = relay._alive(node)
+        self._started_alive = alive
         self._last = 0.0  # when the last token (or the end) came
         #: The first chunk, or an end (b"") or an error seen behind a batch: handled
         #: next, before anything else is received.
