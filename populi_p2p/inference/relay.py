@@ -291,7 +291,7 @@ class Relay:
                         started = True
                         result.status, result.first_node = 200, node
                         await start(200, node, None)
-                    end = await self._pump(node, response, chat, emit, result, alive)
+                    end = await _Pump(self, node, response, chat, emit, result, alive).run()
                     result.attempts.append(Attempt(node, "served", result.tokens - sent_before))
                     self._on_outcome(node, True)
                     result.done = True
@@ -354,24 +354,6 @@ class Relay:
             out.append(ev)
         return tokens, done
 
-    async def _pump(
-        self,
-        node: str,
-        response: httpx.Response,
-        chat: bool,
-        emit: Emit,
-        result: StreamResult,
-        alive: bool,
-    ) -> bytes:
-        """Pass `response`'s events to `emit` until it finishes. Returns what is left
-        for the end of the answer: nothing when our [DONE] went out with the upstream's
-        last events, else [DONE] (the upstream finished without one).
-
-        Raises:
-            _Broken: when the node fails mid-stream, with the text it had sent.
-        """
-        return await _Pump(self, node, response, chat, emit, result, alive).run()
-
 
 class _Pump:
     """One node's streamed response: a reader task that queues the raw chunks, and a
@@ -379,9 +361,9 @@ class _Pump:
     The two share this state: the stall clock, the raw events sent (decoded only at
     failover), and the held-back end.
 
-    The first chunk is read by the consumer itself (`_read_first`), so that the first token
-    is not handed over between tasks; a watcher task cancels that read if the node
-    dies or stalls meanwhile. The reader task takes over from the second chunk."""
+    The first chunk is read by the consumer itself (`_read_first`), so that the first
+    token is not handed over between tasks; a watcher task cancels that read if the
+    node dies or stalls meanwhile. The reader task takes over from the second chunk."""
 
     def __init__(
         self,
@@ -415,8 +397,13 @@ class _Pump:
         self._said_done = False  # our [DONE] went out (with the upstream's last events)
 
     async def run(self) -> bytes:
-        """What is left for the end of the answer (`Relay._pump`); raises `_Broken`
-        when the node fails."""
+        """Pass the response's events to `emit` until it finishes. Returns what is
+        left for the end of the answer: nothing when our [DONE] went out with the
+        upstream's last events, else [DONE] (the upstream finished without one).
+
+        Raises:
+            _Broken: when the node fails mid-stream, with the text it had sent.
+        """
         outcome: bytes | _Broken
         self._last = trio.current_time()
         chunks = aiter(self._response.aiter_raw())
