@@ -103,17 +103,6 @@ async def _pieces(resp: httpx.Response) -> AsyncIterator[bytes]:
         yield piece
 
 
-async def _checked_chunk(partial: Partial, index: int) -> bool:
-    """Whether a fetch in progress may serve chunk `index`: written and its sha256
-    checked (a chunk written unchecked is checked now, once; one that failed is not
-    checked again)."""
-    if not partial.checked or not partial.done[index]:
-        return False
-    if partial.verified[index] != UNCHECKED:
-        return partial.verified[index] == GOOD
-    return await trio.to_thread.run_sync(partial.verify_chunk, index)
-
-
 def _check_status(status: int) -> None:
     if status == 200:
         return
@@ -166,6 +155,9 @@ class BlobService:
         self._bandwidth = bandwidth
         self._max_transfers = max_transfers
         self._transfers = 0
+        #: On-demand checks of a fetch's unchecked chunks run one at a time, so that a
+        #: member asking for one chunk many times at once has it hashed once.
+        self._checking = trio.Lock()
         self._changed = trio.Event()
         #: For `add`'s worker thread to say "changed" without waiting for the loop (it
         #: holds the store's lock then, which the loop may be waiting for).
@@ -269,7 +261,7 @@ class BlobService:
             return _json(404, {"error": "not held here"})
         if not 0 <= index < manifest.chunks:
             return _json(400, {"error": f"chunk index is 0 to {manifest.chunks - 1}"})
-        if partial is not None and not await _checked_chunk(partial, index):
+        if partial is not None and not await self._checked_chunk(partial, index):
             return self._lacks()
         offset, length = manifest.chunk_span(index)
         try:
@@ -281,6 +273,17 @@ class BlobService:
             200, _ChunkStream(self, fd, offset, length), content_type="application/octet-stream",
             headers={"content-length": str(length)}, coalesce=False,
         )  # fmt: skip
+
+    async def _checked_chunk(self, partial: Partial, index: int) -> bool:
+        """Whether a fetch in progress may serve chunk `index`: written and its sha256
+        checked (a chunk written unchecked is checked now, once; one that failed is
+        not checked again)."""
+        if not partial.checked or not partial.done[index]:
+            return False
+        if partial.verified[index] == UNCHECKED:
+            async with self._checking:  # the result is kept: a second asker finds it
+                await trio.to_thread.run_sync(partial.verify_chunk, index)
+        return partial.verified[index] == GOOD
 
     def _lacks(self) -> PeerResponse:
         self.stats["lacked"] += 1

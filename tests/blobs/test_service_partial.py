@@ -100,13 +100,21 @@ async def test_a_fetching_node_serves_its_verified_chunks_and_409_for_the_rest(
             rotten[9] ^= 1
             partial.write(2 * CHUNK_BYTES, bytes(rotten))
             partial.mark_done(2, verified=False)
-            for _ in range(2):
+            refusals: list[ChunkFailure] = []
+
+            async def ask_for_2() -> None:
                 with pytest.raises(SourceError) as refused:
                     await chunk(source, 2)
-                assert refused.value.failure is ChunkFailure.LACKS
+                refusals.append(refused.value.failure)
+
+            async with trio.open_nursery() as askers:  # three at once, then one more
+                for _ in range(3):
+                    askers.start_soon(ask_for_2)
+            await ask_for_2()
+            assert refusals == [ChunkFailure.LACKS] * 4
             assert await chunk(source, 1) == data[CHUNK_BYTES : 2 * CHUNK_BYTES]
             assert checked == [1, 2]  # each once, however often it is asked for
-            assert service.stats["lacked"] == 4 and service.stats["served_chunks"] == 3
+            assert service.stats["lacked"] == 6 and service.stats["served_chunks"] == 3
             store.drop_partial(partial, discard=False)  # the fetch stopped: not served
             with pytest.raises(SourceError) as gone:
                 await chunk(source, 0)
